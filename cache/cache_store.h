@@ -1,0 +1,76 @@
+// The on-disk kernel cache of design.md §6:
+//   <root>/v1/<k[0:2]>/<key>/{kernel.cc|kernel.cu, kernel.so, meta.json}
+// Entries are built in <root>/v1/tmp/<unique>/ and renamed into place, so a reader never sees
+// a partial entry; kernel.so is checked against the XXH3 checksum in meta.json before it is
+// handed out for dlopen. Every method assumes another process may die at any instruction.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace metajit {
+
+struct CacheEntryInfo {
+  std::string key;
+  std::filesystem::path dir;
+  std::string backend;            // "cpu" | "cuda" (from meta.json)
+  std::vector<std::string> ops;   // from meta.json
+  uint64_t bytes = 0;             // all files of the entry
+  double compile_seconds = 0;
+  std::string created;            // ISO-8601 UTC, from meta.json
+  int64_t last_used = 0;          // unix seconds
+};
+
+// Counters that persist across processes (root/v1/stats.json, updated under a lock).
+struct CacheCounters {
+  uint64_t memory_hits = 0, disk_hits = 0, misses = 0, compiles = 0, errors = 0, evictions = 0;
+  double compile_seconds = 0;
+};
+
+class CacheStore {
+ public:
+  // Creates root/v1 (mode 0700) on first write, not here: constructing never touches disk.
+  explicit CacheStore(std::filesystem::path root);
+
+  const std::filesystem::path& root() const { return root_; }
+  std::filesystem::path version_dir() const;                    // root/v1
+  std::filesystem::path entry_dir(const std::string& key) const;  // root/v1/<k[0:2]>/<key>
+
+  // The verified kernel.so of `key`, or nullopt. An entry that is present but bad (a file
+  // missing, checksum mismatch, unreadable meta.json) is logged, removed and reported as a miss.
+  std::optional<std::filesystem::path> find(const std::string& key);
+
+  // A new empty directory under root/v1/tmp/ (mode 0700) to build an entry in. Throws
+  // CacheError when the cache cannot be written.
+  std::filesystem::path make_staging_dir();
+  // `staging` holds the source (kernel.cc or kernel.cu) and kernel.so. Writes meta.json =
+  // `meta` plus key, so_checksum, source_checksum, so_bytes, created; then renames the directory
+  // into place. If another process installed `key` first, `staging` is discarded and theirs is
+  // used. Returns the installed kernel.so path.
+  std::filesystem::path install(const std::string& key, const std::filesystem::path& staging,
+                                nlohmann::json meta);
+  void discard(const std::filesystem::path& staging) noexcept;
+
+  std::vector<CacheEntryInfo> list() const;
+  // The full key for a unique hex prefix; CacheError if not hex, unknown or ambiguous.
+  std::string resolve_prefix(const std::string& prefix) const;
+  nlohmann::json read_meta(const std::string& key) const;  // CacheError if unreadable
+  // Removes entries (all, or those not used for `older_than_seconds`); returns how many.
+  uint64_t clear(double older_than_seconds = -1);
+  // Removes staging directories older than `older_than_seconds` left by dead processes.
+  void sweep_stale_staging(double older_than_seconds = 3600);
+  // Marks an entry used now (cheap: refreshes root/v1/<k[0:2]>/<key>/.used at most once a minute).
+  void touch(const std::string& key);
+
+  void add_counters(const CacheCounters& delta);
+  CacheCounters read_counters() const;
+
+ private:
+  std::filesystem::path root_;
+};
+
+}  // namespace metajit

@@ -1,0 +1,43 @@
+// The pending part of the lazy graph, captured for one evaluation: nodes numbered in
+// topological order, with the realized nodes they read as leaves. Graph passes, the fusion
+// planner and lowering work on this copy, never on the user's nodes.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "meta_ops/node.h"
+
+namespace metajit {
+
+struct GNode {
+  OpKind kind = OpKind::Leaf;
+  DType dtype = DType::Float32;
+  Shape shape;
+  std::vector<int> inputs;  // ids of earlier nodes
+  int op = 0;
+  double scalar = 0;
+  std::vector<int64_t> axes;
+  bool keepdims = false;
+  std::vector<BroadcastAxis> bcast;
+  std::vector<IndexExprPtr> indexes, conditions;
+  int leaf = -1;  // Leaf: index into Graph::leaves
+
+  int64_t numel() const { return numel_of(shape); }
+};
+
+struct Graph {
+  std::vector<GNode> nodes;     // topological: every input id is smaller than its user's
+  std::vector<NodePtr> leaves;  // realized nodes whose buffers the graph reads
+  std::vector<int> outputs;     // one id per requested node, in request order
+
+  // One line per node: "%3 = binary.mul f32[2, 3] (%1, %2)".
+  std::string dump() const;
+};
+
+// Captures everything `outputs` depend on that is not yet realized.
+Graph capture_graph(const std::vector<NodePtr>& outputs);
+
+// One-line description of a node's op, e.g. "reduce.add(axes=1)", "binary.mul", "reindex".
+std::string describe_op(const GNode& n);
+
+}  // namespace metajit

@@ -1,0 +1,22 @@
+// Graph passes run on a captured Graph before fusion planning, each in its own file.
+// None of them may make the structure depend on values: scalars are never compared or merged
+// by value, so a kernel key stays the same for x*2 and x*3.
+#pragma once
+#include "codegen/graph.h"
+
+namespace metajit {
+
+// Element-wise ops on 0-d scalars become scalars; element-wise ops whose inputs are all the
+// same broadcast of scalars become one broadcast of the folded scalar.
+void fold_constants(Graph& g);
+// Merges structurally identical nodes (same op, attributes and inputs). Scalars and reindex
+// nodes (which carry values) are merged only with themselves.
+void eliminate_common_subexpressions(Graph& g);
+// Drops nodes no output depends on and renumbers the rest (keeping topological order).
+void eliminate_dead_code(Graph& g);
+
+// Makes every user of node i (inputs and outputs) use replacement[i] instead; the passes call
+// it and then eliminate_dead_code() to drop what became unused.
+void replace_uses(Graph& g, const std::vector<int>& replacement);
+
+}  // namespace metajit

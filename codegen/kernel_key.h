@@ -1,0 +1,28 @@
+// The kernel key of design.md §5: XXH3-128 over labelled, length-prefixed fields (codegen
+// version, backend, kernel IR, toolchain identity, flags), written as 32 hex digits. Two
+// kernels share a key exactly when they would have the same source and binary.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace metajit {
+
+// Bump when the emitted source for the same IR changes.
+inline constexpr const char* kCodegenVersion = "cpp-1";
+
+class KernelKeyBuilder {
+ public:
+  KernelKeyBuilder& field(const std::string& label, const std::string& value);
+  std::string hex() const;  // 32 lowercase hex digits
+
+ private:
+  std::string bytes_;
+};
+
+// Key of a kernel whose canonical IR text is `ir_text`, for `backend` ("cpu"/"cuda") built by
+// the toolchain described by `toolchain_identity` (which includes the flags).
+std::string kernel_key(const std::string& backend, const std::string& ir_text,
+                       const std::string& toolchain_identity);
+
+}  // namespace metajit

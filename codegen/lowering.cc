@@ -1,0 +1,252 @@
+#include "codegen/lowering.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+namespace metajit {
+namespace {
+
+class Lowerer {
+ public:
+  Lowerer(const Graph& g, const FusionPlan& plan, const FusedGroup& group, bool specialize)
+      : g_(g), plan_(plan), group_(group), specialize_(specialize) {}
+
+  LoweredKernel run() {
+    const GNode& root = g_.nodes[group_.root];
+    out_.output_node = group_.root;
+    KernelIR& ir = out_.ir;
+    ir.output = buffer_desc(group_.root);
+    for (int id : group_.nodes)
+      if (g_.nodes[id].kind != OpKind::Scalar) ir.ops.push_back(describe_op(g_.nodes[id]));
+    scopes_.emplace_back();
+    if (root.kind == OpKind::ReindexReduce) {
+      ir.kind = KernelKind::Scatter;
+      ir.scatter_op = root.op;
+      int src = root.inputs[0];
+      std::vector<IndexExprPtr> idx = new_loops(src, ir.loops);
+      ir.body.result = value(src, idx, ir.body);
+      IndexExprPtr valid = ix_const(1);
+      for (size_t k = 0; k < root.indexes.size(); ++k) {
+        IndexExprPtr t = ix_substitute(root.indexes[k], idx);
+        ir.target.push_back(t);
+        valid = conj(valid, in_range(t, dim(group_.root, int(k))));
+      }
+      for (const auto& c : root.conditions)
+        valid = conj(valid, ix_unary(IxKind::Not, ix_substitute(c, idx)));
+      ir.target_valid = valid;
+    } else {
+      ir.kind = KernelKind::Map;
+      std::vector<IndexExprPtr> idx = new_loops(group_.root, ir.loops);
+      ir.body.result = value(group_.root, idx, ir.body, /*is_root=*/true);
+    }
+    ir.num_params = int(out_.args.params.size());
+    ir.num_scalars = int(out_.args.scalars.size());
+    ir.num_vars = next_var_;
+    return std::move(out_);
+  }
+
+ private:
+  static IndexExprPtr conj(IndexExprPtr a, IndexExprPtr b) {
+    if (ix_is_const(a, 1)) return b;
+    if (ix_is_const(b, 1)) return a;
+    return ix_binary(IxKind::And, a, b);
+  }
+  static IndexExprPtr in_range(IndexExprPtr e, IndexExprPtr extent) {
+    return ix_binary(IxKind::And, ix_binary(IxKind::Ge, e, ix_const(0)),
+                     ix_binary(IxKind::Lt, e, extent));
+  }
+
+  // Extent of axis `axis` of node `node`: a Param slot, or the constant when specialising.
+  IndexExprPtr dim(int node, int axis) {
+    int64_t v = g_.nodes[node].shape[axis];
+    if (specialize_) return ix_const(v);
+    auto [it, fresh] = params_.emplace(std::make_pair(node, axis), 0);
+    if (fresh) {
+      it->second = int(out_.args.params.size());
+      out_.args.params.push_back(v);
+    }
+    return ix_param(it->second);
+  }
+
+  KBuffer buffer_desc(int node) {
+    KBuffer b;
+    b.dtype = g_.nodes[node].dtype;
+    for (size_t k = 0; k < g_.nodes[node].shape.size(); ++k) b.dims.push_back(dim(node, int(k)));
+    return b;
+  }
+
+  int buffer_slot(int node) {
+    auto [it, fresh] = buffers_.emplace(node, 0);
+    if (fresh) {
+      it->second = int(out_.ir.inputs.size());
+      out_.ir.inputs.push_back(buffer_desc(node));
+      out_.input_nodes.push_back(node);
+    }
+    return it->second;
+  }
+
+  int scalar_slot(double v) {
+    out_.args.scalars.push_back(v);
+    return int(out_.args.scalars.size()) - 1;
+  }
+
+  // Fresh loop variables over every axis of `node`.
+  std::vector<IndexExprPtr> new_loops(int node, std::vector<KLoop>& loops) {
+    std::vector<IndexExprPtr> idx;
+    for (size_t k = 0; k < g_.nodes[node].shape.size(); ++k) {
+      int var = next_var_++;
+      loops.push_back({var, dim(node, int(k))});
+      idx.push_back(ix_var(var));
+    }
+    return idx;
+  }
+
+  static std::string memo_key(int node, const std::vector<IndexExprPtr>& idx) {
+    std::string s = std::to_string(node);
+    for (const auto& e : idx) s += "," + ix_to_string(*e);
+    return s;
+  }
+
+  int emit(KBlock& blk, KStmt st) {
+    st.id = next_value_++;
+    blk.stmts.push_back(std::move(st));
+    return blk.stmts.back().id;
+  }
+
+  // Value of graph node `node` at index `idx`, computed into `blk`.
+  int value(int node, const std::vector<IndexExprPtr>& idx, KBlock& blk, bool is_root = false) {
+    const GNode& n = g_.nodes[node];
+    if (n.kind == OpKind::BroadcastTo && !(plan_.stored[node] && !is_root)) {
+      std::vector<IndexExprPtr> in_idx;
+      for (size_t k = 0; k < n.bcast.size(); ++k) {
+        if (n.bcast[k] == BroadcastAxis::Keep) in_idx.push_back(idx[k]);
+        else if (n.bcast[k] == BroadcastAxis::Expand) in_idx.push_back(ix_const(0));
+      }
+      return value(n.inputs[0], in_idx, blk);
+    }
+    std::string key = memo_key(node, idx);
+    for (auto s = scopes_.rbegin(); s != scopes_.rend(); ++s)
+      if (auto it = s->find(key); it != s->end()) return it->second;
+    KStmt st;
+    st.dtype = n.dtype;
+    st.op = n.op;
+    if ((plan_.stored[node] && !is_root) || n.kind == OpKind::Leaf) {
+      st.kind = KOp::Load;
+      st.buffer = buffer_slot(node);
+      st.index = idx;
+    } else {
+      switch (n.kind) {
+        case OpKind::Scalar:
+          st.kind = KOp::Scalar;
+          st.slot = scalar_slot(n.scalar);
+          break;
+        case OpKind::Iota:
+          st.kind = KOp::Iota;
+          st.index = {idx[n.axes[0]]};
+          break;
+        case OpKind::Unary:
+        case OpKind::Binary:
+        case OpKind::Where:
+        case OpKind::Cast:
+          st.kind = n.kind == OpKind::Unary    ? KOp::Unary
+                    : n.kind == OpKind::Binary ? KOp::Binary
+                    : n.kind == OpKind::Where  ? KOp::Where
+                                               : KOp::Cast;
+          for (int in : n.inputs) st.args.push_back(value(in, idx, blk));
+          break;
+        case OpKind::Reindex:
+          return lower_reindex(node, idx, blk, key);
+        case OpKind::Reduce:
+          return lower_reduce(node, idx, blk, key);
+        default:
+          throw std::logic_error("lowering: unexpected inlined node " + describe_op(n));
+      }
+    }
+    int id = emit(blk, std::move(st));
+    scopes_.back()[key] = id;
+    return id;
+  }
+
+  int lower_reindex(int node, const std::vector<IndexExprPtr>& idx, KBlock& blk,
+                    const std::string& key) {
+    const GNode& n = g_.nodes[node];
+    int src = n.inputs[0];
+    std::vector<IndexExprPtr> in_idx;
+    IndexExprPtr cond = ix_const(1);
+    for (size_t k = 0; k < n.indexes.size(); ++k) {
+      in_idx.push_back(ix_substitute(n.indexes[k], idx));
+      cond = conj(cond, in_range(in_idx.back(), dim(src, int(k))));
+    }
+    for (const auto& c : n.conditions)
+      cond = conj(cond, ix_unary(IxKind::Not, ix_substitute(c, idx)));
+    if (ix_is_const(cond, 1)) {
+      int id = value(src, in_idx, blk);
+      scopes_.back()[key] = id;
+      return id;
+    }
+    KStmt st;
+    st.kind = KOp::Guard;
+    st.dtype = n.dtype;
+    st.cond = cond;
+    st.slot = scalar_slot(n.scalar);
+    st.body = std::make_shared<KBlock>();
+    scopes_.emplace_back();
+    st.body->result = value(src, in_idx, *st.body);
+    scopes_.pop_back();
+    int id = emit(blk, std::move(st));
+    scopes_.back()[key] = id;
+    return id;
+  }
+
+  int lower_reduce(int node, const std::vector<IndexExprPtr>& idx, KBlock& blk,
+                   const std::string& key) {
+    const GNode& n = g_.nodes[node];
+    int src = n.inputs[0];
+    const size_t in_nd = g_.nodes[src].shape.size();
+    KStmt st;
+    st.kind = KOp::Reduce;
+    st.dtype = n.dtype;
+    st.op = n.op;
+    std::vector<IndexExprPtr> in_idx;
+    size_t out_axis = 0;
+    for (size_t a = 0; a < in_nd; ++a) {
+      bool reduced = std::find(n.axes.begin(), n.axes.end(), int64_t(a)) != n.axes.end();
+      if (reduced) {
+        int var = next_var_++;
+        st.loops.push_back({var, dim(src, int(a))});
+        in_idx.push_back(ix_var(var));
+        if (n.keepdims) ++out_axis;
+      } else {
+        in_idx.push_back(idx[out_axis++]);
+      }
+    }
+    st.body = std::make_shared<KBlock>();
+    scopes_.emplace_back();
+    st.body->result = value(src, in_idx, *st.body);
+    scopes_.pop_back();
+    int id = emit(blk, std::move(st));
+    scopes_.back()[key] = id;
+    return id;
+  }
+
+  const Graph& g_;
+  const FusionPlan& plan_;
+  const FusedGroup& group_;
+  bool specialize_;
+  LoweredKernel out_;
+  std::map<std::pair<int, int>, int> params_;
+  std::map<int, int> buffers_;
+  std::vector<std::map<std::string, int>> scopes_;
+  int next_var_ = 0;
+  int next_value_ = 0;
+};
+
+}  // namespace
+
+LoweredKernel lower_group(const Graph& g, const FusionPlan& plan, const FusedGroup& group,
+                          bool specialize_shapes) {
+  return Lowerer(g, plan, group, specialize_shapes).run();
+}
+
+}  // namespace metajit

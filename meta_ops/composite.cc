@@ -1,0 +1,191 @@
+// reshape, transpose, matmul, conv2d, max_pool2d and softmax, each written with meta-ops only
+// (reindex, broadcast_to, reduce, element-wise), so the fusion planner sees one pattern and
+// never a special node. matmul and conv2d become broadcast/reindex-multiply-reduce groups that
+// fuse into one kernel without materialising the [n,k,m] / 7-D product.
+#include "meta_ops/composite.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+#include "meta_ops/error.h"
+
+namespace metajit {
+namespace {
+
+void need(const Var& x, const char* op) {
+  if (!x.defined()) throw Error(std::string(op) + ": the Var is undefined (default-constructed)");
+}
+
+IndexExprPtr add(IndexExprPtr a, IndexExprPtr b) { return ix_binary(IxKind::Add, a, b); }
+IndexExprPtr mul(IndexExprPtr a, int64_t c) { return ix_binary(IxKind::Mul, a, ix_const(c)); }
+
+}  // namespace
+
+Var reshape(const Var& x, Shape shape) {
+  need(x, "reshape");
+  int64_t known = 1, infer = -1;
+  for (size_t k = 0; k < shape.size(); ++k) {
+    if (shape[k] == -1) {
+      if (infer >= 0)
+        throw ShapeError("reshape: more than one -1 in " + shape_str(shape) + "; at most one");
+      infer = int64_t(k);
+    } else if (shape[k] < 0) {
+      throw ShapeError("reshape: negative dimension in " + shape_str(shape));
+    } else {
+      known *= shape[k];
+    }
+  }
+  if (infer >= 0) {
+    if (known == 0 || x.numel() % known != 0)
+      throw ShapeError("reshape: cannot infer -1 in " + shape_str(shape) + " for " +
+                       std::to_string(x.numel()) + " elements of " + shape_str(x.shape()));
+    shape[size_t(infer)] = x.numel() / known;
+  }
+  if (numel_of(shape) != x.numel())
+    throw ShapeError("reshape: cannot reshape " + shape_str(x.shape()) + " (" +
+                     std::to_string(x.numel()) + " elements) to " + shape_str(shape) + " (" +
+                     std::to_string(numel_of(shape)) + " elements)");
+  if (shape == x.shape()) return x;
+  // Row-major flat position of the output index, then the input index that has it.
+  IndexExprPtr flat = ix_const(0);
+  for (size_t k = 0; k < shape.size(); ++k)
+    flat = add(mul(flat, shape[k]), ix_var(int(k)));
+  std::vector<IndexExprPtr> idx(x.shape().size());
+  int64_t stride = 1;
+  for (size_t j = x.shape().size(); j-- > 0;) {
+    IndexExprPtr e = stride == 1 ? flat : ix_binary(IxKind::Div, flat, ix_const(stride));
+    if (j > 0) e = ix_binary(IxKind::Mod, e, ix_const(std::max<int64_t>(x.shape()[j], 1)));
+    idx[j] = e;
+    stride *= std::max<int64_t>(x.shape()[j], 1);
+  }
+  return reindex(x, std::move(shape), std::move(idx), 0, {});
+}
+
+Var transpose(const Var& x, std::vector<int64_t> perm) {
+  need(x, "transpose");
+  const int64_t nd = x.ndim();
+  auto bad = [&](const std::string& why) {
+    std::string p = "[";
+    for (size_t k = 0; k < perm.size(); ++k) p += (k ? ", " : "") + std::to_string(perm[k]);
+    throw ShapeError("transpose: perm " + p + "] is not valid for shape " + shape_str(x.shape()) +
+                     ": " + why + " (expected a permutation of 0.." + std::to_string(nd - 1) + ")");
+  };
+  if (int64_t(perm.size()) != nd) bad("wrong length");
+  std::vector<bool> seen(static_cast<size_t>(nd), false);
+  for (auto& p : perm) {
+    if (p < -nd || p >= nd) bad("axis out of range");
+    if (p < 0) p += nd;
+    if (seen[p]) bad("axis repeated");
+    seen[p] = true;
+  }
+  Shape out(static_cast<size_t>(nd));
+  std::vector<IndexExprPtr> idx(static_cast<size_t>(nd));
+  for (int64_t k = 0; k < nd; ++k) {
+    out[k] = x.shape()[perm[k]];
+    idx[perm[k]] = ix_var(int(k));
+  }
+  bool identity = true;
+  for (int64_t k = 0; k < nd; ++k) identity = identity && perm[k] == k;
+  if (identity) return x;
+  return reindex(x, std::move(out), std::move(idx), 0, {});
+}
+
+Var matmul(const Var& a, const Var& b) {
+  need(a, "matmul");
+  need(b, "matmul");
+  if (a.ndim() < 2 || b.ndim() < 2)
+    throw ShapeError("matmul: shapes " + shape_str(a.shape()) + " and " + shape_str(b.shape()) +
+                     ": both operands need at least 2 axes ([.., n, k] x [.., k, m])");
+  int64_t n = a.shape()[a.ndim() - 2], k = a.shape()[a.ndim() - 1];
+  int64_t k2 = b.shape()[b.ndim() - 2], m = b.shape()[b.ndim() - 1];
+  if (k != k2)
+    throw ShapeError("matmul: shapes " + shape_str(a.shape()) + " and " + shape_str(b.shape()) +
+                     ": inner dimensions " + std::to_string(k) + " and " + std::to_string(k2) +
+                     " differ");
+  Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  Shape batch = broadcast_shapes(ba, bb, "matmul");
+  const int64_t nb = int64_t(batch.size());
+  Shape full = batch;
+  full.insert(full.end(), {n, k, m});
+  // a gains the m axis (last), b the n axis; missing leading batch axes are new for either.
+  std::vector<int64_t> da, db;
+  for (int64_t i = 0; i < nb - int64_t(ba.size()); ++i) da.push_back(i);
+  for (int64_t i = 0; i < nb - int64_t(bb.size()); ++i) db.push_back(i);
+  da.push_back(nb + 2);
+  db.push_back(nb);
+  DType dt = promote(a.dtype(), b.dtype());
+  Var pa = broadcast_to(cast(a, dt), full, da);
+  Var pb = broadcast_to(cast(b, dt), full, db);
+  return sum(pa * pb, {nb + 1});
+}
+
+Var conv2d(const Var& x, const Var& w, int64_t stride, int64_t padding, int64_t dilation) {
+  need(x, "conv2d");
+  need(w, "conv2d");
+  auto shapes = [&] {
+    return "input " + shape_str(x.shape()) + " (NCHW), weight " + shape_str(w.shape()) + " (OIHW)";
+  };
+  if (x.ndim() != 4 || w.ndim() != 4)
+    throw ShapeError("conv2d: " + shapes() + ": both must have 4 axes");
+  if (stride < 1 || dilation < 1 || padding < 0)
+    throw ShapeError("conv2d: stride " + std::to_string(stride) + ", padding " +
+                     std::to_string(padding) + ", dilation " + std::to_string(dilation) +
+                     " not valid; expected stride >= 1, padding >= 0, dilation >= 1");
+  int64_t N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
+  int64_t O = w.shape()[0], kh = w.shape()[2], kw = w.shape()[3];
+  if (w.shape()[1] != C)
+    throw ShapeError("conv2d: " + shapes() + ": input channels " + std::to_string(C) +
+                     " != weight channels " + std::to_string(w.shape()[1]));
+  int64_t oh = (H + 2 * padding - dilation * (kh - 1) - 1) / stride + 1;
+  int64_t ow = (W + 2 * padding - dilation * (kw - 1) - 1) / stride + 1;
+  if (H + 2 * padding - dilation * (kh - 1) - 1 < 0 || W + 2 * padding - dilation * (kw - 1) - 1 < 0)
+    throw ShapeError("conv2d: " + shapes() + ": the kernel is larger than the padded input");
+  Shape big = {N, O, C, oh, ow, kh, kw};
+  // out[n,o,h,w] = sum_{c,r,s} x[n, c, h*stride - pad + r*dil, w*stride - pad + s*dil] * w[o,c,r,s]
+  auto tap = [&](int out_axis, int k_axis) {
+    return add(add(mul(ix_var(out_axis), stride), ix_const(-padding)), mul(ix_var(k_axis), dilation));
+  };
+  DType dt = promote(x.dtype(), w.dtype());
+  Var xr = reindex(cast(x, dt), big, {ix_var(0), ix_var(2), tap(3, 5), tap(4, 6)}, 0, {});
+  Var wb = broadcast_to(cast(w, dt), big, {0, 3, 4});
+  return sum(xr * wb, {2, 5, 6});
+}
+
+Var max_pool2d(const Var& x, int64_t kernel, int64_t stride, int64_t padding) {
+  need(x, "max_pool2d");
+  if (x.ndim() != 4)
+    throw ShapeError("max_pool2d: input " + shape_str(x.shape()) + " must have 4 axes (NCHW)");
+  if (kernel < 1 || stride < 1 || padding < 0 || padding > kernel / 2)
+    throw ShapeError("max_pool2d: kernel " + std::to_string(kernel) + ", stride " +
+                     std::to_string(stride) + ", padding " + std::to_string(padding) +
+                     " not valid; expected kernel >= 1, stride >= 1, 0 <= padding <= kernel/2");
+  int64_t N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
+  if (H + 2 * padding < kernel || W + 2 * padding < kernel)
+    throw ShapeError("max_pool2d: input " + shape_str(x.shape()) + " is smaller than the kernel " +
+                     std::to_string(kernel) + " with padding " + std::to_string(padding));
+  int64_t oh = (H + 2 * padding - kernel) / stride + 1;  // floor mode
+  int64_t ow = (W + 2 * padding - kernel) / stride + 1;
+  auto tap = [&](int out_axis, int k_axis) {
+    return add(add(mul(ix_var(out_axis), stride), ix_const(-padding)), ix_var(k_axis));
+  };
+  // Padded cells read the lowest value of the dtype, so they never win.
+  double lowest = is_float(x.dtype()) ? -std::numeric_limits<double>::infinity()
+                  : x.dtype() == DType::Int32 ? double(std::numeric_limits<int32_t>::lowest())
+                  : x.dtype() == DType::Int64 ? double(std::numeric_limits<int64_t>::lowest())
+                                              : 0.0;
+  Var r = reindex(x, {N, C, oh, ow, kernel, kernel},
+                  {ix_var(0), ix_var(1), tap(2, 4), tap(3, 5)}, lowest, {});
+  return max(r, {4, 5});
+}
+
+Var softmax(const Var& x, int64_t dim) {
+  need(x, "softmax");
+  if (x.ndim() == 0) throw ShapeError("softmax: the input is 0-d; it needs at least one axis");
+  Var in = is_float(x.dtype()) ? x : cast(x, DType::Float32);
+  Var m = max(in, {dim}, true);
+  Var e = exp(in - m);
+  return e / sum(e, {dim}, true);
+}
+
+}  // namespace metajit

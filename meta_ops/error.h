@@ -1,0 +1,45 @@
+// Typed errors. Every failure metajit reports derives from metajit::Error; the message names
+// the op, the shapes/dtypes involved and what would have been valid.
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace metajit {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+class ShapeError : public Error {
+ public:
+  using Error::Error;
+};
+class DTypeError : public Error {
+ public:
+  using Error::Error;
+};
+class IndexExprError : public Error {
+ public:
+  using Error::Error;
+};
+class CompileError : public Error {
+ public:
+  CompileError(const std::string& what, std::string command = {}, std::string output = {},
+               std::string source_path = {})
+      : Error(what),
+        command_(std::move(command)),
+        output_(std::move(output)),
+        source_path_(std::move(source_path)) {}
+  const std::string& command() const { return command_; }
+  const std::string& output() const { return output_; }
+  const std::string& source_path() const { return source_path_; }
+
+ private:
+  std::string command_, output_, source_path_;
+};
+class CacheError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace metajit

@@ -1,0 +1,374 @@
+#include "meta_ops/index_expr.h"
+
+#include <cctype>
+#include <limits>
+
+#include "meta_ops/error.h"
+
+namespace metajit {
+namespace {
+
+int64_t safe_div(int64_t a, int64_t b) {
+  if (b == 0) return 0;
+  if (b == -1) return int64_t(0ULL - uint64_t(a));  // avoids INT64_MIN / -1 trapping
+  return a / b;
+}
+int64_t safe_mod(int64_t a, int64_t b) {
+  if (b == 0 || b == -1) return 0;
+  return a % b;
+}
+
+IndexExprPtr make(IxKind k, int64_t v, IndexExprPtr a = {}, IndexExprPtr b = {},
+                  IndexExprPtr c = {}) {
+  auto e = std::make_shared<IndexExpr>();
+  e->kind = k;
+  e->value = v;
+  e->a = std::move(a);
+  e->b = std::move(b);
+  e->c = std::move(c);
+  return e;
+}
+
+// Recursive-descent parser. Precedence, lowest first: || && (== !=) (< <= > >=) (+ -)
+// (* / %) unary(- + !) primary.
+class Parser {
+ public:
+  Parser(std::string_view text, int num_vars, bool condition, const std::string& context)
+      : s_(text), num_vars_(num_vars), condition_(condition), context_(context) {}
+
+  IndexExprPtr parse() {
+    skip_ws();
+    if (pos_ >= s_.size()) fail("empty expression", "an integer expression over i0..i" +
+                                                        std::to_string(num_vars_ - 1));
+    IndexExprPtr e = parse_or();
+    skip_ws();
+    if (pos_ < s_.size()) fail("unexpected '" + std::string(s_.substr(pos_, 12)) + "'",
+                               "an operator or the end of the expression");
+    return e;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what, const std::string& expected) {
+    throw IndexExprError(context_ + ": " + what + " at position " + std::to_string(pos_) +
+                         " in \"" + std::string(s_) + "\"; expected " + expected +
+                         " (names are i0..i" + std::to_string(num_vars_ - 1) +
+                         "; operators + - * / % ( )" +
+                         (condition_ ? " < <= > >= == != && || !" : "") + ")");
+  }
+  void skip_ws() {
+    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+  }
+  bool eat(std::string_view tok) {
+    skip_ws();
+    if (s_.substr(pos_, tok.size()) == tok) {
+      pos_ += tok.size();
+      return true;
+    }
+    return false;
+  }
+  bool peek(std::string_view tok) {
+    skip_ws();
+    return s_.substr(pos_, tok.size()) == tok;
+  }
+  void need_condition(const char* op) {
+    if (!condition_)
+      fail(std::string("operator '") + op + "' is only allowed in overflow_conditions",
+           "an integer expression");
+  }
+
+  IndexExprPtr parse_or() {
+    IndexExprPtr e = parse_and();
+    while (peek("||")) {
+      need_condition("||");
+      eat("||");
+      e = make(IxKind::Or, 0, e, parse_and());
+    }
+    return e;
+  }
+  IndexExprPtr parse_and() {
+    IndexExprPtr e = parse_eq();
+    while (peek("&&")) {
+      need_condition("&&");
+      eat("&&");
+      e = make(IxKind::And, 0, e, parse_eq());
+    }
+    return e;
+  }
+  IndexExprPtr parse_eq() {
+    IndexExprPtr e = parse_rel();
+    for (;;) {
+      if (peek("==")) {
+        need_condition("==");
+        eat("==");
+        e = make(IxKind::Eq, 0, e, parse_rel());
+      } else if (peek("!=")) {
+        need_condition("!=");
+        eat("!=");
+        e = make(IxKind::Ne, 0, e, parse_rel());
+      } else {
+        return e;
+      }
+    }
+  }
+  IndexExprPtr parse_rel() {
+    IndexExprPtr e = parse_add();
+    for (;;) {
+      IxKind k;
+      const char* tok;
+      if (peek("<=")) k = IxKind::Le, tok = "<=";
+      else if (peek(">=")) k = IxKind::Ge, tok = ">=";
+      else if (peek("<")) k = IxKind::Lt, tok = "<";
+      else if (peek(">")) k = IxKind::Gt, tok = ">";
+      else return e;
+      need_condition(tok);
+      eat(tok);
+      e = make(k, 0, e, parse_add());
+    }
+  }
+  IndexExprPtr parse_add() {
+    IndexExprPtr e = parse_mul();
+    for (;;) {
+      if (eat("+")) e = make(IxKind::Add, 0, e, parse_mul());
+      else if (eat("-")) e = make(IxKind::Sub, 0, e, parse_mul());
+      else return e;
+    }
+  }
+  IndexExprPtr parse_mul() {
+    IndexExprPtr e = parse_unary();
+    for (;;) {
+      IxKind k;
+      if (eat("*")) k = IxKind::Mul;
+      else if (eat("/")) k = IxKind::Div;
+      else if (eat("%")) k = IxKind::Mod;
+      else return e;
+      size_t at = pos_;
+      IndexExprPtr rhs = parse_unary();
+      if (k != IxKind::Mul && rhs->kind == IxKind::Const && rhs->value == 0) {
+        pos_ = at;
+        fail("division by the constant 0", "a non-zero divisor");
+      }
+      e = make(k, 0, e, rhs);
+    }
+  }
+  IndexExprPtr parse_unary() {
+    if (eat("-")) return make(IxKind::Neg, 0, parse_unary());
+    if (eat("+")) return parse_unary();
+    if (peek("!") && !peek("!=")) {
+      need_condition("!");
+      eat("!");
+      return make(IxKind::Not, 0, parse_unary());
+    }
+    return parse_primary();
+  }
+  IndexExprPtr parse_primary() {
+    skip_ws();
+    if (pos_ >= s_.size()) fail("unexpected end", "a number, a name or '('");
+    char c = s_[pos_];
+    if (c == '(') {
+      ++pos_;
+      IndexExprPtr e = parse_or();
+      if (!eat(")")) fail("missing ')'", "')'");
+      return e;
+    }
+    if (std::isdigit(static_cast<unsigned char>(c))) {
+      size_t start = pos_;
+      int64_t v = 0;
+      while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) {
+        int d = s_[pos_] - '0';
+        if (v > (std::numeric_limits<int64_t>::max() - d) / 10) {
+          pos_ = start;
+          fail("integer literal too large", "a literal that fits in int64");
+        }
+        v = v * 10 + d;
+        ++pos_;
+      }
+      if (pos_ < s_.size() && (std::isalpha(static_cast<unsigned char>(s_[pos_])) ||
+                               s_[pos_] == '_')) {
+        fail("malformed number", "a decimal integer literal");
+      }
+      return make(IxKind::Const, v);
+    }
+    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+      size_t start = pos_;
+      while (pos_ < s_.size() &&
+             (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_'))
+        ++pos_;
+      std::string name(s_.substr(start, pos_ - start));
+      bool is_index = name.size() >= 2 && name[0] == 'i' && name.size() <= 6;
+      for (size_t k = 1; is_index && k < name.size(); ++k)
+        is_index = std::isdigit(static_cast<unsigned char>(name[k]));
+      if (!is_index) {
+        pos_ = start;
+        fail("unknown name '" + name + "'", "i0..i" + std::to_string(num_vars_ - 1));
+      }
+      int k = std::stoi(name.substr(1));
+      if (k >= num_vars_) {
+        pos_ = start;
+        fail("index name '" + name + "' out of range", "i0..i" + std::to_string(num_vars_ - 1));
+      }
+      return make(IxKind::Var, k);
+    }
+    fail(std::string("unexpected character '") + c + "'", "a number, a name or '('");
+  }
+
+  std::string_view s_;
+  size_t pos_ = 0;
+  int num_vars_;
+  bool condition_;
+  const std::string& context_;
+};
+
+const char* op_text(IxKind k) {
+  switch (k) {
+    case IxKind::Add: return "+";
+    case IxKind::Sub: return "-";
+    case IxKind::Mul: return "*";
+    case IxKind::Div: return "/";
+    case IxKind::Mod: return "%";
+    case IxKind::Lt: return "<";
+    case IxKind::Le: return "<=";
+    case IxKind::Gt: return ">";
+    case IxKind::Ge: return ">=";
+    case IxKind::Eq: return "==";
+    case IxKind::Ne: return "!=";
+    case IxKind::And: return "&&";
+    case IxKind::Or: return "||";
+    default: return "?";
+  }
+}
+
+}  // namespace
+
+IndexExprPtr parse_index_expr(std::string_view text, int num_vars, bool condition,
+                              const std::string& context) {
+  if (text.size() > 4096)
+    throw IndexExprError(context + ": expression of " + std::to_string(text.size()) +
+                         " characters is too long (at most 4096)");
+  return Parser(text, num_vars, condition, context).parse();
+}
+
+IndexExprPtr ix_const(int64_t v) { return make(IxKind::Const, v); }
+IndexExprPtr ix_var(int k) { return make(IxKind::Var, k); }
+IndexExprPtr ix_param(int slot) { return make(IxKind::Param, slot); }
+
+bool ix_is_const(const IndexExprPtr& e, int64_t v) {
+  return e->kind == IxKind::Const && e->value == v;
+}
+
+IndexExprPtr ix_unary(IxKind k, IndexExprPtr a) {
+  if (a->kind == IxKind::Const) {
+    int64_t v[1] = {0};
+    auto tmp = make(k, 0, a);
+    return ix_const(ix_eval(*tmp, v));
+  }
+  return make(k, 0, std::move(a));
+}
+
+IndexExprPtr ix_binary(IxKind k, IndexExprPtr a, IndexExprPtr b) {
+  if (a->kind == IxKind::Const && b->kind == IxKind::Const) {
+    auto tmp = make(k, 0, a, b);
+    return ix_const(ix_eval(*tmp, nullptr));
+  }
+  switch (k) {
+    case IxKind::Add:
+      if (ix_is_const(a, 0)) return b;
+      if (ix_is_const(b, 0)) return a;
+      break;
+    case IxKind::Sub:
+      if (ix_is_const(b, 0)) return a;
+      break;
+    case IxKind::Mul:
+      if (ix_is_const(a, 1)) return b;
+      if (ix_is_const(b, 1)) return a;
+      if (ix_is_const(a, 0) || ix_is_const(b, 0)) return ix_const(0);
+      break;
+    case IxKind::Div:
+      if (ix_is_const(b, 1)) return a;
+      break;
+    default:
+      break;
+  }
+  return make(k, 0, std::move(a), std::move(b));
+}
+
+IndexExprPtr ix_select(IndexExprPtr cond, IndexExprPtr a, IndexExprPtr b) {
+  if (cond->kind == IxKind::Const) return cond->value ? a : b;
+  return make(IxKind::Select, 0, std::move(cond), std::move(a), std::move(b));
+}
+
+IndexExprPtr ix_substitute(const IndexExprPtr& e, const std::vector<IndexExprPtr>& vars) {
+  switch (e->kind) {
+    case IxKind::Const:
+    case IxKind::Param:
+      return e;
+    case IxKind::Var:
+      return vars.at(static_cast<size_t>(e->value));
+    case IxKind::Neg:
+    case IxKind::Not:
+      return ix_unary(e->kind, ix_substitute(e->a, vars));
+    case IxKind::Select:
+      return ix_select(ix_substitute(e->a, vars), ix_substitute(e->b, vars),
+                       ix_substitute(e->c, vars));
+    default:
+      return ix_binary(e->kind, ix_substitute(e->a, vars), ix_substitute(e->b, vars));
+  }
+}
+
+int64_t ix_eval(const IndexExpr& e, const int64_t* vars, const int64_t* params) {
+  auto A = [&] { return ix_eval(*e.a, vars, params); };
+  auto B = [&] { return ix_eval(*e.b, vars, params); };
+  // Wrapping arithmetic: index expressions never trap, whatever the input.
+  auto wrap = [](uint64_t v) { return static_cast<int64_t>(v); };
+  switch (e.kind) {
+    case IxKind::Const: return e.value;
+    case IxKind::Var: return vars[e.value];
+    case IxKind::Param: return params[e.value];
+    case IxKind::Neg: return wrap(0ULL - uint64_t(A()));
+    case IxKind::Not: return A() == 0;
+    case IxKind::Add: return wrap(uint64_t(A()) + uint64_t(B()));
+    case IxKind::Sub: return wrap(uint64_t(A()) - uint64_t(B()));
+    case IxKind::Mul: return wrap(uint64_t(A()) * uint64_t(B()));
+    case IxKind::Div: { int64_t x = A(), y = B(); return safe_div(x, y); }
+    case IxKind::Mod: { int64_t x = A(), y = B(); return safe_mod(x, y); }
+    case IxKind::Lt: return A() < B();
+    case IxKind::Le: return A() <= B();
+    case IxKind::Gt: return A() > B();
+    case IxKind::Ge: return A() >= B();
+    case IxKind::Eq: return A() == B();
+    case IxKind::Ne: return A() != B();
+    case IxKind::And: return A() != 0 && B() != 0;
+    case IxKind::Or: return A() != 0 || B() != 0;
+    case IxKind::Min: { int64_t x = A(), y = B(); return x < y ? x : y; }
+    case IxKind::Max: { int64_t x = A(), y = B(); return x > y ? x : y; }
+    case IxKind::Select: return A() ? B() : ix_eval(*e.c, vars, params);
+  }
+  return 0;
+}
+
+std::string ix_to_string(const IndexExpr& e) {
+  switch (e.kind) {
+    case IxKind::Const: return std::to_string(e.value);
+    case IxKind::Var: return "i" + std::to_string(e.value);
+    case IxKind::Param: return "p" + std::to_string(e.value);
+    case IxKind::Neg: return "(-" + ix_to_string(*e.a) + ")";
+    case IxKind::Not: return "(!" + ix_to_string(*e.a) + ")";
+    case IxKind::Min: return "min(" + ix_to_string(*e.a) + "," + ix_to_string(*e.b) + ")";
+    case IxKind::Max: return "max(" + ix_to_string(*e.a) + "," + ix_to_string(*e.b) + ")";
+    case IxKind::Select:
+      return "(" + ix_to_string(*e.a) + "?" + ix_to_string(*e.b) + ":" + ix_to_string(*e.c) +
+             ")";
+    default:
+      return "(" + ix_to_string(*e.a) + op_text(e.kind) + ix_to_string(*e.b) + ")";
+  }
+}
+
+bool ix_has_unsafe_division(const IndexExpr& e) {
+  if ((e.kind == IxKind::Div || e.kind == IxKind::Mod) &&
+      !(e.b->kind == IxKind::Const && e.b->value != 0 && e.b->value != -1))
+    return true;
+  for (const auto* c : {e.a.get(), e.b.get(), e.c.get()})
+    if (c && ix_has_unsafe_division(*c)) return true;
+  return false;
+}
+
+}  // namespace metajit

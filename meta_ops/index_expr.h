@@ -1,0 +1,60 @@
+// Integer index expressions (design.md §3): the parser for Jittor-style strings such as
+// "i2*2-1+i4", the expression tree, evaluation and canonical printing.
+//
+// Strings are parsed and checked, never pasted into generated source: the emitter re-prints
+// the tree. Beyond the parsed grammar the tree has Param leaves (an int64 kernel argument,
+// used by the code generator for shapes) and Select (cond ? a : b).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace metajit {
+
+enum class IxKind : uint8_t {
+  Const, Var, Param,                     // leaves
+  Neg, Not,                              // unary
+  Add, Sub, Mul, Div, Mod,               // arithmetic (C++ integer semantics; x/0 == x%0 == 0)
+  Lt, Le, Gt, Ge, Eq, Ne, And, Or,       // conditions (0 or 1)
+  Min, Max, Select                       // internal: used by the code generator
+};
+
+struct IndexExpr;
+using IndexExprPtr = std::shared_ptr<const IndexExpr>;
+
+struct IndexExpr {
+  IxKind kind = IxKind::Const;
+  int64_t value = 0;  // Const: the value; Var: k of i<k>; Param: slot number
+  IndexExprPtr a, b, c;
+};
+
+// Parses `text`. `num_vars` is how many i<k> names exist (i0 .. i<num_vars-1>). With
+// `condition` true the comparison and logical operators are allowed too. `context` names
+// the op and argument for messages, e.g. "reindex: indexes[1]". Throws IndexExprError.
+IndexExprPtr parse_index_expr(std::string_view text, int num_vars, bool condition,
+                              const std::string& context);
+
+// Builders; they fold constants and trivial identities (x+0, x*1, x*0).
+IndexExprPtr ix_const(int64_t v);
+IndexExprPtr ix_var(int k);
+IndexExprPtr ix_param(int slot);
+IndexExprPtr ix_unary(IxKind k, IndexExprPtr a);
+IndexExprPtr ix_binary(IxKind k, IndexExprPtr a, IndexExprPtr b);
+IndexExprPtr ix_select(IndexExprPtr cond, IndexExprPtr a, IndexExprPtr b);
+
+// Replaces every Var(k) by vars[k].
+IndexExprPtr ix_substitute(const IndexExprPtr& e, const std::vector<IndexExprPtr>& vars);
+
+// Evaluates with i<k> = vars[k] and Param(s) = params[s].
+int64_t ix_eval(const IndexExpr& e, const int64_t* vars, const int64_t* params = nullptr);
+
+// Canonical, fully parenthesised text; equal trees print equally (used in kernel keys).
+std::string ix_to_string(const IndexExpr& e);
+
+bool ix_is_const(const IndexExprPtr& e, int64_t v);
+// True when any Div/Mod in the tree has a divisor that is not a non-zero constant.
+bool ix_has_unsafe_division(const IndexExpr& e);
+
+}  // namespace metajit

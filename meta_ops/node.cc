@@ -1,0 +1,67 @@
+#include "meta_ops/node.h"
+
+namespace metajit {
+
+const char* op_kind_name(OpKind k) {
+  switch (k) {
+    case OpKind::Leaf: return "leaf";
+    case OpKind::Scalar: return "scalar";
+    case OpKind::Iota: return "iota";
+    case OpKind::Unary: return "unary";
+    case OpKind::Binary: return "binary";
+    case OpKind::Where: return "where";
+    case OpKind::Cast: return "cast";
+    case OpKind::BroadcastTo: return "broadcast_to";
+    case OpKind::Reindex: return "reindex";
+    case OpKind::ReindexReduce: return "reindex_reduce";
+    case OpKind::Reduce: return "reduce";
+  }
+  return "?";
+}
+
+const char* unary_op_name(UnaryOp op) {
+  static const char* names[] = {"neg", "abs", "exp", "log", "sqrt", "sin", "cos",
+                                "tanh", "sigmoid", "relu", "floor", "logical_not"};
+  return names[int(op)];
+}
+
+const char* binary_op_name(BinaryOp op) {
+  static const char* names[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq",
+                                "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"};
+  return names[int(op)];
+}
+
+const char* reduce_op_name(ReduceOp op) {
+  static const char* names[] = {"add", "mul", "max", "min", "mean"};
+  return names[int(op)];
+}
+
+bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq && op <= BinaryOp::Ge; }
+
+NodePtr new_node(OpKind kind, DType dtype, Shape shape, std::vector<NodePtr> inputs) {
+  static std::atomic<uint64_t> next_id{1};
+  auto n = std::make_shared<Node>();
+  n->kind = kind;
+  n->dtype = dtype;
+  n->shape = std::move(shape);
+  n->inputs = std::move(inputs);
+  n->id = next_id.fetch_add(1, std::memory_order_relaxed);
+  return n;
+}
+
+void realize(Node& n, BufferPtr data) {
+  n.kind = OpKind::Leaf;
+  n.data = std::move(data);
+  n.inputs.clear();
+  n.indexes.clear();
+  n.conditions.clear();
+  n.bcast.clear();
+  n.axes.clear();
+}
+
+std::recursive_mutex& graph_mutex() {
+  static std::recursive_mutex mu;
+  return mu;
+}
+
+}  // namespace metajit

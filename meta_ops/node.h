@@ -1,0 +1,81 @@
+// Graph nodes behind Var: one node per meta-op application. A node is "realized" once its
+// value has been computed: it then holds a buffer and drops its inputs (design.md §1).
+#pragma once
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "meta_ops/dtype.h"
+#include "meta_ops/index_expr.h"
+#include "runtime/allocator.h"
+
+namespace metajit {
+
+enum class ReduceOp { Add, Mul, Max, Min, Mean };  // Mean: reduce() only, lowered to Add
+
+enum class OpKind : uint8_t {
+  Leaf,           // realized data (array(), rand(), or a node already evaluated)
+  Scalar,         // a 0-d constant; its value is a kernel argument, never part of a key
+  Iota,           // out[i] = i_axis (arange); axes = {axis}
+  Unary,
+  Binary,         // operands have equal shapes (broadcasting inserts broadcast_to)
+  Where,          // inputs: cond (Bool), a, b; equal shapes
+  Cast,
+  BroadcastTo,    // bcast: one entry per output axis
+  Reindex,        // indexes/conditions over the output indices; scalar = overflow value
+  ReindexReduce,  // indexes/conditions over the input (y) indices; op = ReduceOp
+  Reduce,         // axes = sorted reduced axes of the input; op = ReduceOp (never Mean)
+};
+
+enum class UnaryOp : uint8_t {
+  Neg, Abs, Exp, Log, Sqrt, Sin, Cos, Tanh, Sigmoid, Relu, Floor, LogicalNot
+};
+enum class BinaryOp : uint8_t {
+  Add, Sub, Mul, Div, Pow, Maximum, Minimum,
+  Eq, Ne, Lt, Le, Gt, Ge, LogicalAnd, LogicalOr
+};
+// How each output axis of broadcast_to reads its input.
+enum class BroadcastAxis : uint8_t {
+  Keep,    // input axis of the same extent: index passes through
+  Expand,  // input axis of extent 1: index 0
+  New,     // axis the input does not have
+};
+
+const char* op_kind_name(OpKind k);
+const char* unary_op_name(UnaryOp op);
+const char* binary_op_name(BinaryOp op);
+const char* reduce_op_name(ReduceOp op);
+bool is_comparison(BinaryOp op);  // Eq..Ge: result Bool
+
+struct Node;
+using NodePtr = std::shared_ptr<Node>;
+
+struct Node {
+  OpKind kind = OpKind::Leaf;
+  DType dtype = DType::Float32;
+  Shape shape;
+  std::vector<NodePtr> inputs;
+  int op = 0;                       // UnaryOp / BinaryOp / ReduceOp, by kind
+  double scalar = 0;                // Scalar: value; Reindex: overflow value
+  std::vector<int64_t> axes;        // Reduce: reduced input axes (sorted); Iota: {axis}
+  bool keepdims = false;            // Reduce
+  std::vector<BroadcastAxis> bcast; // BroadcastTo
+  std::vector<IndexExprPtr> indexes;     // Reindex / ReindexReduce
+  std::vector<IndexExprPtr> conditions;  // Reindex / ReindexReduce overflow conditions
+  BufferPtr data;                   // Leaf: the value (host memory, row-major contiguous)
+  uint64_t id = 0;                  // creation order, unique per process
+
+  int64_t numel() const { return numel_of(shape); }
+  bool realized() const { return kind == OpKind::Leaf; }
+};
+
+// Creates a node with a fresh id.
+NodePtr new_node(OpKind kind, DType dtype, Shape shape, std::vector<NodePtr> inputs = {});
+// Turns `n` into a Leaf holding `data` and drops its inputs (after evaluation).
+void realize(Node& n, BufferPtr data);
+
+// Serialises evaluation against graph mutation (realize) from several threads.
+std::recursive_mutex& graph_mutex();
+
+}  // namespace metajit

@@ -1,0 +1,49 @@
+// Var: the user's handle on a lazy tensor. Cheap to copy (shares its node); nothing is
+// computed until a value is read (to_vector, item) or eval() is called.
+#pragma once
+#include <cstring>
+#include <vector>
+
+#include "meta_ops/dtype.h"
+#include "meta_ops/node.h"
+
+namespace metajit {
+
+class Var {
+ public:
+  Var() = default;
+  explicit Var(NodePtr node) : node_(std::move(node)) {}
+
+  const Shape& shape() const { return node_->shape; }
+  DType dtype() const { return node_->dtype; }
+  int64_t ndim() const { return static_cast<int64_t>(node_->shape.size()); }
+  int64_t numel() const { return node_->numel(); }
+
+  // Evaluates (if needed) and copies the values out. T must match dtype() (bool for Bool),
+  // else DTypeError.
+  template <class T>
+  std::vector<T> to_vector() const {
+    const void* p = realized_data(dtype_of<T>(), "to_vector");
+    std::vector<T> out(static_cast<size_t>(numel()));
+    if (!out.empty()) std::memcpy(static_cast<void*>(out.data()), p, out.size() * sizeof(T));
+    return out;
+  }
+  // The single value of a Var with numel() == 1, else ShapeError.
+  template <class T>
+  T item() const {
+    check_item();
+    T v;
+    std::memcpy(static_cast<void*>(&v), realized_data(dtype_of<T>(), "item"), sizeof(T));
+    return v;
+  }
+
+  const NodePtr& node() const { return node_; }
+  bool defined() const { return node_ != nullptr; }
+
+ private:
+  const void* realized_data(DType want, const char* what) const;
+  void check_item() const;
+  NodePtr node_;
+};
+
+}  // namespace metajit

@@ -1,0 +1,64 @@
+// eval / plan / explain: the public entry points, on top of the pipeline driver, the kernel
+// library and the executor.
+#include "runtime/api.h"
+
+#include <mutex>
+#include <unordered_set>
+
+#include "codegen/cpp_emitter.h"
+#include "meta_ops/error.h"
+#include "runtime/executor.h"
+#include "runtime/kernel_library.h"
+#include "runtime/pipeline.h"
+
+namespace metajit {
+namespace {
+
+std::vector<NodePtr> pending_nodes(const std::vector<Var>& vars, const char* what) {
+  std::vector<NodePtr> nodes;
+  std::unordered_set<const Node*> seen;
+  for (const Var& v : vars) {
+    if (!v.defined()) throw Error(std::string(what) + ": a Var is undefined (default-constructed)");
+    if (!v.node()->realized() && seen.insert(v.node().get()).second) nodes.push_back(v.node());
+  }
+  return nodes;
+}
+
+}  // namespace
+
+void eval(const std::vector<Var>& vars) {
+  std::lock_guard<std::recursive_mutex> lock(graph_mutex());
+  std::vector<NodePtr> nodes = pending_nodes(vars, "eval");
+  if (nodes.empty()) return;
+  PipelinePlan p = build_pipeline(nodes);
+  std::vector<const KernelIR*> irs;
+  for (const LoweredKernel& k : p.kernels) irs.push_back(&k.ir);
+  std::vector<KernelHandle> handles = obtain_kernels(irs);
+  std::vector<BufferPtr> results = execute_plan(p.graph, p.fusion, p.kernels, handles);
+  for (size_t i = 0; i < nodes.size(); ++i) realize(*nodes[i], results[i]);
+}
+
+std::vector<KernelInfo> plan(const std::vector<Var>& vars) {
+  std::lock_guard<std::recursive_mutex> lock(graph_mutex());
+  std::vector<NodePtr> nodes = pending_nodes(vars, "plan");
+  std::vector<KernelInfo> out;
+  if (nodes.empty()) return out;
+  PipelinePlan p = build_pipeline(nodes);
+  for (const LoweredKernel& k : p.kernels) out.push_back({key_of(k.ir), k.ir.ops, emit_cpp(k.ir)});
+  return out;
+}
+
+std::string explain(const std::vector<Var>& vars) {
+  std::lock_guard<std::recursive_mutex> lock(graph_mutex());
+  std::vector<NodePtr> nodes = pending_nodes(vars, "explain");
+  if (nodes.empty()) return "nothing to compute: every Var is already evaluated\n";
+  PipelinePlan p = build_pipeline(nodes);
+  std::string s = std::to_string(p.kernels.size()) + " kernel(s) for " +
+                  std::to_string(p.graph.nodes.size()) + " graph node(s)\n" +
+                  dump_plan(p.graph, p.fusion);
+  for (size_t k = 0; k < p.kernels.size(); ++k)
+    s += "kernel " + std::to_string(k) + " key " + key_of(p.kernels[k].ir) + "\n";
+  return s;
+}
+
+}  // namespace metajit

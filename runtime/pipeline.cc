@@ -1,0 +1,40 @@
+#include "runtime/pipeline.h"
+
+#include "codegen/graph_passes.h"
+#include "runtime/config.h"
+#include "runtime/log.h"
+
+namespace metajit {
+namespace {
+
+void dump(const char* stage, const Graph& g) {
+  if (log_enabled(LogLevel::Debug))
+    log_message(LogLevel::Debug, std::string("graph after ") + stage + ":\n" + g.dump());
+}
+
+}  // namespace
+
+PipelinePlan build_pipeline(const std::vector<NodePtr>& outputs) {
+  const Config& cfg = config();
+  PipelinePlan p;
+  p.graph = capture_graph(outputs);
+  dump("capture", p.graph);
+  fold_constants(p.graph);
+  dump("fold_constants", p.graph);
+  eliminate_common_subexpressions(p.graph);
+  dump("eliminate_common_subexpressions", p.graph);
+  eliminate_dead_code(p.graph);
+  dump("eliminate_dead_code", p.graph);
+  p.fusion = plan_fusion(p.graph, cfg.opt_level);
+  if (log_enabled(LogLevel::Debug))
+    log_message(LogLevel::Debug, "fusion plan (O" + std::to_string(cfg.opt_level) + "):\n" +
+                                     dump_plan(p.graph, p.fusion));
+  for (const FusedGroup& group : p.fusion.groups) {
+    p.kernels.push_back(lower_group(p.graph, p.fusion, group, cfg.specialize_shapes));
+    if (log_enabled(LogLevel::Debug))
+      log_message(LogLevel::Debug, "kernel IR:\n" + serialize_ir(p.kernels.back().ir));
+  }
+  return p;
+}
+
+}  // namespace metajit

@@ -1,0 +1,19 @@
+// Process-wide counters behind stats() (api.md): kernels launched and compiled, memory and
+// disk cache hits, compile seconds.
+#pragma once
+#include <atomic>
+#include <cstdint>
+
+namespace metajit {
+
+struct RuntimeCounters {
+  std::atomic<uint64_t> kernels_launched{0};
+  std::atomic<uint64_t> kernels_compiled{0};
+  std::atomic<uint64_t> memory_hits{0};
+  std::atomic<uint64_t> disk_hits{0};
+  std::atomic<uint64_t> compile_micros{0};
+};
+
+RuntimeCounters& runtime_counters();
+
+}  // namespace metajit

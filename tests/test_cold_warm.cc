@@ -1,0 +1,51 @@
+// Cold and warm: in a fresh cache directory the first process compiles; a second process
+// running the same program compiles nothing and loads every kernel from disk.
+#include <catch2/catch.hpp>
+
+#include <regex>
+
+#include "test_support.h"
+
+namespace {
+
+struct RunStats {
+  unsigned long long compiled = 0, disk_hits = 0, launched = 0;
+  std::string checksum;
+};
+
+RunStats run_program(const std::string& cache_dir) {
+  auto r = metajit_test::run_command("METAJIT_CACHE_DIR='" + cache_dir + "' '" +
+                                     metajit_test::test_program("cold_warm_program") + "'");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  std::smatch m;
+  REQUIRE(std::regex_search(r.output, m,
+                            std::regex("compiled=(\\d+) disk_hits=(\\d+) launched=(\\d+) checksum=(\\S+)")));
+  return {std::stoull(m[1]), std::stoull(m[2]), std::stoull(m[3]), m[4]};
+}
+
+}  // namespace
+
+TEST_CASE("a second process compiles nothing", "[cache][process]") {
+  metajit_test::TempDir dir;
+  RunStats cold = run_program(dir.path().string());
+  CHECK(cold.compiled > 0);
+  CHECK(cold.disk_hits == 0);
+  RunStats warm = run_program(dir.path().string());
+  CHECK(warm.compiled == 0);
+  CHECK(warm.disk_hits == cold.compiled);
+  CHECK(warm.launched == cold.launched);
+  CHECK(warm.checksum == cold.checksum);
+  // The entries are on disk where design.md §6 says.
+  size_t entries = 0;
+  for (const auto& shard : std::filesystem::directory_iterator(dir.path() / "v1")) {
+    if (shard.path().filename().string().size() != 2) continue;
+    for (const auto& e : std::filesystem::directory_iterator(shard)) {
+      CHECK(std::filesystem::exists(e.path() / "kernel.so"));
+      CHECK(std::filesystem::exists(e.path() / "kernel.cc"));
+      CHECK(std::filesystem::exists(e.path() / "meta.json"));
+      ++entries;
+    }
+  }
+  CHECK(entries == cold.compiled);
+}
