@@ -22,8 +22,7 @@ run: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
-bench:
-	@bash scripts/install_deps.sh --bench
+bench: deps
 	cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DMETAJIT_BENCH=ON
 	cmake --build $(BUILD) -j $(JOBS) --target metajit_bench
 	./$(BUILD)/bench/metajit_bench

@@ -31,6 +31,23 @@ struct CacheCounters {
   double compile_seconds = 0;
 };
 
+// Holds an exclusive flock on <root>/v1/locks/<key>.lock until destroyed (design.md §6: N
+// processes needing one kernel compile it once). Move-only; unlocked when default-constructed.
+class CacheKeyLock {
+ public:
+  CacheKeyLock() = default;
+  explicit CacheKeyLock(int fd) : fd_(fd) {}
+  CacheKeyLock(CacheKeyLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  CacheKeyLock& operator=(CacheKeyLock&& other) noexcept;
+  CacheKeyLock(const CacheKeyLock&) = delete;
+  CacheKeyLock& operator=(const CacheKeyLock&) = delete;
+  ~CacheKeyLock();
+  bool locked() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
 class CacheStore {
  public:
   // Creates root/v1 (mode 0700) on first write, not here: constructing never touches disk.
@@ -69,8 +86,23 @@ class CacheStore {
   void add_counters(const CacheCounters& delta);
   CacheCounters read_counters() const;
 
+  // Blocks until this process holds the per-key lock; re-check find() after it returns. When
+  // the lock file cannot be created (read-only cache) the returned lock is not locked().
+  CacheKeyLock lock_key(const std::string& key);
+  // root/v1/<name> (e.g. "toolchains"), created mode 0700 with the same ownership checks as
+  // entries. Throws CacheError when the cache cannot be written or is not safe to use.
+  std::filesystem::path private_dir(const std::string& name);
+  // The entry's kernel.cc / kernel.cu text; CacheError if missing or unreadable.
+  std::string read_source(const std::string& key) const;
+
  private:
   std::filesystem::path root_;
 };
+
+// Writes `contents` to a temporary file next to `path` (mode 0600, fsync'd when `durable`) and
+// renames it over `path`, so a reader sees the old file or the new one, never a partial one.
+// Throws CacheError naming the path.
+void write_file_atomically(const std::filesystem::path& path, const std::string& contents,
+                           bool durable = true);
 
 }  // namespace metajit

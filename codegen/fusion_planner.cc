@@ -5,10 +5,6 @@
 namespace metajit {
 namespace {
 
-bool is_elementwise(OpKind k) {
-  return k == OpKind::Unary || k == OpKind::Binary || k == OpKind::Where || k == OpKind::Cast;
-}
-
 // A consumer that reads each element of its input more than once per kernel run.
 bool is_expanding(const GNode& consumer) {
   if (consumer.kind == OpKind::Reindex) return true;

@@ -38,6 +38,17 @@ const char* reduce_op_name(ReduceOp op) {
 
 bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq && op <= BinaryOp::Ge; }
 
+Node::~Node() {
+  std::vector<NodePtr> pending = std::move(inputs);
+  while (!pending.empty()) {
+    NodePtr n = std::move(pending.back());
+    pending.pop_back();
+    // Only the last owner takes the node's inputs over; then `n` dies with no children.
+    if (n && n.use_count() == 1)
+      for (NodePtr& in : n->inputs) pending.push_back(std::move(in));
+  }
+}
+
 NodePtr new_node(OpKind kind, DType dtype, Shape shape, std::vector<NodePtr> inputs) {
   static std::atomic<uint64_t> next_id{1};
   auto n = std::make_shared<Node>();

@@ -68,6 +68,12 @@ struct Node {
 
   int64_t numel() const { return numel_of(shape); }
   bool realized() const { return kind == OpKind::Leaf; }
+
+  Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  // Frees long input chains iteratively: a recursive teardown would overflow the stack.
+  ~Node();
 };
 
 // Creates a node with a fresh id.

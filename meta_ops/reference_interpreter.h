@@ -2,6 +2,7 @@
 // fusion and no code generation. Tests compare every compiled result against it.
 #pragma once
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "meta_ops/var.h"
@@ -28,7 +29,11 @@ template <class T>
 std::vector<T> HostTensor::as() const {
   check_host_tensor_dtype(dtype, dtype_of<T>());
   std::vector<T> out(bytes.size() / sizeof(T));
-  if (!out.empty()) std::memcpy(static_cast<void*>(out.data()), bytes.data(), bytes.size());
+  if constexpr (std::is_same_v<T, bool>) {  // vector<bool> is packed: copy element-wise
+    for (size_t i = 0; i < out.size(); ++i) out[i] = bytes[i] != 0;
+  } else if (!out.empty()) {
+    std::memcpy(static_cast<void*>(out.data()), bytes.data(), bytes.size());
+  }
   return out;
 }
 

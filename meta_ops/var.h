@@ -2,6 +2,7 @@
 // computed until a value is read (to_vector, item) or eval() is called.
 #pragma once
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "meta_ops/dtype.h"
@@ -25,7 +26,11 @@ class Var {
   std::vector<T> to_vector() const {
     const void* p = realized_data(dtype_of<T>(), "to_vector");
     std::vector<T> out(static_cast<size_t>(numel()));
-    if (!out.empty()) std::memcpy(static_cast<void*>(out.data()), p, out.size() * sizeof(T));
+    if constexpr (std::is_same_v<T, bool>) {  // vector<bool> is packed: copy element-wise
+      for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<const unsigned char*>(p)[i] != 0;
+    } else if (!out.empty()) {
+      std::memcpy(static_cast<void*>(out.data()), p, out.size() * sizeof(T));
+    }
     return out;
   }
   // The single value of a Var with numel() == 1, else ShapeError.

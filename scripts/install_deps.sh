@@ -4,9 +4,6 @@
 set -euo pipefail
 pkgs=(cmake g++ make pkg-config libboost-dev libboost-filesystem-dev nlohmann-json3-dev
       catch2 libxxhash-dev libcli11-dev)
-if [ "${1:-}" = "--bench" ]; then
-  pkgs+=(libbenchmark-dev libeigen3-dev libopenblas-dev libhalide14-0-dev)
-fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

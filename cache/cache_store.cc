@@ -1,0 +1,662 @@
+// The on-disk kernel cache (design.md §6). Every write is a temp file or staging directory
+// renamed into place, every removal renames the entry aside first, and nothing inside the
+// cache is reached through a symbolic link: any process may die at any instruction, and
+// another user must not be able to slip a shared object under us.
+#include "cache/cache_store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <random>
+
+#include "cache/checksum.h"
+#include "meta_ops/error.h"
+#include "runtime/log.h"
+
+namespace metajit {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kVersionDir = "v1";
+constexpr const char* kStagingDir = "tmp";
+constexpr const char* kLocksDir = "locks";
+constexpr const char* kMetaFile = "meta.json";
+constexpr const char* kObjectFile = "kernel.so";
+constexpr const char* kUsedFile = ".used";
+constexpr const char* kStatsFile = "stats.json";
+constexpr const char* kStatsLock = "stats.lock";
+// Refreshing .used at most this often keeps a hit to a stat() in the common case.
+constexpr int64_t kTouchIntervalSeconds = 60;
+
+std::string quote(const fs::path& p) { return "'" + p.string() + "'"; }
+std::string errno_text(int e) { return std::strerror(e); }
+
+// Closes a descriptor on every path out of a scope.
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f) : fd(f) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// A name no other process or thread picks: pid, random bits and a per-process counter.
+std::string unique_name(const std::string& prefix) {
+  static std::atomic<uint64_t> counter{0};
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%s%ld-%016llx-%llu", prefix.c_str(), long(::getpid()),
+                static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(counter.fetch_add(1)));
+  return buf;
+}
+
+std::string iso8601_utc_now() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  ::gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// Whole contents of a regular file, never through a symlink. `why` says what went wrong.
+std::optional<std::string> read_file_nofollow(const fs::path& path, std::string* why = nullptr) {
+  Fd f(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (f.fd < 0) {
+    if (why) *why = errno == ELOOP ? "is a symbolic link" : errno_text(errno);
+    return std::nullopt;
+  }
+  struct stat st;
+  if (::fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (why) *why = "is not a regular file";
+    return std::nullopt;
+  }
+  std::string data;
+  data.resize(size_t(st.st_size));
+  size_t got = 0;
+  for (;;) {
+    if (got == data.size()) data.resize(std::max<size_t>(data.size() * 2, 4096));
+    ssize_t n = ::read(f.fd, data.data() + got, data.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      if (why) *why = errno_text(errno);
+      return std::nullopt;
+    }
+    if (n == 0) break;
+    got += size_t(n);
+  }
+  data.resize(got);
+  return data;
+}
+
+void fsync_path(const fs::path& path, int flags) {
+  Fd f(::open(path.c_str(), flags | O_RDONLY | O_CLOEXEC));
+  if (f.fd >= 0) ::fsync(f.fd);
+}
+
+// Why `dir` may not be trusted (another owner, group/other-writable, a symlink), or "".
+std::string unsafe_reason(const fs::path& dir, bool follow_symlink) {
+  struct stat st;
+  int r = follow_symlink ? ::stat(dir.c_str(), &st) : ::lstat(dir.c_str(), &st);
+  if (r != 0) return errno_text(errno);
+  if (S_ISLNK(st.st_mode)) return "is a symbolic link";
+  if (!S_ISDIR(st.st_mode)) return "is not a directory";
+  if (st.st_uid != ::geteuid())
+    return "is owned by uid " + std::to_string(st.st_uid) + ", not by the current user";
+  if (st.st_mode & 022) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", unsigned(st.st_mode & 07777));
+    return std::string("is writable by group or others (mode ") + mode + ")";
+  }
+  return "";
+}
+
+// mkdir with mode 0700 whatever the umask; an existing real directory is fine.
+void make_private_dir(const fs::path& dir) {
+  if (::mkdir(dir.c_str(), 0700) == 0) {
+    ::chmod(dir.c_str(), 0700);
+    return;
+  }
+  int e = errno;
+  struct stat st;
+  if (e == EEXIST && ::lstat(dir.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return;
+    throw CacheError("cache: " + quote(dir) + (S_ISLNK(st.st_mode) ? " is a symbolic link" : " is not a directory"));
+  }
+  throw CacheError("cache: cannot create directory " + quote(dir) + ": " + errno_text(e));
+}
+
+// The root and its missing parents (each created 0700). The root itself may be a symlink to a
+// directory: that is the user's choice, made outside the cache.
+void make_root(const fs::path& root) {
+  struct stat st;
+  if (::stat(root.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) throw CacheError("cache: " + quote(root) + " is not a directory");
+    return;
+  }
+  if (errno != ENOENT)
+    throw CacheError("cache: cannot use " + quote(root) + ": " + errno_text(errno));
+  fs::path parent = root.parent_path();
+  if (!parent.empty() && parent != root) make_root(parent);
+  if (::mkdir(root.c_str(), 0700) == 0) {
+    ::chmod(root.c_str(), 0700);
+  } else if (errno != EEXIST) {
+    throw CacheError("cache: cannot create directory " + quote(root) + ": " + errno_text(errno));
+  }
+}
+
+void require_safe(const fs::path& dir, bool follow_symlink) {
+  std::string why = unsafe_reason(dir, follow_symlink);
+  if (!why.empty())
+    throw CacheError("cache: refusing to use " + quote(dir) + ": it " + why +
+                     " (fix: chmod 700 it, or point METAJIT_CACHE_DIR at a directory you own)");
+}
+
+// What is wrong with the installed entry `dir` for `key`, or "" when it is complete and its
+// files match the checksums in meta.json.
+std::string verify_entry(const fs::path& dir, const std::string& key) {
+  std::string why = unsafe_reason(dir, false);
+  if (!why.empty()) return "the entry directory " + why;
+  std::optional<std::string> text = read_file_nofollow(dir / kMetaFile, &why);
+  if (!text) return "meta.json: " + why;
+  nlohmann::json meta = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!meta.is_object()) return "meta.json is not valid JSON";
+  auto str = [&meta](const char* k) {
+    auto it = meta.find(k);
+    return it != meta.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  if (str("key") != key) return "meta.json names another key";
+  auto bytes_it = meta.find("so_bytes");
+  if (str("so_checksum").empty() || str("source_checksum").empty() || bytes_it == meta.end() ||
+      !bytes_it->is_number_unsigned())
+    return "meta.json lacks the checksums";
+  std::string source_file = str("source_file").empty() ? "kernel.cc" : str("source_file");
+  if (source_file != "kernel.cc" && source_file != "kernel.cu")
+    return "meta.json names an unexpected source file";
+
+  std::optional<std::string> so = read_file_nofollow(dir / kObjectFile, &why);
+  if (!so) return "kernel.so: " + why;
+  uint64_t expected = bytes_it->get<uint64_t>();
+  if (so->size() != expected)
+    return "kernel.so is " + std::to_string(so->size()) + " bytes, meta.json says " +
+           std::to_string(expected);
+  if (xxh3_128_hex(*so) != str("so_checksum")) return "kernel.so does not match its checksum";
+  std::optional<std::string> src = read_file_nofollow(dir / source_file, &why);
+  if (!src) return source_file + ": " + why;
+  if (xxh3_128_hex(*src) != str("source_checksum"))
+    return source_file + " does not match its checksum";
+  return "";
+}
+
+// Moves `dir` into the staging area and deletes it there, so that a reader finds either the
+// whole entry or none of it. False when it could not be moved (it may already be gone).
+bool remove_atomically(const fs::path& version_dir, const fs::path& dir) {
+  fs::path staging = version_dir / kStagingDir;
+  try {
+    make_private_dir(staging);
+  } catch (const CacheError&) {
+    return false;
+  }
+  fs::path aside = staging / unique_name("rm-");
+  if (::rename(dir.c_str(), aside.c_str()) != 0) return false;
+  std::error_code ec;
+  fs::remove_all(aside, ec);
+  return true;
+}
+
+int64_t mtime_of(const fs::path& p) {
+  struct stat st;
+  return ::lstat(p.c_str(), &st) == 0 ? int64_t(st.st_mtime) : 0;
+}
+
+// Entry directories below root/v1: <2 hex>/<key>, real directories only.
+std::vector<std::pair<std::string, fs::path>> scan_entries(const fs::path& version_dir,
+                                                           const std::string& prefix) {
+  std::vector<std::pair<std::string, fs::path>> out;
+  struct stat st;
+  if (::lstat(version_dir.c_str(), &st) != 0) {
+    if (errno == ENOENT) return out;
+    throw CacheError("cache: cannot read " + quote(version_dir) + ": " + errno_text(errno));
+  }
+  if (!S_ISDIR(st.st_mode)) throw CacheError("cache: " + quote(version_dir) + " is not a directory");
+  std::error_code ec;
+  fs::directory_iterator shards(version_dir, ec);
+  if (ec) throw CacheError("cache: cannot read " + quote(version_dir) + ": " + ec.message());
+  for (const fs::directory_entry& shard : shards) {
+    std::string sname = shard.path().filename().string();
+    // Skips tmp/, locks/, toolchains/ and the stats files.
+    if (sname.size() != 2 || !is_key_hex(sname)) continue;
+    const size_t k = std::min<size_t>(2, prefix.size());  // the shard holds the first 2 digits
+    if (sname.compare(0, k, prefix, 0, k) != 0) continue;
+    if (::lstat(shard.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    fs::directory_iterator keys(shard.path(), ec);
+    if (ec) continue;
+    for (const fs::directory_entry& entry : keys) {
+      std::string key = entry.path().filename().string();
+      if (!is_key_hex(key) || key.compare(0, 2, sname) != 0 || key.rfind(prefix, 0) != 0)
+        continue;
+      if (::lstat(entry.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+      out.emplace_back(key, entry.path());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+CacheEntryInfo entry_info(const std::string& key, const fs::path& dir) {
+  CacheEntryInfo info;
+  info.key = key;
+  info.dir = dir;
+  if (std::optional<std::string> text = read_file_nofollow(dir / kMetaFile)) {
+    nlohmann::json meta = nlohmann::json::parse(*text, nullptr, false);
+    if (meta.is_object()) {
+      if (meta.contains("backend") && meta["backend"].is_string())
+        info.backend = meta["backend"].get<std::string>();
+      if (meta.contains("ops") && meta["ops"].is_array())
+        for (const auto& op : meta["ops"])
+          if (op.is_string()) info.ops.push_back(op.get<std::string>());
+      if (meta.contains("compile_seconds") && meta["compile_seconds"].is_number())
+        info.compile_seconds = meta["compile_seconds"].get<double>();
+      if (meta.contains("created") && meta["created"].is_string())
+        info.created = meta["created"].get<std::string>();
+    }
+  }
+  std::error_code ec;
+  for (const fs::directory_entry& f : fs::directory_iterator(dir, ec)) {
+    struct stat st;
+    if (::lstat(f.path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) info.bytes += uint64_t(st.st_size);
+  }
+  info.last_used = mtime_of(dir / kUsedFile);
+  if (!info.last_used) info.last_used = mtime_of(dir / kMetaFile);
+  if (!info.last_used) info.last_used = mtime_of(dir);
+  return info;
+}
+
+// root/v1 with the root's missing parents, checked to be ours and private.
+fs::path ensure_version_dir(const fs::path& root) {
+  make_root(root);
+  require_safe(root, true);
+  const fs::path v1 = root / kVersionDir;
+  make_private_dir(v1);
+  require_safe(v1, false);
+  return v1;
+}
+
+bool valid_key(const std::string& key) { return key.size() >= 2 && is_key_hex(key); }
+
+// Shown in messages: a user's argument may hold anything, a message stays on one line.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += char(c);
+    }
+  }
+  return out;
+}
+
+uint64_t json_count(const nlohmann::json& j, const char* name) {
+  auto it = j.find(name);
+  return it != j.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
+}
+
+}  // namespace
+
+void write_file_atomically(const fs::path& path, const std::string& contents, bool durable) {
+  fs::path tmp = path.parent_path() / unique_name("." + path.filename().string() + ".tmp-");
+  {
+    Fd f(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (f.fd < 0)
+      throw CacheError("cache: cannot write " + quote(path) + ": " + errno_text(errno));
+    size_t done = 0;
+    while (done < contents.size()) {
+      ssize_t n = ::write(f.fd, contents.data() + done, contents.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        int e = errno;
+        ::unlink(tmp.c_str());
+        throw CacheError("cache: cannot write " + quote(path) + ": " + errno_text(e));
+      }
+      done += size_t(n);
+    }
+    if (durable && ::fsync(f.fd) != 0) {
+      int e = errno;
+      ::unlink(tmp.c_str());
+      throw CacheError("cache: cannot write " + quote(path) + ": " + errno_text(e));
+    }
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int e = errno;
+    ::unlink(tmp.c_str());
+    throw CacheError("cache: cannot write " + quote(path) + ": " + errno_text(e));
+  }
+  if (durable) fsync_path(path.parent_path(), O_DIRECTORY);
+}
+
+CacheKeyLock& CacheKeyLock::operator=(CacheKeyLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.fd_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+CacheKeyLock::~CacheKeyLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing the descriptor releases the flock
+}
+
+CacheStore::CacheStore(fs::path root) : root_(std::move(root)) {}
+
+fs::path CacheStore::version_dir() const { return root_ / kVersionDir; }
+
+fs::path CacheStore::entry_dir(const std::string& key) const {
+  return version_dir() / key.substr(0, 2) / key;
+}
+
+std::optional<fs::path> CacheStore::find(const std::string& key) {
+  if (!valid_key(key)) return std::nullopt;
+  const fs::path dir = entry_dir(key);
+  struct stat st;
+  if (::lstat(dir.c_str(), &st) != 0) return std::nullopt;  // the common miss: one syscall
+  for (auto [path, follow] : {std::pair{root_, true}, std::pair{version_dir(), false},
+                              std::pair{dir.parent_path(), false}}) {
+    std::string why = unsafe_reason(path, follow);
+    if (!why.empty()) {
+      warn_once("cache-unsafe:" + path.string(),
+                "not using the kernel cache " + quote(path) + ": it " + why +
+                    " (fix: chmod 700 it, or set METAJIT_CACHE_DIR to a directory you own)");
+      return std::nullopt;
+    }
+  }
+  std::string why = verify_entry(dir, key);
+  if (!why.empty()) {
+    bool removed = remove_atomically(version_dir(), dir);
+    warn_once("cache-bad:" + dir.string() + ":" + why,
+              "cache entry " + key + " is bad (" + why + "); " +
+                  (removed ? "removed, it will be rebuilt" : "could not remove it"));
+    return std::nullopt;
+  }
+  touch(key);
+  return dir / kObjectFile;
+}
+
+fs::path CacheStore::make_staging_dir() {
+  fs::path staging = private_dir(kStagingDir);
+  fs::path dir = staging / unique_name("");
+  if (::mkdir(dir.c_str(), 0700) != 0)
+    throw CacheError("cache: cannot create staging directory " + quote(dir) + ": " +
+                     errno_text(errno));
+  ::chmod(dir.c_str(), 0700);
+  return dir;
+}
+
+fs::path CacheStore::install(const std::string& key, const fs::path& staging,
+                             nlohmann::json meta) {
+  if (!valid_key(key))
+    throw CacheError("cache: cannot install '" + printable(key) + "': not a hexadecimal key");
+  std::string why = unsafe_reason(staging, false);
+  if (!why.empty()) throw CacheError("cache: staging directory " + quote(staging) + " " + why);
+  std::string source_file;
+  for (const char* name : {"kernel.cc", "kernel.cu"}) {
+    struct stat st;
+    if (::lstat((staging / name).c_str(), &st) == 0) source_file = name;
+  }
+  if (source_file.empty())
+    throw CacheError("cache: staging directory " + quote(staging) + " holds no kernel.cc or kernel.cu");
+  std::optional<std::string> so = read_file_nofollow(staging / kObjectFile, &why);
+  if (!so) throw CacheError("cache: cannot read " + quote(staging / kObjectFile) + ": " + why);
+  std::optional<std::string> src = read_file_nofollow(staging / source_file, &why);
+  if (!src) throw CacheError("cache: cannot read " + quote(staging / source_file) + ": " + why);
+  // The files must be on disk before the rename publishes them.
+  fsync_path(staging / kObjectFile, O_NOFOLLOW);
+  fsync_path(staging / source_file, O_NOFOLLOW);
+
+  if (!meta.is_object()) meta = nlohmann::json::object({{"meta", std::move(meta)}});
+  meta["key"] = key;
+  meta["so_checksum"] = xxh3_128_hex(*so);
+  meta["source_checksum"] = xxh3_128_hex(*src);
+  meta["so_bytes"] = uint64_t(so->size());
+  meta["source_file"] = source_file;
+  meta["created"] = iso8601_utc_now();
+  write_file_atomically(staging / kMetaFile, meta.dump(2) + "\n");
+  fsync_path(staging, O_DIRECTORY);
+
+  const fs::path shard = version_dir() / key.substr(0, 2);
+  const fs::path final_dir = entry_dir(key);
+  try {
+    make_private_dir(shard);
+    require_safe(shard, false);
+  } catch (...) {
+    discard(staging);
+    throw;
+  }
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (::rename(staging.c_str(), final_dir.c_str()) == 0) {
+      fsync_path(shard, O_DIRECTORY);
+      return final_dir / kObjectFile;
+    }
+    int e = errno;
+    if (e != EEXIST && e != ENOTEMPTY && e != ENOTDIR) {
+      discard(staging);
+      throw CacheError("cache: cannot install " + key + " into " + quote(final_dir) + ": " +
+                       errno_text(e));
+    }
+    // Someone installed this key first: theirs is as good as ours, if it verifies.
+    std::string bad = verify_entry(final_dir, key);
+    if (bad.empty()) {
+      discard(staging);
+      touch(key);
+      return final_dir / kObjectFile;
+    }
+    if (attempt == 0) {
+      log_message(LogLevel::Warn, "cache entry " + key + " is bad (" + bad + "); replacing it");
+      remove_atomically(version_dir(), final_dir);
+    }
+  }
+  discard(staging);
+  throw CacheError("cache: cannot install " + key + " into " + quote(final_dir) +
+                   ": a bad entry is in the way and could not be replaced");
+}
+
+void CacheStore::discard(const fs::path& staging) noexcept {
+  // Only ever deletes below our staging area, whatever a caller passes.
+  fs::path parent = staging.lexically_normal().parent_path();
+  if (staging.empty() || parent != (version_dir() / kStagingDir).lexically_normal()) return;
+  std::error_code ec;
+  fs::remove_all(staging, ec);
+}
+
+std::vector<CacheEntryInfo> CacheStore::list() const {
+  std::vector<CacheEntryInfo> out;
+  for (const auto& [key, dir] : scan_entries(version_dir(), "")) out.push_back(entry_info(key, dir));
+  return out;
+}
+
+std::string CacheStore::resolve_prefix(const std::string& prefix) const {
+  std::string p = prefix;
+  std::transform(p.begin(), p.end(), p.begin(),
+                 [](unsigned char c) { return char(c >= 'A' && c <= 'F' ? c - 'A' + 'a' : c); });
+  if (!is_key_hex(p))
+    throw CacheError("cache: key '" + printable(prefix) +
+                     "' is not hexadecimal (a key or key prefix is 1 to 32 digits 0-9, a-f)");
+  std::vector<std::pair<std::string, fs::path>> matches = scan_entries(version_dir(), p);
+  for (const auto& m : matches)
+    if (m.first == p) return p;
+  if (matches.empty())
+    throw CacheError("cache: no cache entry matches '" + p + "' in " + quote(root_));
+  if (matches.size() > 1) {
+    std::string list;
+    for (size_t i = 0; i < matches.size() && i < 5; ++i) list += (i ? ", " : "") + matches[i].first;
+    if (matches.size() > 5) list += " and " + std::to_string(matches.size() - 5) + " more";
+    throw CacheError("cache: key prefix '" + p + "' is ambiguous: it matches " + list +
+                     "; give more digits");
+  }
+  return matches.front().first;
+}
+
+nlohmann::json CacheStore::read_meta(const std::string& key) const {
+  if (!valid_key(key)) throw CacheError("cache: '" + printable(key) + "' is not a hexadecimal key");
+  const fs::path path = entry_dir(key) / kMetaFile;
+  std::string why;
+  std::optional<std::string> text = read_file_nofollow(path, &why);
+  if (!text) throw CacheError("cache: cannot read " + quote(path) + ": " + why);
+  nlohmann::json meta = nlohmann::json::parse(*text, nullptr, false);
+  if (meta.is_discarded()) throw CacheError("cache: " + quote(path) + " is not valid JSON");
+  return meta;
+}
+
+std::string CacheStore::read_source(const std::string& key) const {
+  if (!valid_key(key)) throw CacheError("cache: '" + printable(key) + "' is not a hexadecimal key");
+  const fs::path dir = entry_dir(key);
+  std::string why = "no kernel.cc or kernel.cu";
+  for (const char* name : {"kernel.cc", "kernel.cu"}) {
+    std::string file_why;
+    if (std::optional<std::string> src = read_file_nofollow(dir / name, &file_why)) return *src;
+    if (file_why != errno_text(ENOENT)) why = std::string(name) + " " + file_why;
+  }
+  throw CacheError("cache: cannot read the source of " + key + " in " + quote(dir) + ": " + why);
+}
+
+uint64_t CacheStore::clear(double older_than_seconds) {
+  const int64_t now = int64_t(std::time(nullptr));
+  uint64_t removed = 0;
+  for (const CacheEntryInfo& e : list()) {
+    if (older_than_seconds >= 0 && double(now - e.last_used) < older_than_seconds) continue;
+    if (remove_atomically(version_dir(), e.dir)) ++removed;
+  }
+  return removed;
+}
+
+void CacheStore::sweep_stale_staging(double older_than_seconds) {
+  const int64_t now = int64_t(std::time(nullptr));
+  std::error_code ec;
+  // Staging directories and half-removed entries of dead processes.
+  for (const fs::directory_entry& e : fs::directory_iterator(version_dir() / kStagingDir, ec)) {
+    std::string name = e.path().filename().string();
+    bool old = double(now - mtime_of(e.path())) > older_than_seconds;
+    if (old || name.rfind("rm-", 0) == 0) {
+      std::error_code rm;
+      fs::remove_all(e.path(), rm);
+    }
+  }
+  // Temp files of interrupted write_file_atomically() calls.
+  for (const fs::path& dir : {version_dir(), version_dir() / "toolchains"}) {
+    for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+      std::string name = e.path().filename().string();
+      if (name.size() > 1 && name[0] == '.' && name.find(".tmp-") != std::string::npos &&
+          double(now - mtime_of(e.path())) > older_than_seconds)
+        ::unlink(e.path().c_str());
+    }
+  }
+}
+
+void CacheStore::touch(const std::string& key) {
+  if (!valid_key(key)) return;
+  const fs::path used = entry_dir(key) / kUsedFile;
+  struct stat st;
+  if (::lstat(used.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode)) return;
+    if (int64_t(std::time(nullptr)) - int64_t(st.st_mtime) < kTouchIntervalSeconds) return;
+    ::utimensat(AT_FDCWD, used.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
+  } else if (errno == ENOENT) {
+    // An empty marker: creating it is atomic, there is no content to tear.
+    int fd = ::open(used.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+void CacheStore::add_counters(const CacheCounters& d) {
+  if (!d.memory_hits && !d.disk_hits && !d.misses && !d.compiles && !d.errors && !d.evictions &&
+      d.compile_seconds == 0)
+    return;
+  try {
+    const fs::path v1 = ensure_version_dir(root_);
+    Fd lock(::open((v1 / kStatsLock).c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (lock.fd < 0)
+      throw CacheError("cache: cannot open " + quote(v1 / kStatsLock) + ": " + errno_text(errno));
+    while (::flock(lock.fd, LOCK_EX) != 0) {
+      if (errno != EINTR)
+        throw CacheError("cache: cannot lock " + quote(v1 / kStatsLock) + ": " + errno_text(errno));
+    }
+    CacheCounters c = read_counters();
+    c.memory_hits += d.memory_hits;
+    c.disk_hits += d.disk_hits;
+    c.misses += d.misses;
+    c.compiles += d.compiles;
+    c.errors += d.errors;
+    c.evictions += d.evictions;
+    c.compile_seconds += d.compile_seconds;
+    nlohmann::json j = {{"memory_hits", c.memory_hits}, {"disk_hits", c.disk_hits},
+                        {"misses", c.misses},           {"compiles", c.compiles},
+                        {"errors", c.errors},           {"evictions", c.evictions},
+                        {"compile_seconds", c.compile_seconds}};
+    // Statistics are not worth an fsync per kernel; a torn file after a crash reads as zeros.
+    write_file_atomically(v1 / kStatsFile, j.dump(2) + "\n", /*durable=*/false);
+  } catch (const std::exception& e) {
+    warn_once("cache-counters:" + root_.string(),
+              std::string("cannot update the cache statistics: ") + e.what());
+  }
+}
+
+CacheCounters CacheStore::read_counters() const {
+  CacheCounters c;
+  std::optional<std::string> text = read_file_nofollow(version_dir() / kStatsFile);
+  if (!text) return c;
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+  if (!j.is_object()) return c;
+  c.memory_hits = json_count(j, "memory_hits");
+  c.disk_hits = json_count(j, "disk_hits");
+  c.misses = json_count(j, "misses");
+  c.compiles = json_count(j, "compiles");
+  c.errors = json_count(j, "errors");
+  c.evictions = json_count(j, "evictions");
+  auto it = j.find("compile_seconds");
+  if (it != j.end() && it->is_number() && it->get<double>() >= 0)
+    c.compile_seconds = it->get<double>();
+  return c;
+}
+
+CacheKeyLock CacheStore::lock_key(const std::string& key) {
+  if (!valid_key(key)) return CacheKeyLock();
+  try {
+    fs::path locks = private_dir(kLocksDir);
+    int fd = ::open((locks / (key + ".lock")).c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC,
+                    0600);
+    if (fd < 0) return CacheKeyLock();
+    CacheKeyLock lock(fd);
+    while (::flock(fd, LOCK_EX) != 0)
+      if (errno != EINTR) return CacheKeyLock();
+    return lock;
+  } catch (const CacheError&) {
+    return CacheKeyLock();
+  }
+}
+
+fs::path CacheStore::private_dir(const std::string& name) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+      (is_key_hex(name) && name.size() == 2))  // two hex digits name an entry shard
+    throw CacheError("cache: bad directory name '" + printable(name) + "'");
+  fs::path dir = ensure_version_dir(root_) / name;
+  make_private_dir(dir);
+  require_safe(dir, false);
+  return dir;
+}
+
+}  // namespace metajit

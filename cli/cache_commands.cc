@@ -1,0 +1,248 @@
+// `metajit cache ...`: look into and clean the on-disk kernel cache (design.md §6, §9).
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cache/cache_store.h"
+#include "cli/commands.h"
+#include "meta_ops/error.h"
+#include "runtime/config.h"
+
+namespace metajit::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path cache_root() {
+  std::error_code ec;
+  fs::path abs = fs::absolute(config().cache_dir, ec);
+  return ec ? config().cache_dir : abs;
+}
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+// "5s ago", "3h ago": when an entry was last used.
+std::string age_text(int64_t unix_seconds) {
+  if (unix_seconds <= 0) return "-";
+  int64_t age = int64_t(std::time(nullptr)) - unix_seconds;
+  if (age < 0) age = 0;
+  if (age < 60) return std::to_string(age) + "s ago";
+  if (age < 3600) return std::to_string(age / 60) + "m ago";
+  if (age < 86400) return std::to_string(age / 3600) + "h ago";
+  return std::to_string(age / 86400) + "d ago";
+}
+
+std::string join(const std::vector<std::string>& items, const std::string& sep) {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+int cmd_path() {
+  std::cout << cache_root().string() << "\n";
+  return 0;
+}
+
+int cmd_stats(bool json) {
+  CacheStore store(cache_root());
+  std::vector<CacheEntryInfo> entries = store.list();
+  uint64_t bytes = 0;
+  for (const CacheEntryInfo& e : entries) bytes += e.bytes;
+  CacheCounters c = store.read_counters();
+  if (json) {
+    nlohmann::json j = {{"cache_dir", store.root().string()},
+                        {"entries", entries.size()},
+                        {"bytes", bytes},
+                        {"max_bytes", config().cache_max_size},
+                        {"memory_hits", c.memory_hits},
+                        {"disk_hits", c.disk_hits},
+                        {"misses", c.misses},
+                        {"compiles", c.compiles},
+                        {"compile_seconds", c.compile_seconds},
+                        {"errors", c.errors},
+                        {"evictions", c.evictions}};
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  auto row = [](const char* name, const std::string& value) {
+    std::printf("%-16s %s\n", name, value.c_str());
+  };
+  row("cache directory", store.root().string());
+  row("entries", std::to_string(entries.size()));
+  row("size", human_bytes(bytes) + " (" + std::to_string(bytes) + " bytes)");
+  row("size limit", human_bytes(config().cache_max_size));
+  row("memory hits", std::to_string(c.memory_hits));
+  row("disk hits", std::to_string(c.disk_hits));
+  row("misses", std::to_string(c.misses));
+  row("compiles", std::to_string(c.compiles));
+  row("compile time", fixed(c.compile_seconds, 2) + " s");
+  row("errors", std::to_string(c.errors));
+  row("evictions", std::to_string(c.evictions));
+  return 0;
+}
+
+int cmd_list(bool json) {
+  CacheStore store(cache_root());
+  std::vector<CacheEntryInfo> entries = store.list();
+  if (json) {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const CacheEntryInfo& e : entries)
+      arr.push_back({{"key", e.key},
+                     {"ops", e.ops},
+                     {"backend", e.backend},
+                     {"bytes", e.bytes},
+                     {"compile_seconds", e.compile_seconds},
+                     {"created", e.created},
+                     {"last_used", e.last_used},
+                     {"dir", e.dir.string()}});
+    std::cout << arr.dump(2) << "\n";
+    return 0;
+  }
+  if (entries.empty()) {
+    std::printf("no kernels cached in %s\n", store.root().string().c_str());
+    return 0;
+  }
+  std::printf("%-32s  %-40s  %-7s  %10s  %8s  %s\n", "KEY", "OPS", "BACKEND", "SIZE", "COMPILE",
+              "LAST USED");
+  for (const CacheEntryInfo& e : entries) {
+    std::string ops = join(e.ops, ",");
+    if (ops.size() > 40) ops = ops.substr(0, 37) + "...";
+    std::printf("%-32s  %-40s  %-7s  %10s  %8s  %s\n", e.key.c_str(), ops.c_str(),
+                e.backend.empty() ? "?" : e.backend.c_str(), human_bytes(e.bytes).c_str(),
+                (fixed(e.compile_seconds, 2) + "s").c_str(), age_text(e.last_used).c_str());
+  }
+  return 0;
+}
+
+std::string resolve_key(const CacheStore& store, const std::string& prefix) {
+  try {
+    return store.resolve_prefix(prefix);
+  } catch (const CacheError& e) {
+    throw UsageError(e.what());  // a key that is malformed, unknown or ambiguous: user error
+  }
+}
+
+int cmd_show(const std::string& prefix, bool meta) {
+  CacheStore store(cache_root());
+  std::string key = resolve_key(store, prefix);
+  if (meta) {
+    std::cout << store.read_meta(key).dump(2) << "\n";
+  } else {
+    std::string source = store.read_source(key);
+    std::cout << source;
+    if (!source.empty() && source.back() != '\n') std::cout << "\n";
+  }
+  return 0;
+}
+
+int cmd_clear(const std::string& older_than) {
+  double seconds = -1;
+  if (!older_than.empty() && !parse_duration(older_than, seconds))
+    throw UsageError("cache clear: --older-than '" + older_than +
+                     "' is not a duration; expected e.g. 7d, 12h, 30m, 45s");
+  CacheStore store(cache_root());
+  uint64_t removed = store.clear(seconds);
+  store.sweep_stale_staging();
+  std::printf("removed %llu cache entr%s from %s\n", static_cast<unsigned long long>(removed),
+              removed == 1 ? "y" : "ies", store.root().string().c_str());
+  return 0;
+}
+
+int not_implemented(const std::string& name) {
+  std::fprintf(stderr, "metajit: cache %s: not yet implemented\n", name.c_str());
+  return 1;
+}
+
+// Values of every `cache` subcommand's options; shared by the callbacks.
+struct CacheArgs {
+  bool json = false;
+  std::string key;
+  bool meta = false;
+  std::string older_than;
+  std::string max_size;
+  bool fix = false;
+  std::string output;
+  std::string manifest;
+  int jobs = 0;
+};
+
+}  // namespace
+
+std::string human_bytes(uint64_t bytes) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = double(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, ++u;
+  return u == 0 ? std::to_string(bytes) + " B" : fixed(v, 1) + " " + units[u];
+}
+
+void register_cache_commands(CLI::App& app, Action& action) {
+  auto args = std::make_shared<CacheArgs>();
+  CLI::App* cache = app.add_subcommand("cache", "Inspect and clean the on-disk kernel cache");
+  cache->require_subcommand(1);
+
+  cache->add_subcommand("path", "Print the cache directory")->callback([&action] {
+    action = cmd_path;
+  });
+
+  CLI::App* stats = cache->add_subcommand("stats", "Hits, misses, compiles, entries and size");
+  stats->add_flag("--json", args->json, "Print a JSON object");
+  stats->callback([&action, args] { action = [args] { return cmd_stats(args->json); }; });
+
+  CLI::App* list = cache->add_subcommand("list", "One line per cached kernel");
+  list->add_flag("--json", args->json, "Print a JSON array");
+  list->callback([&action, args] { action = [args] { return cmd_list(args->json); }; });
+
+  CLI::App* show = cache->add_subcommand("show", "Print a cached kernel's source");
+  show->add_option("KEY", args->key, "Key or unique key prefix (hex)")->required();
+  show->add_flag("--meta", args->meta, "Print meta.json instead of the source");
+  show->callback(
+      [&action, args] { action = [args] { return cmd_show(args->key, args->meta); }; });
+
+  CLI::App* clear = cache->add_subcommand("clear", "Remove cache entries");
+  clear->add_option("--older-than", args->older_than,
+                    "Only entries not used for this long (e.g. 7d, 12h, 30m)");
+  clear->callback([&action, args] { action = [args] { return cmd_clear(args->older_than); }; });
+
+  CLI::App* prune = cache->add_subcommand("prune", "Evict least recently used entries");
+  prune->add_option("--max-size", args->max_size, "Size to shrink to (e.g. 2G, 500M)");
+  prune->callback([&action, args] {
+    action = [args] {
+      uint64_t bytes = 0;
+      if (!args->max_size.empty() && !parse_size(args->max_size, bytes))
+        throw UsageError("cache prune: --max-size '" + args->max_size +
+                         "' is not a size; expected e.g. 2G, 500M, 1048576");
+      return not_implemented("prune");
+    };
+  });
+
+  CLI::App* verify = cache->add_subcommand("verify", "Check every entry's checksums");
+  verify->add_flag("--fix", args->fix, "Remove bad entries");
+  verify->callback([&action] { action = [] { return not_implemented("verify"); }; });
+
+  CLI::App* exp = cache->add_subcommand("export", "Write a manifest of the cached kernels");
+  exp->add_option("-o,--output", args->output, "Manifest file (default: stdout)");
+  exp->callback([&action] { action = [] { return not_implemented("export"); }; });
+
+  CLI::App* warm = cache->add_subcommand("warm", "Compile every kernel a manifest lists");
+  warm->add_option("MANIFEST", args->manifest, "Manifest (JSON)")->required();
+  CLI::Option* jobs =
+      warm->add_option("-j,--jobs", args->jobs, "Parallel compiles (default: METAJIT_JOBS)");
+  warm->callback([&action, args, jobs] {
+    action = [args, jobs] {
+      if (jobs->count() > 0 && args->jobs < 1)
+        throw UsageError("cache warm: -j " + std::to_string(args->jobs) +
+                         " is not valid; expected a positive number of jobs");
+      return not_implemented("warm");
+    };
+  });
+}
+
+}  // namespace metajit::cli

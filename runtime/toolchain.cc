@@ -1,0 +1,306 @@
+// Host toolchain resolution (design.md §5, §7). Finding the compiler is cheap; asking it for
+// `--version` and for what -march=native means costs two process starts (~50 ms), so those
+// answers are remembered on disk per (compiler binary, CPU) and a warm process spawns nothing.
+#include "runtime/toolchain.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/process/search_path.hpp>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+#include "cache/cache_store.h"
+#include "cache/checksum.h"
+#include "meta_ops/error.h"
+#include "runtime/compiler_driver.h"
+#include "runtime/config.h"
+#include "runtime/log.h"
+
+namespace metajit {
+namespace {
+
+constexpr double kQueryTimeoutSeconds = 60;
+constexpr int kToolchainFileFormat = 1;
+
+void add_field(std::string& out, const std::string& label, const std::string& value) {
+  out += label + "[" + std::to_string(value.size()) + "]=" + value + "\n";
+}
+
+// The CPU's identity: vendor, family/model/stepping, feature leaves and brand string. Leaf 1
+// EBX is left out: it holds the APIC id of whichever core we happen to run on.
+std::string compute_cpu_id() {
+  std::string raw;
+#if defined(__x86_64__) || defined(__i386__)
+  auto put = [&raw](unsigned v) { raw.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0, &a, &b, &c, &d)) {
+    put(a), put(b), put(c), put(d);
+    if (__get_cpuid(1, &a, &b, &c, &d)) put(a), put(c), put(d);
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) put(b), put(c), put(d);
+  }
+  if (__get_cpuid(0x80000001, &a, &b, &c, &d)) put(c), put(d);
+  for (unsigned leaf = 0x80000002; leaf <= 0x80000004; ++leaf)
+    if (__get_cpuid(leaf, &a, &b, &c, &d)) put(a), put(b), put(c), put(d);
+#else
+  // Elsewhere: the stable lines of /proc/cpuinfo (no MHz, no bogomips).
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0 || line.rfind("Features", 0) == 0 ||
+        line.rfind("CPU implementer", 0) == 0 || line.rfind("CPU part", 0) == 0 ||
+        line.rfind("isa", 0) == 0)
+      raw += line + "\n";
+#endif
+  return xxh3_128_hex(raw);
+}
+
+const std::string& cpu_id() {
+  static const std::string id = compute_cpu_id();
+  return id;
+}
+
+std::string first_line(const std::string& text) {
+  size_t start = text.find_first_not_of("\r\n \t");
+  if (start == std::string::npos) return "";
+  size_t end = text.find_first_of("\r\n", start);
+  return text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+}
+
+// The target options of the compiler proper's command line, as printed by `-v`: gcc's cc1plus
+// line (-march=... -m... --param ...) or clang's -cc1 line (-target-cpu/-target-feature).
+std::string parse_resolved_target(const std::string& verbose_output) {
+  std::istringstream lines(verbose_output);
+  for (std::string line; std::getline(lines, line);) {
+    bool gcc = line.find("cc1plus") != std::string::npos;
+    bool clang = line.find("\"-cc1\"") != std::string::npos || line.find(" -cc1 ") != std::string::npos;
+    if (!gcc && !clang) continue;
+    std::istringstream in(line);
+    std::vector<std::string> tokens;
+    for (std::string t; in >> t;) {
+      if (t.size() >= 2 && t.front() == '"' && t.back() == '"') t = t.substr(1, t.size() - 2);
+      tokens.push_back(t);
+    }
+    std::string out;
+    auto put = [&out](const std::string& t) { out += (out.empty() ? "" : " ") + t; };
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const std::string& t = tokens[i];
+      bool takes_value = t == "--param" || t == "-target-cpu" || t == "-target-feature" ||
+                         t == "-tune-cpu";
+      if (takes_value && i + 1 < tokens.size()) {
+        put(t + " " + tokens[++i]);
+      } else if (t.rfind("-m", 0) == 0) {
+        put(t);
+      }
+    }
+    if (!out.empty()) return out;
+  }
+  return "";
+}
+
+// Remembered answers of one compiler binary on one CPU.
+struct Queried {
+  std::string version_output;
+  std::string resolved_target;
+};
+
+struct BinaryFacts {
+  std::filesystem::path path, canonical;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+};
+
+std::string facts_digest(const BinaryFacts& f) {
+  std::string text;
+  add_field(text, "format", std::to_string(kToolchainFileFormat));
+  add_field(text, "path", f.path.string());
+  add_field(text, "canonical", f.canonical.string());
+  add_field(text, "size", std::to_string(f.size));
+  add_field(text, "mtime", std::to_string(f.mtime_ns));
+  add_field(text, "cpu", cpu_id());
+  return xxh3_128_hex(text);
+}
+
+nlohmann::json facts_json(const BinaryFacts& f) {
+  return {{"format", kToolchainFileFormat}, {"path", f.path.string()},
+          {"canonical", f.canonical.string()}, {"size", f.size},
+          {"mtime_ns", f.mtime_ns},         {"cpu_id", cpu_id()}};
+}
+
+std::optional<Queried> load_queried(const std::filesystem::path& file, const BinaryFacts& f) {
+  struct stat st;
+  // Only a plain file of ours that nobody else can rewrite is trusted.
+  if (::lstat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
+      (st.st_mode & 022))
+    return std::nullopt;
+  std::ifstream in(file, std::ios::binary);
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return std::nullopt;
+  for (auto& [k, v] : facts_json(f).items())
+    if (!j.contains(k) || j[k] != v) return std::nullopt;
+  if (!j.contains("version_output") || !j["version_output"].is_string() ||
+      !j.contains("resolved_target") || !j["resolved_target"].is_string())
+    return std::nullopt;
+  return Queried{j["version_output"].get<std::string>(), j["resolved_target"].get<std::string>()};
+}
+
+void save_queried(const std::filesystem::path& cache_dir, const std::string& name,
+                  const BinaryFacts& f, const Queried& q) {
+  try {
+    CacheStore store(cache_dir);
+    std::filesystem::path dir = store.private_dir("toolchains");
+    nlohmann::json j = facts_json(f);
+    j["version_output"] = q.version_output;
+    j["resolved_target"] = q.resolved_target;
+    write_file_atomically(dir / name, j.dump(2) + "\n");
+  } catch (const std::exception& e) {
+    // Not fatal: the next process asks the compiler again.
+    log_message(LogLevel::Debug, std::string("not remembering the toolchain: ") + e.what());
+  }
+}
+
+std::string describe_failure(const CompileOutcome& r) {
+  std::string why = r.failed_to_start ? "could not be started"
+                    : r.timed_out     ? "timed out"
+                                      : "exited with status " + std::to_string(r.exit_code);
+  std::string line = first_line(r.output);
+  return why + (line.empty() ? "" : ": " + line);
+}
+
+BinaryFacts locate_compiler(const std::string& cxx) {
+  const char* env = std::getenv("METAJIT_CXX");
+  std::string origin = env && *env ? " (METAJIT_CXX)" : "";
+  const std::string hint = "; install a C++17 compiler (g++) or set METAJIT_CXX to one";
+  BinaryFacts f;
+  if (cxx.empty()) throw CompileError("compiler name is empty" + origin + hint);
+  if (cxx.find('/') != std::string::npos) {
+    std::error_code ec;
+    f.path = std::filesystem::absolute(cxx, ec);
+    if (ec) f.path = cxx;
+    struct stat st;
+    if (::stat(f.path.c_str(), &st) != 0)
+      throw CompileError("compiler '" + cxx + "'" + origin + " not found: " + std::strerror(errno) +
+                             hint,
+                         cxx);
+    if (!S_ISREG(st.st_mode) || ::access(f.path.c_str(), X_OK) != 0)
+      throw CompileError("compiler '" + cxx + "'" + origin + " is not an executable file" + hint,
+                         cxx);
+  } else {
+    boost::filesystem::path found = boost::process::search_path(cxx);
+    if (found.empty())
+      throw CompileError("compiler '" + cxx + "'" + origin + " not found on PATH" + hint, cxx);
+    f.path = found.string();
+  }
+  struct stat st;
+  if (::stat(f.path.c_str(), &st) != 0)
+    throw CompileError("compiler '" + f.path.string() + "' cannot be examined: " +
+                           std::strerror(errno),
+                       cxx);
+  f.size = uint64_t(st.st_size);
+  f.mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  std::error_code ec;
+  f.canonical = std::filesystem::canonical(f.path, ec);
+  if (ec) f.canonical = f.path;
+  return f;
+}
+
+Toolchain resolve(const Config& c) {
+  Toolchain t;
+  t.compiler = c.cxx;
+  BinaryFacts f = locate_compiler(c.cxx);
+  t.path = f.path;
+  t.binary_size = f.size;
+  t.binary_mtime = f.mtime_ns;
+  t.flags = {"-std=c++17", "-O3", "-march=native", "-fPIC", "-shared", "-fopenmp"};
+  t.flags.insert(t.flags.end(), c.extra_cxxflags.begin(), c.extra_cxxflags.end());
+
+  const std::string name = facts_digest(f) + ".json";
+  const std::filesystem::path file = c.cache_dir / "v1" / "toolchains" / name;
+  std::optional<Queried> q = load_queried(file, f);
+  if (!q) {
+    q.emplace();
+    CompileOutcome v = run_compiler({f.path.string(), "--version"}, kQueryTimeoutSeconds);
+    if (!v.ok)
+      throw CompileError("compiler '" + c.cxx + "' does not work: `" + v.command + "` " +
+                             describe_failure(v),
+                         v.command, v.output);
+    q->version_output = v.output;
+    CompileOutcome target =
+        run_compiler({f.path.string(), "-march=native", "-E", "-v", "-x", "c++", "/dev/null", "-o",
+                      "/dev/null"},
+                     kQueryTimeoutSeconds);
+    q->resolved_target = target.ok ? parse_resolved_target(target.output) : "";
+    if (q->resolved_target.empty()) {
+      // Still keyed to this CPU, so kernels built here are never reused on another one.
+      q->resolved_target = "unresolved-native cpu=" + cpu_id();
+      log_message(LogLevel::Debug, "could not tell what -march=native means for " +
+                                       f.path.string() + "; keying kernels by the CPU id");
+    }
+    save_queried(c.cache_dir, name, f, *q);
+  }
+  t.version_output = q->version_output;
+  t.resolved_target = q->resolved_target;
+  return t;
+}
+
+struct Resolved {
+  std::mutex mu;
+  // Never freed: callers keep references across reload_config().
+  std::map<std::string, std::unique_ptr<Toolchain>> by_setting;
+};
+
+}  // namespace
+
+std::string Toolchain::identity() const {
+  std::string out;
+  add_field(out, "compiler", compiler);
+  add_field(out, "path", path.string());
+  add_field(out, "version", version_output);
+  add_field(out, "size", std::to_string(binary_size));
+  add_field(out, "mtime", std::to_string(binary_mtime));
+  add_field(out, "target", resolved_target);
+  std::string joined;
+  for (const std::string& f : flags) add_field(joined, "flag", f);
+  add_field(out, "flags", joined);
+  return out;
+}
+
+std::string Toolchain::version_line() const { return first_line(version_output); }
+
+std::vector<std::string> Toolchain::compile_command(const std::filesystem::path& source,
+                                                    const std::filesystem::path& output) const {
+  std::vector<std::string> cmd;
+  cmd.reserve(flags.size() + 4);
+  cmd.push_back(path.string());
+  cmd.insert(cmd.end(), flags.begin(), flags.end());
+  cmd.push_back(source.string());
+  cmd.push_back("-o");
+  cmd.push_back(output.string());
+  return cmd;
+}
+
+const Toolchain& host_toolchain() {
+  static Resolved* resolved = new Resolved;
+  const Config& c = config();
+  std::string setting;
+  add_field(setting, "cxx", c.cxx);
+  for (const std::string& f : c.extra_cxxflags) add_field(setting, "flag", f);
+  std::lock_guard<std::mutex> lock(resolved->mu);
+  auto it = resolved->by_setting.find(setting);
+  if (it != resolved->by_setting.end()) return *it->second;
+  auto t = std::make_unique<Toolchain>(resolve(c));  // throws: nothing remembered, retried
+  return *resolved->by_setting.emplace(setting, std::move(t)).first->second;
+}
+
+}  // namespace metajit

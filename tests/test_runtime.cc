@@ -1,0 +1,89 @@
+// Runtime pieces: the caching allocator, stats()/reset_stats(), eval() semantics (realized
+// Vars, shared inputs, several outputs), and evaluation from several threads.
+#include <catch2/catch.hpp>
+
+#include <thread>
+
+#include <metajit/metajit.h>
+
+#include "reference_check.h"
+#include "runtime/allocator.h"
+
+using namespace metajit;
+
+TEST_CASE("the allocator reuses freed blocks and tracks bytes in use and peak", "[allocator]") {
+  const uint64_t base = allocator_stats().bytes_in_use;
+  void* first;
+  {
+    BufferPtr a = allocate_buffer(1000);
+    first = a->data();
+    CHECK(allocator_stats().bytes_in_use == base + 1000);
+    CHECK(reinterpret_cast<uintptr_t>(first) % 64 == 0);
+  }
+  CHECK(allocator_stats().bytes_in_use == base);
+  BufferPtr b = allocate_buffer(900);  // same 1024-byte bin: the freed block comes back
+  CHECK(b->data() == first);
+  reset_allocator_peak();
+  CHECK(allocator_stats().peak_bytes == allocator_stats().bytes_in_use);
+  { BufferPtr c = allocate_buffer(5000); }
+  CHECK(allocator_stats().peak_bytes >= allocator_stats().bytes_in_use + 5000);
+  BufferPtr empty = allocate_buffer(0);
+  CHECK(empty->data() != nullptr);
+}
+
+TEST_CASE("intermediates are freed once their last reader has run", "[runtime]") {
+  Var x = rand({256, 256}, 1);
+  eval({x});
+  const uint64_t before = stats().bytes_in_use;
+  Var m = max(x, {1}, true);          // stored intermediate (read through a broadcast)
+  Var y = sum(exp(x - m), {1});       // output: 256 floats
+  eval({y});
+  CHECK(stats().bytes_in_use == before + 256 * 4);
+}
+
+TEST_CASE("stats count launches; reset_stats zeroes them", "[runtime]") {
+  Var x = rand({4, 4}, 2);
+  eval({x});
+  reset_stats();
+  CHECK(stats().kernels_launched == 0);
+  eval({x + 1.0, x * 2.0});
+  CHECK(stats().kernels_launched == 2);
+  eval({x});  // already realized: nothing runs
+  CHECK(stats().kernels_launched == 2);
+}
+
+TEST_CASE("eval of several outputs sharing work, and of realized inputs", "[runtime]") {
+  Var x = rand({6, 5}, 3);
+  Var e = exp(x);
+  Var a = e + 1.0, b = sum(e, {0}), c = e;
+  check_against_reference({a, b, c});
+  // Evaluated Vars become leaves: later graphs read them without recomputing.
+  reset_stats();
+  Var d = c * 2.0;
+  check_against_reference({d});
+  CHECK(stats().kernels_launched == 1);
+}
+
+TEST_CASE("0-d and zero-size values", "[runtime]") {
+  Var s = full({}, 3.5);
+  CHECK(s.item<float>() == 3.5f);
+  Var z = zeros({0, 3});
+  CHECK((z + 1.0).to_vector<float>().empty());
+  CHECK(sum(z).item<float>() == 0.0f);
+  CHECK(max(z, {0}).to_vector<float>().size() == 3);
+}
+
+TEST_CASE("eval from several threads", "[runtime][threads]") {
+  std::vector<std::thread> threads;
+  std::vector<int> ok(4, 0);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([t, &ok] {
+      for (int i = 0; i < 20; ++i) {
+        Var x = full({16}, double(t));
+        float v = sum(x * 2.0 + 1.0).item<float>();
+        ok[t] += v == 16.0f * (2.0f * float(t) + 1.0f);
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) CHECK(ok[t] == 20);
+}
