@@ -300,13 +300,13 @@ Var broadcast_to(const Var& x, Shape shape, std::vector<int64_t> dims) {
       continue;
     }
     int64_t in = x.shape()[j++];
-    if (in == shape[k] && in != 1) {
+    if (in == shape[k]) {
+      // Equal extents pass the index through, 1 -> 1 included: a batch of 1 then uses the
+      // same kernel as a batch of 8.
       bc[k] = BroadcastAxis::Keep;
     } else if (in == 1) {
-      // Extent-1 inputs always read index 0, whatever the target extent: the kernel then does
-      // not change between a broadcast batch of 1 and of 8.
       bc[k] = BroadcastAxis::Expand;
-      if (shape[k] != 1) identity = false;
+      identity = false;
     } else {
       fail("axis " + std::to_string(k) + " has size " + std::to_string(in) + " in the input and " +
            std::to_string(shape[k]) + " in the target; sizes must be equal or 1 in the input");
