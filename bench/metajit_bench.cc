@@ -1,14 +1,14 @@
 // `make bench`: fused (O1) against unfused (O0) metajit in the same run, reported as ratios.
 // The peer comparison (Halide, Eigen, OpenBLAS, Python frameworks) and the memory-bandwidth
 // floor belong to the performance issue and are not here yet.
+#include <metajit/metajit.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <vector>
-
-#include <metajit/metajit.h>
 
 #include "runtime/config.h"
 
@@ -24,7 +24,8 @@ double median_ms(const std::function<Var()>& build, int reps) {
     Var y = build();
     auto t0 = std::chrono::steady_clock::now();
     eval({y});
-    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    t.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];

@@ -113,7 +113,7 @@ Check check_openmp(const Toolchain& tc) {
   auto fn = reinterpret_cast<long (*)(int*)>(::dlsym(lib, "metajit_doctor_probe"));
   int threads = 0;
   long sum = fn ? fn(&threads) : -1;
-  ::dlclose(lib);
+  // No dlclose: libgomp came in with the probe and its idle worker threads still run its code.
   if (sum != 500500) {
     return {"openmp", Status::Problem, "the probe computed a wrong result", fix};
   }
@@ -230,6 +230,21 @@ Check check_free_space(const fs::path& root, std::optional<uint64_t>& free_bytes
   return c;
 }
 
+// "-march=znver3 -mtune=znver3 (+97 more target options)": the full list is in --json.
+std::string summarize_target(const std::string& target) {
+  std::istringstream in(target);
+  std::string shown;
+  size_t others = 0;
+  for (std::string t; in >> t;) {
+    if (t.rfind("-march=", 0) == 0 || t.rfind("-mtune=", 0) == 0 || t == "-target-cpu")
+      shown += (shown.empty() ? "" : " ") + t;
+    else if (t.rfind("-", 0) == 0)
+      ++others;
+  }
+  if (shown.empty()) return target.size() > 100 ? target.substr(0, 97) + "..." : target;
+  return shown + " (+" + std::to_string(others) + " more target options)";
+}
+
 int run_doctor(bool json) {
   std::vector<Check> checks;
   nlohmann::json report = nlohmann::json::object();
@@ -245,7 +260,7 @@ int run_doctor(bool json) {
                           {"flags", tc->flags}};
     bool resolved = tc->resolved_target.rfind("unresolved", 0) != 0;
     checks.push_back({"target", resolved ? Status::Ok : Status::Problem,
-                      resolved ? tc->resolved_target
+                      resolved ? (json ? tc->resolved_target : summarize_target(tc->resolved_target))
                                : "cannot tell what -march=native means for this compiler",
                       resolved ? "" : "check that `" + tc->path.string() +
                                           " -march=native -E -v -x c++ /dev/null` works"});

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "meta_ops/error.h"
@@ -45,6 +46,16 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version: stdout, status 0
+    // CLI11 reports `metajit frob` as "A subcommand is required"; name the word instead.
+    std::vector<std::string> rest = app.remaining(/*recurse=*/true);
+    if (!rest.empty() && dynamic_cast<const CLI::RequiredError*>(&e)) {
+      bool option = rest.front().rfind("-", 0) == 0;
+      return fail(std::string(option ? "unknown option '" : "unknown command '") + rest.front() +
+                      "' (see metajit --help)",
+                  1);
+    }
+    if (!rest.empty() && dynamic_cast<const CLI::ExtrasError*>(&e))
+      return fail("unexpected argument '" + rest.front() + "' (see metajit --help)", 1);
     return fail(std::string(e.what()) + " (see metajit --help)", 1);
   }
 

@@ -13,29 +13,46 @@ double as_dtype(double v, DType t) {
     return std::trunc(std::fmin(std::fmax(x, lo), hi));
   };
   switch (t) {
-    case DType::Bool: return v != 0 ? 1.0 : 0.0;
-    case DType::Int32: return clamp_int(v, -2147483648.0, 2147483647.0);
-    case DType::Int64: return clamp_int(v, -9223372036854775808.0, 9223372036854774784.0);
-    case DType::Float32: return double(float(v));
-    case DType::Float64: return v;
+    case DType::Bool:
+      return v != 0 ? 1.0 : 0.0;
+    case DType::Int32:
+      return clamp_int(v, -2147483648.0, 2147483647.0);
+    case DType::Int64:
+      return clamp_int(v, -9223372036854775808.0, 9223372036854774784.0);
+    case DType::Float32:
+      return double(float(v));
+    case DType::Float64:
+      return v;
   }
   return v;
 }
 
 double fold_unary(UnaryOp op, DType t, double x) {
   switch (op) {
-    case UnaryOp::Neg: return -x;
-    case UnaryOp::Abs: return std::fabs(x);
-    case UnaryOp::Exp: return std::exp(x);
-    case UnaryOp::Log: return std::log(x);
-    case UnaryOp::Sqrt: return std::sqrt(x);
-    case UnaryOp::Sin: return std::sin(x);
-    case UnaryOp::Cos: return std::cos(x);
-    case UnaryOp::Tanh: return std::tanh(x);
-    case UnaryOp::Sigmoid: return 1.0 / (1.0 + std::exp(-x));
-    case UnaryOp::Relu: return x > 0 ? x : 0.0;
-    case UnaryOp::Floor: return std::floor(x);
-    case UnaryOp::LogicalNot: return x == 0 ? 1.0 : 0.0;
+    case UnaryOp::Neg:
+      return -x;
+    case UnaryOp::Abs:
+      return std::fabs(x);
+    case UnaryOp::Exp:
+      return std::exp(x);
+    case UnaryOp::Log:
+      return std::log(x);
+    case UnaryOp::Sqrt:
+      return std::sqrt(x);
+    case UnaryOp::Sin:
+      return std::sin(x);
+    case UnaryOp::Cos:
+      return std::cos(x);
+    case UnaryOp::Tanh:
+      return std::tanh(x);
+    case UnaryOp::Sigmoid:
+      return 1.0 / (1.0 + std::exp(-x));
+    case UnaryOp::Relu:
+      return x > 0 ? x : 0.0;
+    case UnaryOp::Floor:
+      return std::floor(x);
+    case UnaryOp::LogicalNot:
+      return x == 0 ? 1.0 : 0.0;
   }
   return x;
 }
@@ -43,23 +60,37 @@ double fold_unary(UnaryOp op, DType t, double x) {
 double fold_binary(BinaryOp op, DType operand, double a, double b) {
   const bool integral = !is_float(operand);
   switch (op) {
-    case BinaryOp::Add: return a + b;
-    case BinaryOp::Sub: return a - b;
-    case BinaryOp::Mul: return a * b;
+    case BinaryOp::Add:
+      return a + b;
+    case BinaryOp::Sub:
+      return a - b;
+    case BinaryOp::Mul:
+      return a * b;
     case BinaryOp::Div:
       if (!integral) return a / b;
       return b == 0 ? 0.0 : std::trunc(a / b);
-    case BinaryOp::Pow: return std::pow(a, b);
-    case BinaryOp::Maximum: return (a != a || a > b) ? a : b;
-    case BinaryOp::Minimum: return (a != a || a < b) ? a : b;
-    case BinaryOp::Eq: return a == b;
-    case BinaryOp::Ne: return a != b;
-    case BinaryOp::Lt: return a < b;
-    case BinaryOp::Le: return a <= b;
-    case BinaryOp::Gt: return a > b;
-    case BinaryOp::Ge: return a >= b;
-    case BinaryOp::LogicalAnd: return a != 0 && b != 0;
-    case BinaryOp::LogicalOr: return a != 0 || b != 0;
+    case BinaryOp::Pow:
+      return std::pow(a, b);
+    case BinaryOp::Maximum:
+      return (a != a || a > b) ? a : b;
+    case BinaryOp::Minimum:
+      return (a != a || a < b) ? a : b;
+    case BinaryOp::Eq:
+      return a == b;
+    case BinaryOp::Ne:
+      return a != b;
+    case BinaryOp::Lt:
+      return a < b;
+    case BinaryOp::Le:
+      return a <= b;
+    case BinaryOp::Gt:
+      return a > b;
+    case BinaryOp::Ge:
+      return a >= b;
+    case BinaryOp::LogicalAnd:
+      return a != 0 && b != 0;
+    case BinaryOp::LogicalOr:
+      return a != 0 || b != 0;
   }
   return 0;
 }
@@ -71,11 +102,14 @@ bool is_elementwise(OpKind k) {
 // Folds node `n` whose inputs are the scalars `v` (already in their dtypes).
 double fold(const Graph& g, const GNode& n, const std::vector<double>& v) {
   switch (n.kind) {
-    case OpKind::Unary: return fold_unary(UnaryOp(n.op), n.dtype, v[0]);
+    case OpKind::Unary:
+      return fold_unary(UnaryOp(n.op), n.dtype, v[0]);
     case OpKind::Binary:
       return fold_binary(BinaryOp(n.op), g.nodes[n.inputs[0]].dtype, v[0], v[1]);
-    case OpKind::Where: return v[0] != 0 ? v[1] : v[2];
-    default: return v[0];  // Cast: as_dtype below does the conversion
+    case OpKind::Where:
+      return v[0] != 0 ? v[1] : v[2];
+    default:
+      return v[0];  // Cast: as_dtype below does the conversion
   }
 }
 
@@ -143,7 +177,10 @@ void fold_constants(Graph& g) {
     std::vector<std::pair<int, size_t>> stack{{root, 0}};
     while (!stack.empty()) {
       auto& [id, next] = stack.back();
-      if (state[id] == 2) { stack.pop_back(); continue; }
+      if (state[id] == 2) {
+        stack.pop_back();
+        continue;
+      }
       state[id] = 1;
       if (next < g.nodes[id].inputs.size()) {
         int in = g.nodes[id].inputs[next++];

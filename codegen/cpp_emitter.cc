@@ -25,7 +25,9 @@ class CppEmitter {
     for (size_t k = 0; k < ir_.ops.size(); ++k) out_ += (k ? ", " : "") + ir_.ops[k];
     out_ += "\n";
     out_ += kPrelude;
-    out_ += "\nextern \"C\" void metajit_kernel(void* const* B, const long long* P, const double* S) {\n";
+    out_ +=
+        "\nextern \"C\" void metajit_kernel(void* const* B, const long long* P, const double* S) "
+        "{\n";
     for (int k = 0; k < ir_.num_params; ++k)
       line(1, "const i64 p" + std::to_string(k) + " = P[" + std::to_string(k) + "];");
     if (ir_.num_params == 0) line(1, "(void)P;");
@@ -40,8 +42,10 @@ class CppEmitter {
     std::string ot = ctype(ir_.output.dtype);
     line(1, ot + "* __restrict__ out = (" + ot + "*)B[" + std::to_string(ir_.inputs.size()) + "];");
     strides("out", ir_.output);
-    if (ir_.kind == KernelKind::Map) map_kernel();
-    else scatter_kernel();
+    if (ir_.kind == KernelKind::Map)
+      map_kernel();
+    else
+      scatter_kernel();
     out_ += "}\n";
     return out_;
   }
@@ -49,11 +53,16 @@ class CppEmitter {
  private:
   static std::string ctype(DType t) {
     switch (t) {
-      case DType::Bool: return "bool";
-      case DType::Int32: return "int";
-      case DType::Int64: return "i64";
-      case DType::Float32: return "float";
-      case DType::Float64: return "double";
+      case DType::Bool:
+        return "bool";
+      case DType::Int32:
+        return "int";
+      case DType::Int64:
+        return "i64";
+      case DType::Float32:
+        return "float";
+      case DType::Float64:
+        return "double";
     }
     return "?";
   }
@@ -83,31 +92,51 @@ class CppEmitter {
   static std::string ix(const IndexExpr& e) {
     auto bin = [&](const char* op) { return "(" + ix(*e.a) + " " + op + " " + ix(*e.b) + ")"; };
     switch (e.kind) {
-      case IxKind::Const: return e.value < 0 ? "(" + std::to_string(e.value) + "LL)" : std::to_string(e.value) + "LL";
-      case IxKind::Var: return "i" + std::to_string(e.value);
-      case IxKind::Param: return "p" + std::to_string(e.value);
-      case IxKind::Neg: return "(-" + ix(*e.a) + ")";
-      case IxKind::Not: return "(!" + ix(*e.a) + ")";
-      case IxKind::Add: return bin("+");
-      case IxKind::Sub: return bin("-");
-      case IxKind::Mul: return bin("*");
+      case IxKind::Const:
+        return e.value < 0 ? "(" + std::to_string(e.value) + "LL)" : std::to_string(e.value) + "LL";
+      case IxKind::Var:
+        return "i" + std::to_string(e.value);
+      case IxKind::Param:
+        return "p" + std::to_string(e.value);
+      case IxKind::Neg:
+        return "(-" + ix(*e.a) + ")";
+      case IxKind::Not:
+        return "(!" + ix(*e.a) + ")";
+      case IxKind::Add:
+        return bin("+");
+      case IxKind::Sub:
+        return bin("-");
+      case IxKind::Mul:
+        return bin("*");
       case IxKind::Div:
       case IxKind::Mod: {
         bool safe = e.b->kind == IxKind::Const && e.b->value != 0 && e.b->value != -1;
         if (safe) return bin(e.kind == IxKind::Div ? "/" : "%");
-        return std::string(e.kind == IxKind::Div ? "mj_div(" : "mj_mod(") + ix(*e.a) + ", " + ix(*e.b) + ")";
+        return std::string(e.kind == IxKind::Div ? "mj_div(" : "mj_mod(") + ix(*e.a) + ", " +
+               ix(*e.b) + ")";
       }
-      case IxKind::Lt: return bin("<");
-      case IxKind::Le: return bin("<=");
-      case IxKind::Gt: return bin(">");
-      case IxKind::Ge: return bin(">=");
-      case IxKind::Eq: return bin("==");
-      case IxKind::Ne: return bin("!=");
-      case IxKind::And: return bin("&&");
-      case IxKind::Or: return bin("||");
-      case IxKind::Min: return "(" + ix(*e.a) + " < " + ix(*e.b) + " ? " + ix(*e.a) + " : " + ix(*e.b) + ")";
-      case IxKind::Max: return "(" + ix(*e.a) + " > " + ix(*e.b) + " ? " + ix(*e.a) + " : " + ix(*e.b) + ")";
-      case IxKind::Select: return "(" + ix(*e.a) + " ? " + ix(*e.b) + " : " + ix(*e.c) + ")";
+      case IxKind::Lt:
+        return bin("<");
+      case IxKind::Le:
+        return bin("<=");
+      case IxKind::Gt:
+        return bin(">");
+      case IxKind::Ge:
+        return bin(">=");
+      case IxKind::Eq:
+        return bin("==");
+      case IxKind::Ne:
+        return bin("!=");
+      case IxKind::And:
+        return bin("&&");
+      case IxKind::Or:
+        return bin("||");
+      case IxKind::Min:
+        return "(" + ix(*e.a) + " < " + ix(*e.b) + " ? " + ix(*e.a) + " : " + ix(*e.b) + ")";
+      case IxKind::Max:
+        return "(" + ix(*e.a) + " > " + ix(*e.b) + " ? " + ix(*e.a) + " : " + ix(*e.b) + ")";
+      case IxKind::Select:
+        return "(" + ix(*e.a) + " ? " + ix(*e.b) + " : " + ix(*e.c) + ")";
     }
     return "0";
   }
@@ -118,21 +147,31 @@ class CppEmitter {
     const bool f = t == DType::Float32;
     switch (op) {
       case ReduceOp::Add:
-      case ReduceOp::Mean: return t == DType::Bool ? "false" : "0";
-      case ReduceOp::Mul: return t == DType::Bool ? "true" : "1";
+      case ReduceOp::Mean:
+        return t == DType::Bool ? "false" : "0";
+      case ReduceOp::Mul:
+        return t == DType::Bool ? "true" : "1";
       case ReduceOp::Max:
         switch (t) {
-          case DType::Bool: return "false";
-          case DType::Int32: return "(-2147483647 - 1)";
-          case DType::Int64: return "(-9223372036854775807LL - 1)";
-          default: return f ? "(-__builtin_inff())" : "(-__builtin_inf())";
+          case DType::Bool:
+            return "false";
+          case DType::Int32:
+            return "(-2147483647 - 1)";
+          case DType::Int64:
+            return "(-9223372036854775807LL - 1)";
+          default:
+            return f ? "(-__builtin_inff())" : "(-__builtin_inf())";
         }
       case ReduceOp::Min:
         switch (t) {
-          case DType::Bool: return "true";
-          case DType::Int32: return "2147483647";
-          case DType::Int64: return "9223372036854775807LL";
-          default: return f ? "__builtin_inff()" : "__builtin_inf()";
+          case DType::Bool:
+            return "true";
+          case DType::Int32:
+            return "2147483647";
+          case DType::Int64:
+            return "9223372036854775807LL";
+          default:
+            return f ? "__builtin_inff()" : "__builtin_inf()";
         }
     }
     return "0";
@@ -143,15 +182,19 @@ class CppEmitter {
     const std::string T = ctype(t);
     switch (op) {
       case ReduceOp::Add:
-      case ReduceOp::Mean: return "(" + T + ")(" + acc + " + " + x + ")";
-      case ReduceOp::Mul: return "(" + T + ")(" + acc + " * " + x + ")";
+      case ReduceOp::Mean:
+        return "(" + T + ")(" + acc + " + " + x + ")";
+      case ReduceOp::Mul:
+        return "(" + T + ")(" + acc + " * " + x + ")";
       case ReduceOp::Max:
         if (t == DType::Bool) return "(" + acc + " || " + x + ")";
-        if (is_float(t)) return "((" + x + " > " + acc + " || " + x + " != " + x + ") ? " + x + " : " + acc + ")";
+        if (is_float(t))
+          return "((" + x + " > " + acc + " || " + x + " != " + x + ") ? " + x + " : " + acc + ")";
         return "(" + x + " > " + acc + " ? " + x + " : " + acc + ")";
       case ReduceOp::Min:
         if (t == DType::Bool) return "(" + acc + " && " + x + ")";
-        if (is_float(t)) return "((" + x + " < " + acc + " || " + x + " != " + x + ") ? " + x + " : " + acc + ")";
+        if (is_float(t))
+          return "((" + x + " < " + acc + " || " + x + " != " + x + ") ? " + x + " : " + acc + ")";
         return "(" + x + " < " + acc + " ? " + x + " : " + acc + ")";
     }
     return acc;
@@ -160,32 +203,52 @@ class CppEmitter {
   std::string unary(UnaryOp op, DType t, const std::string& x) {
     const bool f32 = t == DType::Float32;
     const std::string T = ctype(t);
-    auto fn = [&](const char* name) { return std::string("__builtin_") + name + (f32 ? "f" : "") + "(" + x + ")"; };
+    auto fn = [&](const char* name) {
+      return std::string("__builtin_") + name + (f32 ? "f" : "") + "(" + x + ")";
+    };
     if (is_float(t)) {
       switch (op) {
-        case UnaryOp::Neg: return "(-" + x + ")";
-        case UnaryOp::Abs: return fn("fabs");
-        case UnaryOp::Exp: return fn("exp");
-        case UnaryOp::Log: return fn("log");
-        case UnaryOp::Sqrt: return fn("sqrt");
-        case UnaryOp::Sin: return fn("sin");
-        case UnaryOp::Cos: return fn("cos");
-        case UnaryOp::Tanh: return fn("tanh");
-        case UnaryOp::Floor: return fn("floor");
+        case UnaryOp::Neg:
+          return "(-" + x + ")";
+        case UnaryOp::Abs:
+          return fn("fabs");
+        case UnaryOp::Exp:
+          return fn("exp");
+        case UnaryOp::Log:
+          return fn("log");
+        case UnaryOp::Sqrt:
+          return fn("sqrt");
+        case UnaryOp::Sin:
+          return fn("sin");
+        case UnaryOp::Cos:
+          return fn("cos");
+        case UnaryOp::Tanh:
+          return fn("tanh");
+        case UnaryOp::Floor:
+          return fn("floor");
         case UnaryOp::Sigmoid:
-          return "((" + T + ")1 / ((" + T + ")1 + __builtin_exp" + (f32 ? "f" : "") + "(-" + x + ")))";
-        case UnaryOp::Relu: return "(" + x + " > 0 ? " + x + " : (" + T + ")0)";
-        case UnaryOp::LogicalNot: return "(!" + x + ")";
+          return "((" + T + ")1 / ((" + T + ")1 + __builtin_exp" + (f32 ? "f" : "") + "(-" + x +
+                 ")))";
+        case UnaryOp::Relu:
+          return "(" + x + " > 0 ? " + x + " : (" + T + ")0)";
+        case UnaryOp::LogicalNot:
+          return "(!" + x + ")";
       }
     }
     switch (op) {
-      case UnaryOp::Neg: return "(" + T + ")(-" + x + ")";
-      case UnaryOp::Abs: return "(" + T + ")(" + x + " < 0 ? -" + x + " : " + x + ")";
-      case UnaryOp::Relu: return "(" + x + " > 0 ? " + x + " : (" + T + ")0)";
-      case UnaryOp::LogicalNot: return "(!" + x + ")";
-      case UnaryOp::Floor: return x;
+      case UnaryOp::Neg:
+        return "(" + T + ")(-" + x + ")";
+      case UnaryOp::Abs:
+        return "(" + T + ")(" + x + " < 0 ? -" + x + " : " + x + ")";
+      case UnaryOp::Relu:
+        return "(" + x + " > 0 ? " + x + " : (" + T + ")0)";
+      case UnaryOp::LogicalNot:
+        return "(!" + x + ")";
+      case UnaryOp::Floor:
+        return x;
       default:
-        throw std::logic_error(std::string("emit: unary ") + unary_op_name(op) + " on " + dtype_name(t));
+        throw std::logic_error(std::string("emit: unary ") + unary_op_name(op) + " on " +
+                               dtype_name(t));
     }
   }
 
@@ -193,9 +256,12 @@ class CppEmitter {
     const std::string T = ctype(operand);
     const bool flt = is_float(operand);
     switch (op) {
-      case BinaryOp::Add: return "(" + T + ")(" + a + " + " + b + ")";
-      case BinaryOp::Sub: return "(" + T + ")(" + a + " - " + b + ")";
-      case BinaryOp::Mul: return "(" + T + ")(" + a + " * " + b + ")";
+      case BinaryOp::Add:
+        return "(" + T + ")(" + a + " + " + b + ")";
+      case BinaryOp::Sub:
+        return "(" + T + ")(" + a + " - " + b + ")";
+      case BinaryOp::Mul:
+        return "(" + T + ")(" + a + " * " + b + ")";
       case BinaryOp::Div:
         if (flt) return "(" + a + " / " + b + ")";
         return "(" + T + ")mj_div(" + a + ", " + b + ")";
@@ -206,20 +272,30 @@ class CppEmitter {
                "((double)" + a + ", (double)" + b + ")";
       case BinaryOp::Maximum:
         if (operand == DType::Bool) return "(" + a + " || " + b + ")";
-        if (flt) return "((" + a + " > " + b + " || " + a + " != " + a + ") ? " + a + " : " + b + ")";
+        if (flt)
+          return "((" + a + " > " + b + " || " + a + " != " + a + ") ? " + a + " : " + b + ")";
         return "(" + a + " > " + b + " ? " + a + " : " + b + ")";
       case BinaryOp::Minimum:
         if (operand == DType::Bool) return "(" + a + " && " + b + ")";
-        if (flt) return "((" + a + " < " + b + " || " + a + " != " + a + ") ? " + a + " : " + b + ")";
+        if (flt)
+          return "((" + a + " < " + b + " || " + a + " != " + a + ") ? " + a + " : " + b + ")";
         return "(" + a + " < " + b + " ? " + a + " : " + b + ")";
-      case BinaryOp::Eq: return "(" + a + " == " + b + ")";
-      case BinaryOp::Ne: return "(" + a + " != " + b + ")";
-      case BinaryOp::Lt: return "(" + a + " < " + b + ")";
-      case BinaryOp::Le: return "(" + a + " <= " + b + ")";
-      case BinaryOp::Gt: return "(" + a + " > " + b + ")";
-      case BinaryOp::Ge: return "(" + a + " >= " + b + ")";
-      case BinaryOp::LogicalAnd: return "(" + a + " && " + b + ")";
-      case BinaryOp::LogicalOr: return "(" + a + " || " + b + ")";
+      case BinaryOp::Eq:
+        return "(" + a + " == " + b + ")";
+      case BinaryOp::Ne:
+        return "(" + a + " != " + b + ")";
+      case BinaryOp::Lt:
+        return "(" + a + " < " + b + ")";
+      case BinaryOp::Le:
+        return "(" + a + " <= " + b + ")";
+      case BinaryOp::Gt:
+        return "(" + a + " > " + b + ")";
+      case BinaryOp::Ge:
+        return "(" + a + " >= " + b + ")";
+      case BinaryOp::LogicalAnd:
+        return "(" + a + " && " + b + ")";
+      case BinaryOp::LogicalOr:
+        return "(" + a + " || " + b + ")";
     }
     return "0";
   }
@@ -234,20 +310,28 @@ class CppEmitter {
     std::string expr;
     switch (st.kind) {
       case KOp::Load:
-        expr = "in" + std::to_string(st.buffer) + "[" + offset("in" + std::to_string(st.buffer), st.index) + "]";
+        expr = "in" + std::to_string(st.buffer) + "[" +
+               offset("in" + std::to_string(st.buffer), st.index) + "]";
         break;
       case KOp::Scalar:
         expr = st.dtype == DType::Bool ? "(S[" + std::to_string(st.slot) + "] != 0)"
                                        : "(" + T + ")S[" + std::to_string(st.slot) + "]";
         break;
-      case KOp::Iota: expr = "(" + T + ")" + ix(*st.index[0]); break;
-      case KOp::Unary: expr = unary(UnaryOp(st.op), st.dtype, v(st.args[0])); break;
+      case KOp::Iota:
+        expr = "(" + T + ")" + ix(*st.index[0]);
+        break;
+      case KOp::Unary:
+        expr = unary(UnaryOp(st.op), st.dtype, v(st.args[0]));
+        break;
       case KOp::Binary:
         expr = binary(BinaryOp(st.op), dtypes_.at(st.args[0]), v(st.args[0]), v(st.args[1]));
         break;
-      case KOp::Where: expr = "(" + v(st.args[0]) + " ? " + v(st.args[1]) + " : " + v(st.args[2]) + ")"; break;
+      case KOp::Where:
+        expr = "(" + v(st.args[0]) + " ? " + v(st.args[1]) + " : " + v(st.args[2]) + ")";
+        break;
       case KOp::Cast:
-        expr = st.dtype == DType::Bool ? "(" + v(st.args[0]) + " != 0)" : "(" + T + ")" + v(st.args[0]);
+        expr = st.dtype == DType::Bool ? "(" + v(st.args[0]) + " != 0)"
+                                       : "(" + T + ")" + v(st.args[0]);
         break;
       case KOp::Guard: {
         line(depth, T + " " + v(st.id) + ";");
@@ -255,7 +339,11 @@ class CppEmitter {
         block(*st.body, depth + 1);
         line(depth + 1, v(st.id) + " = " + v(st.body->result) + ";");
         line(depth, "} else {");
-        line(depth + 1, v(st.id) + " = " + (st.dtype == DType::Bool ? "(S[" + std::to_string(st.slot) + "] != 0)" : "(" + T + ")S[" + std::to_string(st.slot) + "]") + ";");
+        line(depth + 1,
+             v(st.id) + " = " +
+                 (st.dtype == DType::Bool ? "(S[" + std::to_string(st.slot) + "] != 0)"
+                                          : "(" + T + ")S[" + std::to_string(st.slot) + "]") +
+                 ";");
         line(depth, "}");
         return;
       }
@@ -264,7 +352,8 @@ class CppEmitter {
         line(depth, T + " " + acc + " = " + identity(ReduceOp(st.op), st.dtype) + ";");
         int d = depth;
         for (const KLoop& l : st.loops) {
-          line(d, "for (i64 i" + std::to_string(l.var) + " = 0; i" + std::to_string(l.var) + " < " + ix(*l.extent) + "; ++i" + std::to_string(l.var) + ") {");
+          line(d, "for (i64 i" + std::to_string(l.var) + " = 0; i" + std::to_string(l.var) + " < " +
+                      ix(*l.extent) + "; ++i" + std::to_string(l.var) + ") {");
           ++d;
         }
         block(*st.body, d);
@@ -290,13 +379,16 @@ class CppEmitter {
       if (!ir_.body.stmts.empty() && ir_.body.stmts.back().kind == KOp::Reduce)
         for (const KLoop& l : ir_.body.stmts.back().loops) w += " * " + ix(*l.extent);
       size_t collapse = loops.size() > 1 ? loops.size() - 1 : 1;
-      line(depth, "#pragma omp parallel for" + (collapse > 1 ? " collapse(" + std::to_string(collapse) + ")" : std::string()) +
-                      " schedule(static) if(" + w + " > 32768)");
+      line(depth,
+           "#pragma omp parallel for" +
+               (collapse > 1 ? " collapse(" + std::to_string(collapse) + ")" : std::string()) +
+               " schedule(static) if(" + w + " > 32768)");
     }
     for (size_t k = 0; k < loops.size(); ++k) {
       const KLoop& l = loops[k];
       std::string i = "i" + std::to_string(l.var);
-      line(depth + int(k), "for (i64 " + i + " = 0; " + i + " < " + ix(*l.extent) + "; ++" + i + ") {");
+      line(depth + int(k),
+           "for (i64 " + i + " = 0; " + i + " < " + ix(*l.extent) + "; ++" + i + ") {");
     }
   }
   void close_loops(size_t n, int depth) {
@@ -338,6 +430,8 @@ class CppEmitter {
 
 }  // namespace
 
-std::string emit_cpp(const KernelIR& ir) { return CppEmitter(ir).run(); }
+std::string emit_cpp(const KernelIR& ir) {
+  return CppEmitter(ir).run();
+}
 
 }  // namespace metajit

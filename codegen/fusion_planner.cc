@@ -18,10 +18,12 @@ int own_cost(const GNode& n) {
   switch (n.kind) {
     case OpKind::Leaf:
     case OpKind::Scalar:
-    case OpKind::BroadcastTo: return 0;
+    case OpKind::BroadcastTo:
+      return 0;
     case OpKind::Unary:
       return UnaryOp(n.op) >= UnaryOp::Exp && UnaryOp(n.op) <= UnaryOp::Sigmoid ? 4 : 1;
-    default: return 1;
+    default:
+      return 1;
   }
 }
 
@@ -83,8 +85,10 @@ FusionPlan plan_fusion(const Graph& g, int opt_level) {
       for (int in : g.nodes[id].inputs) {
         if (seen[in]) continue;
         seen[in] = true;
-        if (plan.stored[in]) group.reads.push_back(in);
-        else stack.push_back(in);
+        if (plan.stored[in])
+          group.reads.push_back(in);
+        else
+          stack.push_back(in);
       }
     }
     std::sort(group.nodes.begin(), group.nodes.end());  // ids are topological

@@ -50,9 +50,12 @@ Graph capture_graph(const std::vector<NodePtr>& outputs) {
 std::string describe_op(const GNode& n) {
   std::string s = op_kind_name(n.kind);
   switch (n.kind) {
-    case OpKind::Unary: return s + "." + unary_op_name(UnaryOp(n.op));
-    case OpKind::Binary: return s + "." + binary_op_name(BinaryOp(n.op));
-    case OpKind::Cast: return s + "." + dtype_name(n.dtype);
+    case OpKind::Unary:
+      return s + "." + unary_op_name(UnaryOp(n.op));
+    case OpKind::Binary:
+      return s + "." + binary_op_name(BinaryOp(n.op));
+    case OpKind::Cast:
+      return s + "." + dtype_name(n.dtype);
     case OpKind::Reduce:
     case OpKind::ReindexReduce: {
       s += std::string(".") + reduce_op_name(ReduceOp(n.op));
@@ -63,7 +66,8 @@ std::string describe_op(const GNode& n) {
       }
       return s;
     }
-    default: return s;
+    default:
+      return s;
   }
 }
 

@@ -7,15 +7,24 @@ namespace {
 
 const char* kop_name(KOp k) {
   switch (k) {
-    case KOp::Load: return "load";
-    case KOp::Scalar: return "scalar";
-    case KOp::Iota: return "iota";
-    case KOp::Unary: return "unary";
-    case KOp::Binary: return "binary";
-    case KOp::Where: return "where";
-    case KOp::Cast: return "cast";
-    case KOp::Guard: return "guard";
-    case KOp::Reduce: return "reduce";
+    case KOp::Load:
+      return "load";
+    case KOp::Scalar:
+      return "scalar";
+    case KOp::Iota:
+      return "iota";
+    case KOp::Unary:
+      return "unary";
+    case KOp::Binary:
+      return "binary";
+    case KOp::Where:
+      return "where";
+    case KOp::Cast:
+      return "cast";
+    case KOp::Guard:
+      return "guard";
+    case KOp::Reduce:
+      return "reduce";
   }
   return "?";
 }
@@ -37,14 +46,29 @@ void print_block(const KBlock& b, const std::string& indent, std::string& out) {
     out += indent + "v" + std::to_string(st.id) + ":" + dtype_name(st.dtype) + " = " +
            kop_name(st.kind);
     switch (st.kind) {
-      case KOp::Load: out += " in" + std::to_string(st.buffer) + exprs(st.index); break;
-      case KOp::Scalar: out += " s" + std::to_string(st.slot); break;
-      case KOp::Iota: out += " " + exprs(st.index); break;
-      case KOp::Unary: out += std::string(".") + unary_op_name(UnaryOp(st.op)); break;
-      case KOp::Binary: out += std::string(".") + binary_op_name(BinaryOp(st.op)); break;
-      case KOp::Guard: out += " " + ix_to_string(*st.cond) + " else s" + std::to_string(st.slot); break;
-      case KOp::Reduce: out += std::string(".") + reduce_op_name(ReduceOp(st.op)) + loops(st.loops); break;
-      default: break;
+      case KOp::Load:
+        out += " in" + std::to_string(st.buffer) + exprs(st.index);
+        break;
+      case KOp::Scalar:
+        out += " s" + std::to_string(st.slot);
+        break;
+      case KOp::Iota:
+        out += " " + exprs(st.index);
+        break;
+      case KOp::Unary:
+        out += std::string(".") + unary_op_name(UnaryOp(st.op));
+        break;
+      case KOp::Binary:
+        out += std::string(".") + binary_op_name(BinaryOp(st.op));
+        break;
+      case KOp::Guard:
+        out += " " + ix_to_string(*st.cond) + " else s" + std::to_string(st.slot);
+        break;
+      case KOp::Reduce:
+        out += std::string(".") + reduce_op_name(ReduceOp(st.op)) + loops(st.loops);
+        break;
+      default:
+        break;
     }
     for (int a : st.args) out += " v" + std::to_string(a);
     out += "\n";
@@ -70,8 +94,8 @@ std::string serialize_ir(const KernelIR& ir) {
   if (ir.kind == KernelKind::Scatter)
     out += std::string("scatter.") + reduce_op_name(ReduceOp(ir.scatter_op)) + " " +
            exprs(ir.target) + " if " + ix_to_string(*ir.target_valid) + "\n";
-  out += "params " + std::to_string(ir.num_params) + " scalars " +
-         std::to_string(ir.num_scalars) + " vars " + std::to_string(ir.num_vars) + "\n";
+  out += "params " + std::to_string(ir.num_params) + " scalars " + std::to_string(ir.num_scalars) +
+         " vars " + std::to_string(ir.num_vars) + "\n";
   return out;
 }
 

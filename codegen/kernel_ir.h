@@ -5,10 +5,9 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "meta_ops/dtype.h"
 #include "meta_ops/index_expr.h"
@@ -20,7 +19,10 @@ enum class KOp : uint8_t {
   Load,    // buffer[index...]
   Scalar,  // scalar argument `slot`, converted to dtype
   Iota,    // the index expression index[0], converted to dtype
-  Unary, Binary, Where, Cast,
+  Unary,
+  Binary,
+  Where,
+  Cast,
   Guard,   // cond ? (value computed by body) : scalar argument `slot`   (reindex)
   Reduce,  // loops over `loops`, accumulating body's value with `op`   (reduce)
 };
@@ -34,11 +36,11 @@ struct KLoop {
 
 struct KStmt {
   KOp kind = KOp::Load;
-  int id = 0;             // defines value v<id>
+  int id = 0;  // defines value v<id>
   DType dtype = DType::Float32;
-  int op = 0;             // UnaryOp / BinaryOp / ReduceOp
-  int buffer = -1;        // Load: input buffer slot
-  int slot = -1;          // Scalar, Guard: scalar argument slot
+  int op = 0;                       // UnaryOp / BinaryOp / ReduceOp
+  int buffer = -1;                  // Load: input buffer slot
+  int slot = -1;                    // Scalar, Guard: scalar argument slot
   std::vector<IndexExprPtr> index;  // Load: one per buffer axis; Iota: one
   std::vector<int> args;            // value ids (Binary: operand dtype is args' dtype)
   IndexExprPtr cond;                // Guard
@@ -69,11 +71,11 @@ struct KernelIR {
   KBlock body;
   // Scatter only: target index per output axis, skip conditions, combining op.
   std::vector<IndexExprPtr> target;
-  IndexExprPtr target_valid;  // true when the target is in range and no condition holds
-  int scatter_op = 0;         // ReduceOp
-  int num_params = 0;         // int64 arguments
-  int num_scalars = 0;        // double arguments
-  int num_vars = 0;           // loop variables i0 .. i<num_vars-1>
+  IndexExprPtr target_valid;     // true when the target is in range and no condition holds
+  int scatter_op = 0;            // ReduceOp
+  int num_params = 0;            // int64 arguments
+  int num_scalars = 0;           // double arguments
+  int num_vars = 0;              // loop variables i0 .. i<num_vars-1>
   std::vector<std::string> ops;  // the meta-ops fused here, for people (not part of the key)
 };
 

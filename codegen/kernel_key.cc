@@ -16,7 +16,9 @@ KernelKeyBuilder& KernelKeyBuilder::field(const std::string& label, const std::s
   return *this;
 }
 
-std::string KernelKeyBuilder::hex() const { return xxh3_128_hex(bytes_); }
+std::string KernelKeyBuilder::hex() const {
+  return xxh3_128_hex(bytes_);
+}
 
 std::string kernel_key(const std::string& backend, const std::string& ir_text,
                        const std::string& toolchain_identity) {

@@ -120,8 +120,10 @@ class Lowerer {
     if (n.kind == OpKind::BroadcastTo && !(plan_.stored[node] && !is_root)) {
       std::vector<IndexExprPtr> in_idx;
       for (size_t k = 0; k < n.bcast.size(); ++k) {
-        if (n.bcast[k] == BroadcastAxis::Keep) in_idx.push_back(idx[k]);
-        else if (n.bcast[k] == BroadcastAxis::Expand) in_idx.push_back(ix_const(0));
+        if (n.bcast[k] == BroadcastAxis::Keep)
+          in_idx.push_back(idx[k]);
+        else if (n.bcast[k] == BroadcastAxis::Expand)
+          in_idx.push_back(ix_const(0));
       }
       return value(n.inputs[0], in_idx, blk);
     }

@@ -17,8 +17,12 @@ void need(const Var& x, const char* op) {
   if (!x.defined()) throw Error(std::string(op) + ": the Var is undefined (default-constructed)");
 }
 
-IndexExprPtr add(IndexExprPtr a, IndexExprPtr b) { return ix_binary(IxKind::Add, a, b); }
-IndexExprPtr mul(IndexExprPtr a, int64_t c) { return ix_binary(IxKind::Mul, a, ix_const(c)); }
+IndexExprPtr add(IndexExprPtr a, IndexExprPtr b) {
+  return ix_binary(IxKind::Add, a, b);
+}
+IndexExprPtr mul(IndexExprPtr a, int64_t c) {
+  return ix_binary(IxKind::Mul, a, ix_const(c));
+}
 
 }  // namespace
 
@@ -49,8 +53,7 @@ Var reshape(const Var& x, Shape shape) {
   if (shape == x.shape()) return x;
   // Row-major flat position of the output index, then the input index that has it.
   IndexExprPtr flat = ix_const(0);
-  for (size_t k = 0; k < shape.size(); ++k)
-    flat = add(mul(flat, shape[k]), ix_var(int(k)));
+  for (size_t k = 0; k < shape.size(); ++k) flat = add(mul(flat, shape[k]), ix_var(int(k)));
   std::vector<IndexExprPtr> idx(x.shape().size());
   int64_t stride = 1;
   for (size_t j = x.shape().size(); j-- > 0;) {
@@ -139,12 +142,14 @@ Var conv2d(const Var& x, const Var& w, int64_t stride, int64_t padding, int64_t 
                      " != weight channels " + std::to_string(w.shape()[1]));
   int64_t oh = (H + 2 * padding - dilation * (kh - 1) - 1) / stride + 1;
   int64_t ow = (W + 2 * padding - dilation * (kw - 1) - 1) / stride + 1;
-  if (H + 2 * padding - dilation * (kh - 1) - 1 < 0 || W + 2 * padding - dilation * (kw - 1) - 1 < 0)
+  if (H + 2 * padding - dilation * (kh - 1) - 1 < 0 ||
+      W + 2 * padding - dilation * (kw - 1) - 1 < 0)
     throw ShapeError("conv2d: " + shapes() + ": the kernel is larger than the padded input");
   Shape big = {N, O, C, oh, ow, kh, kw};
   // out[n,o,h,w] = sum_{c,r,s} x[n, c, h*stride - pad + r*dil, w*stride - pad + s*dil] * w[o,c,r,s]
   auto tap = [&](int out_axis, int k_axis) {
-    return add(add(mul(ix_var(out_axis), stride), ix_const(-padding)), mul(ix_var(k_axis), dilation));
+    return add(add(mul(ix_var(out_axis), stride), ix_const(-padding)),
+               mul(ix_var(k_axis), dilation));
   };
   DType dt = promote(x.dtype(), w.dtype());
   Var xr = reindex(cast(x, dt), big, {ix_var(0), ix_var(2), tap(3, 5), tap(4, 6)}, 0, {});
@@ -170,12 +175,12 @@ Var max_pool2d(const Var& x, int64_t kernel, int64_t stride, int64_t padding) {
     return add(add(mul(ix_var(out_axis), stride), ix_const(-padding)), ix_var(k_axis));
   };
   // Padded cells read the lowest value of the dtype, so they never win.
-  double lowest = is_float(x.dtype()) ? -std::numeric_limits<double>::infinity()
+  double lowest = is_float(x.dtype())         ? -std::numeric_limits<double>::infinity()
                   : x.dtype() == DType::Int32 ? double(std::numeric_limits<int32_t>::lowest())
                   : x.dtype() == DType::Int64 ? double(std::numeric_limits<int64_t>::lowest())
                                               : 0.0;
-  Var r = reindex(x, {N, C, oh, ow, kernel, kernel},
-                  {ix_var(0), ix_var(1), tap(2, 4), tap(3, 5)}, lowest, {});
+  Var r = reindex(x, {N, C, oh, ow, kernel, kernel}, {ix_var(0), ix_var(1), tap(2, 4), tap(3, 5)},
+                  lowest, {});
   return max(r, {4, 5});
 }
 

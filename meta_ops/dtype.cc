@@ -6,40 +6,59 @@ namespace metajit {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::Bool: return 1;
-    case DType::Int32: return 4;
-    case DType::Int64: return 8;
-    case DType::Float32: return 4;
-    case DType::Float64: return 8;
+    case DType::Bool:
+      return 1;
+    case DType::Int32:
+      return 4;
+    case DType::Int64:
+      return 8;
+    case DType::Float32:
+      return 4;
+    case DType::Float64:
+      return 8;
   }
   return 0;
 }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::Bool: return "bool";
-    case DType::Int32: return "int32";
-    case DType::Int64: return "int64";
-    case DType::Float32: return "float32";
-    case DType::Float64: return "float64";
+    case DType::Bool:
+      return "bool";
+    case DType::Int32:
+      return "int32";
+    case DType::Int64:
+      return "int64";
+    case DType::Float32:
+      return "float32";
+    case DType::Float64:
+      return "float64";
   }
   return "?";
 }
 
 const char* dtype_ctype(DType t) {
   switch (t) {
-    case DType::Bool: return "bool";
-    case DType::Int32: return "int";
-    case DType::Int64: return "long long";
-    case DType::Float32: return "float";
-    case DType::Float64: return "double";
+    case DType::Bool:
+      return "bool";
+    case DType::Int32:
+      return "int";
+    case DType::Int64:
+      return "long long";
+    case DType::Float32:
+      return "float";
+    case DType::Float64:
+      return "double";
   }
   return "?";
 }
 
-bool is_float(DType t) { return t == DType::Float32 || t == DType::Float64; }
+bool is_float(DType t) {
+  return t == DType::Float32 || t == DType::Float64;
+}
 
-DType promote(DType a, DType b) { return static_cast<DType>(std::max(int(a), int(b))); }
+DType promote(DType a, DType b) {
+  return static_cast<DType>(std::max(int(a), int(b)));
+}
 
 int64_t numel_of(const Shape& s) {
   int64_t n = 1;

@@ -10,7 +10,7 @@ enum class DType { Bool, Int32, Int64, Float32, Float64 };
 using Shape = std::vector<int64_t>;
 
 size_t dtype_size(DType t);
-const char* dtype_name(DType t);  // "bool", "int32", ...
+const char* dtype_name(DType t);   // "bool", "int32", ...
 const char* dtype_ctype(DType t);  // C type used in generated source: bool, int, long long, ...
 bool is_float(DType t);
 // Wider of the two in Bool < Int32 < Int64 < Float32 < Float64.
@@ -23,14 +23,24 @@ std::string shape_str(const Shape& s);  // "[2, 3]"
 template <class T>
 constexpr DType dtype_of();
 template <>
-constexpr DType dtype_of<bool>() { return DType::Bool; }
+constexpr DType dtype_of<bool>() {
+  return DType::Bool;
+}
 template <>
-constexpr DType dtype_of<int32_t>() { return DType::Int32; }
+constexpr DType dtype_of<int32_t>() {
+  return DType::Int32;
+}
 template <>
-constexpr DType dtype_of<int64_t>() { return DType::Int64; }
+constexpr DType dtype_of<int64_t>() {
+  return DType::Int64;
+}
 template <>
-constexpr DType dtype_of<float>() { return DType::Float32; }
+constexpr DType dtype_of<float>() {
+  return DType::Float32;
+}
 template <>
-constexpr DType dtype_of<double>() { return DType::Float64; }
+constexpr DType dtype_of<double>() {
+  return DType::Float64;
+}
 
 }  // namespace metajit

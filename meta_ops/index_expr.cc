@@ -38,12 +38,13 @@ class Parser {
 
   IndexExprPtr parse() {
     skip_ws();
-    if (pos_ >= s_.size()) fail("empty expression", "an integer expression over i0..i" +
-                                                        std::to_string(num_vars_ - 1));
+    if (pos_ >= s_.size())
+      fail("empty expression", "an integer expression over i0..i" + std::to_string(num_vars_ - 1));
     IndexExprPtr e = parse_or();
     skip_ws();
-    if (pos_ < s_.size()) fail("unexpected '" + std::string(s_.substr(pos_, 12)) + "'",
-                               "an operator or the end of the expression");
+    if (pos_ < s_.size())
+      fail("unexpected '" + std::string(s_.substr(pos_, 12)) + "'",
+           "an operator or the end of the expression");
     return e;
   }
 
@@ -115,11 +116,16 @@ class Parser {
     for (;;) {
       IxKind k;
       const char* tok;
-      if (peek("<=")) k = IxKind::Le, tok = "<=";
-      else if (peek(">=")) k = IxKind::Ge, tok = ">=";
-      else if (peek("<")) k = IxKind::Lt, tok = "<";
-      else if (peek(">")) k = IxKind::Gt, tok = ">";
-      else return e;
+      if (peek("<="))
+        k = IxKind::Le, tok = "<=";
+      else if (peek(">="))
+        k = IxKind::Ge, tok = ">=";
+      else if (peek("<"))
+        k = IxKind::Lt, tok = "<";
+      else if (peek(">"))
+        k = IxKind::Gt, tok = ">";
+      else
+        return e;
       need_condition(tok);
       eat(tok);
       e = make(k, 0, e, parse_add());
@@ -128,19 +134,26 @@ class Parser {
   IndexExprPtr parse_add() {
     IndexExprPtr e = parse_mul();
     for (;;) {
-      if (eat("+")) e = make(IxKind::Add, 0, e, parse_mul());
-      else if (eat("-")) e = make(IxKind::Sub, 0, e, parse_mul());
-      else return e;
+      if (eat("+"))
+        e = make(IxKind::Add, 0, e, parse_mul());
+      else if (eat("-"))
+        e = make(IxKind::Sub, 0, e, parse_mul());
+      else
+        return e;
     }
   }
   IndexExprPtr parse_mul() {
     IndexExprPtr e = parse_unary();
     for (;;) {
       IxKind k;
-      if (eat("*")) k = IxKind::Mul;
-      else if (eat("/")) k = IxKind::Div;
-      else if (eat("%")) k = IxKind::Mod;
-      else return e;
+      if (eat("*"))
+        k = IxKind::Mul;
+      else if (eat("/"))
+        k = IxKind::Div;
+      else if (eat("%"))
+        k = IxKind::Mod;
+      else
+        return e;
       size_t at = pos_;
       IndexExprPtr rhs = parse_unary();
       if (k != IxKind::Mul && rhs->kind == IxKind::Const && rhs->value == 0) {
@@ -182,8 +195,8 @@ class Parser {
         v = v * 10 + d;
         ++pos_;
       }
-      if (pos_ < s_.size() && (std::isalpha(static_cast<unsigned char>(s_[pos_])) ||
-                               s_[pos_] == '_')) {
+      if (pos_ < s_.size() &&
+          (std::isalpha(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_')) {
         fail("malformed number", "a decimal integer literal");
       }
       return make(IxKind::Const, v);
@@ -220,20 +233,34 @@ class Parser {
 
 const char* op_text(IxKind k) {
   switch (k) {
-    case IxKind::Add: return "+";
-    case IxKind::Sub: return "-";
-    case IxKind::Mul: return "*";
-    case IxKind::Div: return "/";
-    case IxKind::Mod: return "%";
-    case IxKind::Lt: return "<";
-    case IxKind::Le: return "<=";
-    case IxKind::Gt: return ">";
-    case IxKind::Ge: return ">=";
-    case IxKind::Eq: return "==";
-    case IxKind::Ne: return "!=";
-    case IxKind::And: return "&&";
-    case IxKind::Or: return "||";
-    default: return "?";
+    case IxKind::Add:
+      return "+";
+    case IxKind::Sub:
+      return "-";
+    case IxKind::Mul:
+      return "*";
+    case IxKind::Div:
+      return "/";
+    case IxKind::Mod:
+      return "%";
+    case IxKind::Lt:
+      return "<";
+    case IxKind::Le:
+      return "<=";
+    case IxKind::Gt:
+      return ">";
+    case IxKind::Ge:
+      return ">=";
+    case IxKind::Eq:
+      return "==";
+    case IxKind::Ne:
+      return "!=";
+    case IxKind::And:
+      return "&&";
+    case IxKind::Or:
+      return "||";
+    default:
+      return "?";
   }
 }
 
@@ -247,9 +274,15 @@ IndexExprPtr parse_index_expr(std::string_view text, int num_vars, bool conditio
   return Parser(text, num_vars, condition, context).parse();
 }
 
-IndexExprPtr ix_const(int64_t v) { return make(IxKind::Const, v); }
-IndexExprPtr ix_var(int k) { return make(IxKind::Var, k); }
-IndexExprPtr ix_param(int slot) { return make(IxKind::Param, slot); }
+IndexExprPtr ix_const(int64_t v) {
+  return make(IxKind::Const, v);
+}
+IndexExprPtr ix_var(int k) {
+  return make(IxKind::Var, k);
+}
+IndexExprPtr ix_param(int slot) {
+  return make(IxKind::Param, slot);
+}
 
 bool ix_is_const(const IndexExprPtr& e, int64_t v) {
   return e->kind == IxKind::Const && e->value == v;
@@ -320,43 +353,78 @@ int64_t ix_eval(const IndexExpr& e, const int64_t* vars, const int64_t* params) 
   // Wrapping arithmetic: index expressions never trap, whatever the input.
   auto wrap = [](uint64_t v) { return static_cast<int64_t>(v); };
   switch (e.kind) {
-    case IxKind::Const: return e.value;
-    case IxKind::Var: return vars[e.value];
-    case IxKind::Param: return params[e.value];
-    case IxKind::Neg: return wrap(0ULL - uint64_t(A()));
-    case IxKind::Not: return A() == 0;
-    case IxKind::Add: return wrap(uint64_t(A()) + uint64_t(B()));
-    case IxKind::Sub: return wrap(uint64_t(A()) - uint64_t(B()));
-    case IxKind::Mul: return wrap(uint64_t(A()) * uint64_t(B()));
-    case IxKind::Div: { int64_t x = A(), y = B(); return safe_div(x, y); }
-    case IxKind::Mod: { int64_t x = A(), y = B(); return safe_mod(x, y); }
-    case IxKind::Lt: return A() < B();
-    case IxKind::Le: return A() <= B();
-    case IxKind::Gt: return A() > B();
-    case IxKind::Ge: return A() >= B();
-    case IxKind::Eq: return A() == B();
-    case IxKind::Ne: return A() != B();
-    case IxKind::And: return A() != 0 && B() != 0;
-    case IxKind::Or: return A() != 0 || B() != 0;
-    case IxKind::Min: { int64_t x = A(), y = B(); return x < y ? x : y; }
-    case IxKind::Max: { int64_t x = A(), y = B(); return x > y ? x : y; }
-    case IxKind::Select: return A() ? B() : ix_eval(*e.c, vars, params);
+    case IxKind::Const:
+      return e.value;
+    case IxKind::Var:
+      return vars[e.value];
+    case IxKind::Param:
+      return params[e.value];
+    case IxKind::Neg:
+      return wrap(0ULL - uint64_t(A()));
+    case IxKind::Not:
+      return A() == 0;
+    case IxKind::Add:
+      return wrap(uint64_t(A()) + uint64_t(B()));
+    case IxKind::Sub:
+      return wrap(uint64_t(A()) - uint64_t(B()));
+    case IxKind::Mul:
+      return wrap(uint64_t(A()) * uint64_t(B()));
+    case IxKind::Div: {
+      int64_t x = A(), y = B();
+      return safe_div(x, y);
+    }
+    case IxKind::Mod: {
+      int64_t x = A(), y = B();
+      return safe_mod(x, y);
+    }
+    case IxKind::Lt:
+      return A() < B();
+    case IxKind::Le:
+      return A() <= B();
+    case IxKind::Gt:
+      return A() > B();
+    case IxKind::Ge:
+      return A() >= B();
+    case IxKind::Eq:
+      return A() == B();
+    case IxKind::Ne:
+      return A() != B();
+    case IxKind::And:
+      return A() != 0 && B() != 0;
+    case IxKind::Or:
+      return A() != 0 || B() != 0;
+    case IxKind::Min: {
+      int64_t x = A(), y = B();
+      return x < y ? x : y;
+    }
+    case IxKind::Max: {
+      int64_t x = A(), y = B();
+      return x > y ? x : y;
+    }
+    case IxKind::Select:
+      return A() ? B() : ix_eval(*e.c, vars, params);
   }
   return 0;
 }
 
 std::string ix_to_string(const IndexExpr& e) {
   switch (e.kind) {
-    case IxKind::Const: return std::to_string(e.value);
-    case IxKind::Var: return "i" + std::to_string(e.value);
-    case IxKind::Param: return "p" + std::to_string(e.value);
-    case IxKind::Neg: return "(-" + ix_to_string(*e.a) + ")";
-    case IxKind::Not: return "(!" + ix_to_string(*e.a) + ")";
-    case IxKind::Min: return "min(" + ix_to_string(*e.a) + "," + ix_to_string(*e.b) + ")";
-    case IxKind::Max: return "max(" + ix_to_string(*e.a) + "," + ix_to_string(*e.b) + ")";
+    case IxKind::Const:
+      return std::to_string(e.value);
+    case IxKind::Var:
+      return "i" + std::to_string(e.value);
+    case IxKind::Param:
+      return "p" + std::to_string(e.value);
+    case IxKind::Neg:
+      return "(-" + ix_to_string(*e.a) + ")";
+    case IxKind::Not:
+      return "(!" + ix_to_string(*e.a) + ")";
+    case IxKind::Min:
+      return "min(" + ix_to_string(*e.a) + "," + ix_to_string(*e.b) + ")";
+    case IxKind::Max:
+      return "max(" + ix_to_string(*e.a) + "," + ix_to_string(*e.b) + ")";
     case IxKind::Select:
-      return "(" + ix_to_string(*e.a) + "?" + ix_to_string(*e.b) + ":" + ix_to_string(*e.c) +
-             ")";
+      return "(" + ix_to_string(*e.a) + "?" + ix_to_string(*e.b) + ":" + ix_to_string(*e.c) + ")";
     default:
       return "(" + ix_to_string(*e.a) + op_text(e.kind) + ix_to_string(*e.b) + ")";
   }

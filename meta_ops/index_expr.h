@@ -14,11 +14,27 @@
 namespace metajit {
 
 enum class IxKind : uint8_t {
-  Const, Var, Param,                     // leaves
-  Neg, Not,                              // unary
-  Add, Sub, Mul, Div, Mod,               // arithmetic (C++ integer semantics; x/0 == x%0 == 0)
-  Lt, Le, Gt, Ge, Eq, Ne, And, Or,       // conditions (0 or 1)
-  Min, Max, Select                       // internal: used by the code generator
+  Const,
+  Var,
+  Param,  // leaves
+  Neg,
+  Not,  // unary
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Mod,  // arithmetic (C++ integer semantics; x/0 == x%0 == 0)
+  Lt,
+  Le,
+  Gt,
+  Ge,
+  Eq,
+  Ne,
+  And,
+  Or,  // conditions (0 or 1)
+  Min,
+  Max,
+  Select  // internal: used by the code generator
 };
 
 struct IndexExpr;

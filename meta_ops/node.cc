@@ -4,30 +4,41 @@ namespace metajit {
 
 const char* op_kind_name(OpKind k) {
   switch (k) {
-    case OpKind::Leaf: return "leaf";
-    case OpKind::Scalar: return "scalar";
-    case OpKind::Iota: return "iota";
-    case OpKind::Unary: return "unary";
-    case OpKind::Binary: return "binary";
-    case OpKind::Where: return "where";
-    case OpKind::Cast: return "cast";
-    case OpKind::BroadcastTo: return "broadcast_to";
-    case OpKind::Reindex: return "reindex";
-    case OpKind::ReindexReduce: return "reindex_reduce";
-    case OpKind::Reduce: return "reduce";
+    case OpKind::Leaf:
+      return "leaf";
+    case OpKind::Scalar:
+      return "scalar";
+    case OpKind::Iota:
+      return "iota";
+    case OpKind::Unary:
+      return "unary";
+    case OpKind::Binary:
+      return "binary";
+    case OpKind::Where:
+      return "where";
+    case OpKind::Cast:
+      return "cast";
+    case OpKind::BroadcastTo:
+      return "broadcast_to";
+    case OpKind::Reindex:
+      return "reindex";
+    case OpKind::ReindexReduce:
+      return "reindex_reduce";
+    case OpKind::Reduce:
+      return "reduce";
   }
   return "?";
 }
 
 const char* unary_op_name(UnaryOp op) {
-  static const char* names[] = {"neg", "abs", "exp", "log", "sqrt", "sin", "cos",
-                                "tanh", "sigmoid", "relu", "floor", "logical_not"};
+  static const char* names[] = {"neg", "abs",  "exp",     "log",  "sqrt",  "sin",
+                                "cos", "tanh", "sigmoid", "relu", "floor", "logical_not"};
   return names[int(op)];
 }
 
 const char* binary_op_name(BinaryOp op) {
-  static const char* names[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq",
-                                "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"};
+  static const char* names[] = {"add", "sub", "mul", "div", "pow", "maximum",     "minimum",   "eq",
+                                "ne",  "lt",  "le",  "gt",  "ge",  "logical_and", "logical_or"};
   return names[int(op)];
 }
 
@@ -36,7 +47,9 @@ const char* reduce_op_name(ReduceOp op) {
   return names[int(op)];
 }
 
-bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq && op <= BinaryOp::Ge; }
+bool is_comparison(BinaryOp op) {
+  return op >= BinaryOp::Eq && op <= BinaryOp::Ge;
+}
 
 Node::~Node() {
   std::vector<NodePtr> pending = std::move(inputs);

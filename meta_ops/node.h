@@ -15,12 +15,12 @@ namespace metajit {
 enum class ReduceOp { Add, Mul, Max, Min, Mean };  // Mean: reduce() only, lowered to Add
 
 enum class OpKind : uint8_t {
-  Leaf,           // realized data (array(), rand(), or a node already evaluated)
-  Scalar,         // a 0-d constant; its value is a kernel argument, never part of a key
-  Iota,           // out[i] = i_axis (arange); axes = {axis}
+  Leaf,    // realized data (array(), rand(), or a node already evaluated)
+  Scalar,  // a 0-d constant; its value is a kernel argument, never part of a key
+  Iota,    // out[i] = i_axis (arange); axes = {axis}
   Unary,
-  Binary,         // operands have equal shapes (broadcasting inserts broadcast_to)
-  Where,          // inputs: cond (Bool), a, b; equal shapes
+  Binary,  // operands have equal shapes (broadcasting inserts broadcast_to)
+  Where,   // inputs: cond (Bool), a, b; equal shapes
   Cast,
   BroadcastTo,    // bcast: one entry per output axis
   Reindex,        // indexes/conditions over the output indices; scalar = overflow value
@@ -29,11 +29,35 @@ enum class OpKind : uint8_t {
 };
 
 enum class UnaryOp : uint8_t {
-  Neg, Abs, Exp, Log, Sqrt, Sin, Cos, Tanh, Sigmoid, Relu, Floor, LogicalNot
+  Neg,
+  Abs,
+  Exp,
+  Log,
+  Sqrt,
+  Sin,
+  Cos,
+  Tanh,
+  Sigmoid,
+  Relu,
+  Floor,
+  LogicalNot
 };
 enum class BinaryOp : uint8_t {
-  Add, Sub, Mul, Div, Pow, Maximum, Minimum,
-  Eq, Ne, Lt, Le, Gt, Ge, LogicalAnd, LogicalOr
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Pow,
+  Maximum,
+  Minimum,
+  Eq,
+  Ne,
+  Lt,
+  Le,
+  Gt,
+  Ge,
+  LogicalAnd,
+  LogicalOr
 };
 // How each output axis of broadcast_to reads its input.
 enum class BroadcastAxis : uint8_t {
@@ -56,15 +80,15 @@ struct Node {
   DType dtype = DType::Float32;
   Shape shape;
   std::vector<NodePtr> inputs;
-  int op = 0;                       // UnaryOp / BinaryOp / ReduceOp, by kind
-  double scalar = 0;                // Scalar: value; Reindex: overflow value
-  std::vector<int64_t> axes;        // Reduce: reduced input axes (sorted); Iota: {axis}
-  bool keepdims = false;            // Reduce
-  std::vector<BroadcastAxis> bcast; // BroadcastTo
+  int op = 0;                            // UnaryOp / BinaryOp / ReduceOp, by kind
+  double scalar = 0;                     // Scalar: value; Reindex: overflow value
+  std::vector<int64_t> axes;             // Reduce: reduced input axes (sorted); Iota: {axis}
+  bool keepdims = false;                 // Reduce
+  std::vector<BroadcastAxis> bcast;      // BroadcastTo
   std::vector<IndexExprPtr> indexes;     // Reindex / ReindexReduce
   std::vector<IndexExprPtr> conditions;  // Reindex / ReindexReduce overflow conditions
-  BufferPtr data;                   // Leaf: the value (host memory, row-major contiguous)
-  uint64_t id = 0;                  // creation order, unique per process
+  BufferPtr data;                        // Leaf: the value (host memory, row-major contiguous)
+  uint64_t id = 0;                       // creation order, unique per process
 
   int64_t numel() const { return numel_of(shape); }
   bool realized() const { return kind == OpKind::Leaf; }

@@ -42,7 +42,9 @@ Var make(OpKind kind, DType dtype, Shape shape, std::vector<NodePtr> inputs, int
   return Var(std::move(n));
 }
 
-bool is_logical(BinaryOp op) { return op == BinaryOp::LogicalAnd || op == BinaryOp::LogicalOr; }
+bool is_logical(BinaryOp op) {
+  return op == BinaryOp::LogicalAnd || op == BinaryOp::LogicalOr;
+}
 
 // splitmix64: a small, well-mixed generator so rand() is the same on every platform.
 uint64_t splitmix64(uint64_t& s) {
@@ -124,8 +126,12 @@ Var full(Shape shape, double value, DType dtype) {
   Var s = scalar(value, dtype);
   return shape.empty() ? s : broadcast_to(s, std::move(shape));
 }
-Var zeros(Shape shape, DType dtype) { return full(std::move(shape), 0.0, dtype); }
-Var ones(Shape shape, DType dtype) { return full(std::move(shape), 1.0, dtype); }
+Var zeros(Shape shape, DType dtype) {
+  return full(std::move(shape), 0.0, dtype);
+}
+Var ones(Shape shape, DType dtype) {
+  return full(std::move(shape), 1.0, dtype);
+}
 
 Var arange(int64_t n, DType dtype) {
   if (n < 0) throw ShapeError("arange: n = " + std::to_string(n) + " must be >= 0");
@@ -217,10 +223,16 @@ Var binary(BinaryOp op, double a, const Var& b) {
   return binary(op, scalar(a, b.dtype()), b);
 }
 
-#define METAJIT_BINARY_OPERATOR(sym, op)                                               \
-  Var operator sym(const Var& a, const Var& b) { return binary(BinaryOp::op, a, b); } \
-  Var operator sym(const Var& a, double b) { return binary(BinaryOp::op, a, b); }     \
-  Var operator sym(double a, const Var& b) { return binary(BinaryOp::op, a, b); }
+#define METAJIT_BINARY_OPERATOR(sym, op)         \
+  Var operator sym(const Var& a, const Var& b) { \
+    return binary(BinaryOp::op, a, b);           \
+  }                                              \
+  Var operator sym(const Var& a, double b) {     \
+    return binary(BinaryOp::op, a, b);           \
+  }                                              \
+  Var operator sym(double a, const Var& b) {     \
+    return binary(BinaryOp::op, a, b);           \
+  }
 METAJIT_BINARY_OPERATOR(+, Add)
 METAJIT_BINARY_OPERATOR(-, Sub)
 METAJIT_BINARY_OPERATOR(*, Mul)
@@ -233,33 +245,73 @@ METAJIT_BINARY_OPERATOR(>, Gt)
 METAJIT_BINARY_OPERATOR(>=, Ge)
 #undef METAJIT_BINARY_OPERATOR
 
-Var operator-(const Var& x) { return unary(UnaryOp::Neg, x); }
-Var exp(const Var& x) { return unary(UnaryOp::Exp, x); }
-Var log(const Var& x) { return unary(UnaryOp::Log, x); }
-Var sqrt(const Var& x) { return unary(UnaryOp::Sqrt, x); }
-Var abs(const Var& x) { return unary(UnaryOp::Abs, x); }
-Var sin(const Var& x) { return unary(UnaryOp::Sin, x); }
-Var cos(const Var& x) { return unary(UnaryOp::Cos, x); }
-Var tanh(const Var& x) { return unary(UnaryOp::Tanh, x); }
-Var sigmoid(const Var& x) { return unary(UnaryOp::Sigmoid, x); }
-Var relu(const Var& x) { return unary(UnaryOp::Relu, x); }
-Var floor(const Var& x) { return unary(UnaryOp::Floor, x); }
-Var logical_not(const Var& x) { return unary(UnaryOp::LogicalNot, x); }
-Var maximum(const Var& a, const Var& b) { return binary(BinaryOp::Maximum, a, b); }
-Var minimum(const Var& a, const Var& b) { return binary(BinaryOp::Minimum, a, b); }
-Var pow(const Var& a, const Var& b) { return binary(BinaryOp::Pow, a, b); }
-Var maximum(const Var& a, double b) { return binary(BinaryOp::Maximum, a, b); }
-Var minimum(const Var& a, double b) { return binary(BinaryOp::Minimum, a, b); }
-Var pow(const Var& a, double b) { return binary(BinaryOp::Pow, a, b); }
-Var logical_and(const Var& a, const Var& b) { return binary(BinaryOp::LogicalAnd, a, b); }
-Var logical_or(const Var& a, const Var& b) { return binary(BinaryOp::LogicalOr, a, b); }
+Var operator-(const Var& x) {
+  return unary(UnaryOp::Neg, x);
+}
+Var exp(const Var& x) {
+  return unary(UnaryOp::Exp, x);
+}
+Var log(const Var& x) {
+  return unary(UnaryOp::Log, x);
+}
+Var sqrt(const Var& x) {
+  return unary(UnaryOp::Sqrt, x);
+}
+Var abs(const Var& x) {
+  return unary(UnaryOp::Abs, x);
+}
+Var sin(const Var& x) {
+  return unary(UnaryOp::Sin, x);
+}
+Var cos(const Var& x) {
+  return unary(UnaryOp::Cos, x);
+}
+Var tanh(const Var& x) {
+  return unary(UnaryOp::Tanh, x);
+}
+Var sigmoid(const Var& x) {
+  return unary(UnaryOp::Sigmoid, x);
+}
+Var relu(const Var& x) {
+  return unary(UnaryOp::Relu, x);
+}
+Var floor(const Var& x) {
+  return unary(UnaryOp::Floor, x);
+}
+Var logical_not(const Var& x) {
+  return unary(UnaryOp::LogicalNot, x);
+}
+Var maximum(const Var& a, const Var& b) {
+  return binary(BinaryOp::Maximum, a, b);
+}
+Var minimum(const Var& a, const Var& b) {
+  return binary(BinaryOp::Minimum, a, b);
+}
+Var pow(const Var& a, const Var& b) {
+  return binary(BinaryOp::Pow, a, b);
+}
+Var maximum(const Var& a, double b) {
+  return binary(BinaryOp::Maximum, a, b);
+}
+Var minimum(const Var& a, double b) {
+  return binary(BinaryOp::Minimum, a, b);
+}
+Var pow(const Var& a, double b) {
+  return binary(BinaryOp::Pow, a, b);
+}
+Var logical_and(const Var& a, const Var& b) {
+  return binary(BinaryOp::LogicalAnd, a, b);
+}
+Var logical_or(const Var& a, const Var& b) {
+  return binary(BinaryOp::LogicalOr, a, b);
+}
 
 Var where(const Var& cond, const Var& a, const Var& b) {
   need(cond, "where");
   need(a, "where");
   need(b, "where");
-  Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(),
-                                 "where");
+  Shape shape =
+      broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   DType dt = promote(a.dtype(), b.dtype());
   Var c = broadcast_to(cast(cond, DType::Bool), shape);
   Var ca = broadcast_to(cast(a, dt), shape);
@@ -324,8 +376,8 @@ Var reindex(const Var& x, Shape shape, std::vector<IndexExprPtr> indexes, double
   check_shape(shape, "reindex");
   if (int64_t(indexes.size()) != x.ndim())
     throw IndexExprError("reindex: " + std::to_string(indexes.size()) +
-                         " index expressions given for an input of shape " +
-                         shape_str(x.shape()) + "; expected " + std::to_string(x.ndim()) +
+                         " index expressions given for an input of shape " + shape_str(x.shape()) +
+                         "; expected " + std::to_string(x.ndim()) +
                          " (one per input axis), over the output indices i0..i" +
                          std::to_string(int64_t(shape.size()) - 1));
   Var v = make(OpKind::Reindex, x.dtype(), std::move(shape), {x.node()});
@@ -372,11 +424,10 @@ Var reindex_reduce(const Var& y, ReduceOp op, Shape shape, std::vector<std::stri
   check_shape(shape, "reindex_reduce");
   int nv = int(y.ndim());
   if (indexes.size() != shape.size())
-    return reindex_reduce(y, op, shape, std::vector<IndexExprPtr>(indexes.size(), ix_const(0)),
-                          {});
-  return reindex_reduce(y, op, shape, parse_all(indexes, nv, false, "reindex_reduce", "indexes"),
-                        parse_all(overflow_conditions, nv, true, "reindex_reduce",
-                                  "overflow_conditions"));
+    return reindex_reduce(y, op, shape, std::vector<IndexExprPtr>(indexes.size(), ix_const(0)), {});
+  return reindex_reduce(
+      y, op, shape, parse_all(indexes, nv, false, "reindex_reduce", "indexes"),
+      parse_all(overflow_conditions, nv, true, "reindex_reduce", "overflow_conditions"));
 }
 
 Var reduce(const Var& x, ReduceOp op, std::vector<int64_t> dims, bool keepdims) {

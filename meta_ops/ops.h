@@ -89,8 +89,8 @@ Var logical_not(const Var& x);
 
 // ---- meta-ops ----
 Var broadcast_to(const Var& x, Shape shape, std::vector<int64_t> dims = {});
-Var reindex(const Var& x, Shape shape, std::vector<std::string> indexes,
-            double overflow_value = 0, std::vector<std::string> overflow_conditions = {});
+Var reindex(const Var& x, Shape shape, std::vector<std::string> indexes, double overflow_value = 0,
+            std::vector<std::string> overflow_conditions = {});
 Var reindex_reduce(const Var& y, ReduceOp op, Shape shape, std::vector<std::string> indexes,
                    std::vector<std::string> overflow_conditions = {});
 Var reduce(const Var& x, ReduceOp op, std::vector<int64_t> dims = {}, bool keepdims = false);

@@ -17,7 +17,7 @@ struct HostTensor {
   std::vector<unsigned char> bytes;  // row-major; Bool as one byte 0/1
 
   template <class T>
-  std::vector<T> as() const;  // T must match dtype (bool for Bool), else DTypeError
+  std::vector<T> as() const;              // T must match dtype (bool for Bool), else DTypeError
   std::vector<double> as_double() const;  // any dtype, converted
 };
 

@@ -9,7 +9,8 @@ namespace metajit {
 
 class Buffer {
  public:
-  Buffer(void* ptr, size_t bytes, size_t capacity) : ptr_(ptr), bytes_(bytes), capacity_(capacity) {}
+  Buffer(void* ptr, size_t bytes, size_t capacity)
+      : ptr_(ptr), bytes_(bytes), capacity_(capacity) {}
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -32,7 +33,7 @@ struct AllocatorStats {
   uint64_t bytes_cached = 0;  // held in free lists
 };
 AllocatorStats allocator_stats();
-void reset_allocator_peak();   // peak restarts from bytes_in_use
+void reset_allocator_peak();    // peak restarts from bytes_in_use
 void release_cached_buffers();  // returns free-list memory to the system
 
 }  // namespace metajit

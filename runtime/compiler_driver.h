@@ -8,13 +8,13 @@
 namespace metajit {
 
 struct CompileOutcome {
-  bool ok = false;        // exit status 0 and not timed out
+  bool ok = false;  // exit status 0 and not timed out
   int exit_code = -1;
   bool timed_out = false;
   bool failed_to_start = false;  // e.g. compiler missing
-  std::string output;     // stdout and stderr together
+  std::string output;            // stdout and stderr together
   double seconds = 0;
-  std::string command;    // the argv joined with spaces, for messages
+  std::string command;  // the argv joined with spaces, for messages
 };
 
 CompileOutcome run_compiler(const std::vector<std::string>& argv, double timeout_seconds);

@@ -59,11 +59,16 @@ Config read_config() {
   c.jobs = env_int("METAJIT_JOBS", hw ? int(hw) : 1, 1, 1024);
   c.opt_level = env_int("METAJIT_OPT_LEVEL", 1, 0, 1);
   std::string lv = env("METAJIT_LOG");
-  if (lv.empty() || lv == "warn" || lv == "warning") c.log_level = LogLevel::Warn;
-  else if (lv == "quiet" || lv == "off" || lv == "0") c.log_level = LogLevel::Quiet;
-  else if (lv == "info" || lv == "1") c.log_level = LogLevel::Info;
-  else if (lv == "debug" || lv == "2") c.log_level = LogLevel::Debug;
-  else throw Error("METAJIT_LOG=" + lv + " is not valid; expected quiet, warn, info or debug");
+  if (lv.empty() || lv == "warn" || lv == "warning")
+    c.log_level = LogLevel::Warn;
+  else if (lv == "quiet" || lv == "off" || lv == "0")
+    c.log_level = LogLevel::Quiet;
+  else if (lv == "info" || lv == "1")
+    c.log_level = LogLevel::Info;
+  else if (lv == "debug" || lv == "2")
+    c.log_level = LogLevel::Debug;
+  else
+    throw Error("METAJIT_LOG=" + lv + " is not valid; expected quiet, warn, info or debug");
   c.specialize_shapes = env_flag("METAJIT_SPECIALIZE_SHAPES");
   c.record_path = env("METAJIT_RECORD");
   c.retrace_warn = env_int("METAJIT_RETRACE_WARN", 8, 0, 1 << 30);
@@ -72,8 +77,8 @@ Config read_config() {
   if (c.device != "cpu" && c.device != "cuda")
     throw Error("METAJIT_DEVICE=" + c.device + " is not valid; expected cpu or cuda");
   if (std::string v = env("METAJIT_CUDA_ARCH"); !v.empty()) c.cuda_arch = v;
-  if (std::string v = env("METAJIT_COMPILE_TIMEOUT"); !v.empty() &&
-                                                      !parse_duration(v, c.compile_timeout_seconds))
+  if (std::string v = env("METAJIT_COMPILE_TIMEOUT");
+      !v.empty() && !parse_duration(v, c.compile_timeout_seconds))
     throw Error("METAJIT_COMPILE_TIMEOUT=" + v + " is not a duration; expected e.g. 300, 90s, 5m");
   return c;
 }
@@ -115,12 +120,18 @@ bool parse_size(const std::string& text, uint64_t& bytes) {
   if (!unit.empty() && unit.back() == 'B') unit.pop_back();
   if (!unit.empty() && unit.back() == 'I') unit.pop_back();  // KiB, MiB...
   int shift = 0;
-  if (unit.empty()) shift = 0;
-  else if (unit == "K") shift = 10;
-  else if (unit == "M") shift = 20;
-  else if (unit == "G") shift = 30;
-  else if (unit == "T") shift = 40;
-  else return false;
+  if (unit.empty())
+    shift = 0;
+  else if (unit == "K")
+    shift = 10;
+  else if (unit == "M")
+    shift = 20;
+  else if (unit == "G")
+    shift = 30;
+  else if (unit == "T")
+    shift = 40;
+  else
+    return false;
   if (shift && v > (UINT64_MAX >> shift)) return false;
   bytes = v << shift;
   return true;
@@ -137,12 +148,18 @@ bool parse_duration(const std::string& text, double& seconds) {
   }
   std::string unit = text.substr(used);
   double mult;
-  if (unit.empty() || unit == "s") mult = 1;
-  else if (unit == "m" || unit == "min") mult = 60;
-  else if (unit == "h") mult = 3600;
-  else if (unit == "d") mult = 86400;
-  else if (unit == "w") mult = 7 * 86400;
-  else return false;
+  if (unit.empty() || unit == "s")
+    mult = 1;
+  else if (unit == "m" || unit == "min")
+    mult = 60;
+  else if (unit == "h")
+    mult = 3600;
+  else if (unit == "d")
+    mult = 86400;
+  else if (unit == "w")
+    mult = 7 * 86400;
+  else
+    return false;
   if (!(v >= 0)) return false;
   seconds = v * mult;
   return true;

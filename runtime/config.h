@@ -10,22 +10,23 @@ namespace metajit {
 enum class LogLevel { Quiet = 0, Warn = 1, Info = 2, Debug = 3 };
 
 struct Config {
-  std::filesystem::path cache_dir;  // METAJIT_CACHE_DIR, else $XDG_CACHE_HOME/metajit, else ~/.cache/metajit
-  bool cache_dir_explicit = false;  // set by METAJIT_CACHE_DIR
+  std::filesystem::path
+      cache_dir;  // METAJIT_CACHE_DIR, else $XDG_CACHE_HOME/metajit, else ~/.cache/metajit
+  bool cache_dir_explicit = false;              // set by METAJIT_CACHE_DIR
   uint64_t cache_max_size = uint64_t(2) << 30;  // METAJIT_CACHE_MAX_SIZE (e.g. 2G, 500M, 1048576)
-  std::string cxx = "g++";                       // METAJIT_CXX
-  std::string nvcc = "nvcc";                     // METAJIT_NVCC
-  std::vector<std::string> extra_cxxflags;       // METAJIT_CXXFLAGS, split on whitespace
-  int jobs = 1;                                  // METAJIT_JOBS, default: hardware threads
-  int opt_level = 1;                             // METAJIT_OPT_LEVEL 0|1
-  LogLevel log_level = LogLevel::Warn;           // METAJIT_LOG quiet|warn|info|debug
-  bool specialize_shapes = false;                // METAJIT_SPECIALIZE_SHAPES=1
-  std::string record_path;                       // METAJIT_RECORD
-  int retrace_warn = 8;                          // METAJIT_RETRACE_WARN
-  bool profile = false;                          // METAJIT_PROFILE=1
-  std::string device = "cpu";                    // METAJIT_DEVICE
-  std::string cuda_arch = "sm_90";               // METAJIT_CUDA_ARCH
-  double compile_timeout_seconds = 300;          // METAJIT_COMPILE_TIMEOUT
+  std::string cxx = "g++";                      // METAJIT_CXX
+  std::string nvcc = "nvcc";                    // METAJIT_NVCC
+  std::vector<std::string> extra_cxxflags;      // METAJIT_CXXFLAGS, split on whitespace
+  int jobs = 1;                                 // METAJIT_JOBS, default: hardware threads
+  int opt_level = 1;                            // METAJIT_OPT_LEVEL 0|1
+  LogLevel log_level = LogLevel::Warn;          // METAJIT_LOG quiet|warn|info|debug
+  bool specialize_shapes = false;               // METAJIT_SPECIALIZE_SHAPES=1
+  std::string record_path;                      // METAJIT_RECORD
+  int retrace_warn = 8;                         // METAJIT_RETRACE_WARN
+  bool profile = false;                         // METAJIT_PROFILE=1
+  std::string device = "cpu";                   // METAJIT_DEVICE
+  std::string cuda_arch = "sm_90";              // METAJIT_CUDA_ARCH
+  double compile_timeout_seconds = 300;         // METAJIT_COMPILE_TIMEOUT
 };
 
 // The process-wide configuration (read from the environment on first use).

@@ -13,11 +13,21 @@ BufferPtr scalar_buffer(const GNode& n) {
   BufferPtr b = allocate_buffer(dtype_size(n.dtype));
   double v = n.scalar;
   switch (n.dtype) {
-    case DType::Bool: *static_cast<bool*>(b->data()) = v != 0; break;
-    case DType::Int32: *static_cast<int32_t*>(b->data()) = std::isfinite(v) ? int32_t(v) : 0; break;
-    case DType::Int64: *static_cast<int64_t*>(b->data()) = std::isfinite(v) ? int64_t(v) : 0; break;
-    case DType::Float32: *static_cast<float*>(b->data()) = float(v); break;
-    case DType::Float64: *static_cast<double*>(b->data()) = v; break;
+    case DType::Bool:
+      *static_cast<bool*>(b->data()) = v != 0;
+      break;
+    case DType::Int32:
+      *static_cast<int32_t*>(b->data()) = std::isfinite(v) ? int32_t(v) : 0;
+      break;
+    case DType::Int64:
+      *static_cast<int64_t*>(b->data()) = std::isfinite(v) ? int64_t(v) : 0;
+      break;
+    case DType::Float32:
+      *static_cast<float*>(b->data()) = float(v);
+      break;
+    case DType::Float64:
+      *static_cast<double*>(b->data()) = v;
+      break;
   }
   return b;
 }
@@ -36,8 +46,10 @@ std::vector<BufferPtr> execute_plan(const Graph& g, const FusionPlan& plan,
     for (int in : k.input_nodes) ++readers_left[in];
   for (size_t i = 0; i < n; ++i) {
     const GNode& node = g.nodes[i];
-    if (node.kind == OpKind::Leaf) buffers[i] = g.leaves[node.leaf]->data;
-    else if (node.kind == OpKind::Scalar && plan.stored[i]) buffers[i] = scalar_buffer(node);
+    if (node.kind == OpKind::Leaf)
+      buffers[i] = g.leaves[node.leaf]->data;
+    else if (node.kind == OpKind::Scalar && plan.stored[i])
+      buffers[i] = scalar_buffer(node);
   }
   std::vector<void*> ptrs;
   for (size_t k = 0; k < kernels.size(); ++k) {

@@ -4,10 +4,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <unordered_map>
-
-#include <nlohmann/json.hpp>
 
 #include "cache/cache_store.h"
 #include "codegen/cpp_emitter.h"
@@ -91,6 +90,7 @@ std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs
       if (auto it = t.by_ir.find(settings + texts[i]); it != t.by_ir.end()) {
         out[i] = it->second;
         counters.memory_hits++;
+        if (log_enabled(LogLevel::Debug)) log_message(LogLevel::Debug, "memory hit " + out[i].key);
       } else {
         misses.push_back(i);
       }
@@ -135,8 +135,9 @@ std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs
     try {
       p.staging = store.make_staging_dir();
     } catch (const CacheError& e) {
-      warn_once("cache-unwritable", std::string(e.what()) +
-                                        "; kernels go to a private temporary cache for this process");
+      warn_once(
+          "cache-unwritable",
+          std::string(e.what()) + "; kernels go to a private temporary cache for this process");
       p.store = &fallback_store();
       p.staging = p.store->make_staging_dir();
     }
@@ -160,11 +161,16 @@ std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs
         delta.errors++;
         if (!failure) {
           std::string why = r.failed_to_start ? "could not be started"
-                            : r.timed_out     ? "timed out after " + std::to_string(int(config().compile_timeout_seconds)) + " s and was killed"
-                                              : "failed with exit status " + std::to_string(r.exit_code);
-          std::string out_text = r.output.size() > 4000 ? r.output.substr(0, 4000) + "\n[...]" : r.output;
-          failure.emplace("compiling kernel " + p.key + ": the compiler " + why + "\n  command: " +
-                              r.command + "\n  source kept at: " + (p.staging / "kernel.cc").string() +
+                            : r.timed_out
+                                ? "timed out after " +
+                                      std::to_string(int(config().compile_timeout_seconds)) +
+                                      " s and was killed"
+                                : "failed with exit status " + std::to_string(r.exit_code);
+          std::string out_text =
+              r.output.size() > 4000 ? r.output.substr(0, 4000) + "\n[...]" : r.output;
+          failure.emplace("compiling kernel " + p.key + ": the compiler " + why +
+                              "\n  command: " + r.command +
+                              "\n  source kept at: " + (p.staging / "kernel.cc").string() +
                               (out_text.empty() ? "" : "\n" + out_text),
                           r.command, r.output, (p.staging / "kernel.cc").string());
         }
@@ -179,7 +185,15 @@ std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs
                              {"target", tc.resolved_target},
                              {"flags", tc.flags},
                              {"compile_seconds", r.seconds}};
-      std::filesystem::path so = p.store->install(p.key, p.staging, std::move(meta));
+      std::filesystem::path so;
+      try {
+        so = p.store->install(p.key, p.staging, std::move(meta));
+      } catch (const CacheError& e) {
+        // A full or read-only cache must not stop the program: run the staged copy.
+        warn_once("cache-install",
+                  std::string(e.what()) + "; running kernels from their staging directory");
+        so = p.staging / "kernel.so";
+      }
       KernelHandle h{load_kernel(so), p.key};
       for (size_t i : p.positions) out[i] = h;
       counters.kernels_compiled++;

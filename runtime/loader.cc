@@ -14,7 +14,8 @@ KernelFn load_kernel(const std::filesystem::path& shared_object) {
   void* handle = dlopen(shared_object.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     const char* err = dlerror();
-    throw Error("loader: cannot load " + shared_object.string() + ": " + (err ? err : "unknown error"));
+    throw Error("loader: cannot load " + shared_object.string() + ": " +
+                (err ? err : "unknown error"));
   }
   void* sym = dlsym(handle, kKernelSymbol);
   if (!sym) {

@@ -6,7 +6,9 @@
 
 namespace metajit {
 
-bool log_enabled(LogLevel level) { return int(config().log_level) >= int(level); }
+bool log_enabled(LogLevel level) {
+  return int(config().log_level) >= int(level);
+}
 
 void log_message(LogLevel level, const std::string& message) {
   if (!log_enabled(level)) return;

@@ -10,13 +10,15 @@
 namespace metajit {
 
 struct Toolchain {
-  std::string compiler;              // as configured (METAJIT_CXX, default g++)
-  std::filesystem::path path;        // resolved absolute path
-  std::string version_output;        // whole `--version` output
+  std::string compiler;        // as configured (METAJIT_CXX, default g++)
+  std::filesystem::path path;  // resolved absolute path
+  std::string version_output;  // whole `--version` output
   uint64_t binary_size = 0;
-  int64_t binary_mtime = 0;          // nanoseconds since epoch
-  std::string resolved_target;       // e.g. "-march=znver4 -mavx512f ..." as the compiler resolves native
-  std::vector<std::string> flags;    // -std=c++17 -O3 -march=native -fPIC -shared -fopenmp + METAJIT_CXXFLAGS
+  int64_t binary_mtime = 0;  // nanoseconds since epoch
+  std::string
+      resolved_target;  // e.g. "-march=znver4 -mavx512f ..." as the compiler resolves native
+  std::vector<std::string>
+      flags;  // -std=c++17 -O3 -march=native -fPIC -shared -fopenmp + METAJIT_CXXFLAGS
 
   std::string identity() const;      // labelled text of every field above, hashed into keys
   std::string version_line() const;  // first line of version_output

@@ -1,10 +1,10 @@
 // Where kernels go: runs one kernel, then shows its cache entry on disk and its source.
+#include <metajit/metajit.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <metajit/metajit.h>
 
 #include "runtime/config.h"
 

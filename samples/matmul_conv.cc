@@ -1,9 +1,9 @@
 // matmul and conv2d written with meta-ops only (broadcast/reindex, multiply, sum), each run
 // as one fused kernel and checked against plain loops.
+#include <metajit/metajit.h>
+
 #include <cmath>
 #include <cstdio>
-
-#include <metajit/metajit.h>
 
 using namespace metajit;
 
@@ -47,8 +47,9 @@ int main() {
           float got = yv[((in * O + o) * oh + i) * ow + j];
           cerr = std::fmax(cerr, std::fabs(ref - got) / std::fmax(1.0f, std::fabs(ref)));
         }
-  std::printf("conv2d [%d,%d,%d,%d] * [%d,%d,%d,%d] stride 2 pad 1 -> [%d,%d,%d,%d]: %llu kernel(s), "
-              "max rel error %.2e\n", N, C, H, W, O, C, R, R, N, O, oh, ow,
-              (unsigned long long)stats().kernels_launched, cerr);
+  std::printf(
+      "conv2d [%d,%d,%d,%d] * [%d,%d,%d,%d] stride 2 pad 1 -> [%d,%d,%d,%d]: %llu kernel(s), "
+      "max rel error %.2e\n",
+      N, C, H, W, O, C, R, R, N, O, oh, ow, (unsigned long long)stats().kernels_launched, cerr);
   return (err < 1e-4 && cerr < 1e-4) ? 0 : 1;
 }

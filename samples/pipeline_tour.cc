@@ -1,10 +1,10 @@
 // The whole pipeline in one run (`make run`): build a lazy graph, show the fused kernels and
 // their cache keys, evaluate (compiling on the first run, loading from the disk cache on the
 // next), print the result and what the runtime did.
+#include <metajit/metajit.h>
+
 #include <chrono>
 #include <cstdio>
-
-#include <metajit/metajit.h>
 
 using namespace metajit;
 
@@ -26,14 +26,17 @@ int main() {
   reset_stats();
   auto t0 = std::chrono::steady_clock::now();
   eval({y, total});
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   Stats s = stats();
-  std::printf("\n== 2. evaluated in %.1f ms: %llu kernels launched, %llu compiled (%.2f s), "
-              "%llu loaded from the disk cache, %llu from memory\n",
-              ms, (unsigned long long)s.kernels_launched, (unsigned long long)s.kernels_compiled,
-              s.compile_seconds, (unsigned long long)s.disk_hits, (unsigned long long)s.memory_hits);
-  std::printf("   %s\n", s.kernels_compiled ? "first run: kernels were compiled and cached; run again to load them"
-                                             : "kernels came from the cache: nothing was compiled");
+  std::printf(
+      "\n== 2. evaluated in %.1f ms: %llu kernels launched, %llu compiled (%.2f s), "
+      "%llu loaded from the disk cache, %llu from memory\n",
+      ms, (unsigned long long)s.kernels_launched, (unsigned long long)s.kernels_compiled,
+      s.compile_seconds, (unsigned long long)s.disk_hits, (unsigned long long)s.memory_hits);
+  std::printf("   %s\n", s.kernels_compiled
+                             ? "first run: kernels were compiled and cached; run again to load them"
+                             : "kernels came from the cache: nothing was compiled");
 
   std::printf("\n== 3. result\n");
   std::vector<float> yv = y.to_vector<float>(), tv = total.to_vector<float>();
@@ -42,6 +45,7 @@ int main() {
     for (int c = 0; c < 5; ++c) std::printf(" %.4f", yv[r * 5 + c]);
     std::printf("   sum %.4f\n", tv[r]);
   }
-  std::printf("\nInspect a kernel: metajit cache show <key prefix>; list them: metajit cache list\n");
+  std::printf(
+      "\nInspect a kernel: metajit cache show <key prefix>; list them: metajit cache list\n");
   return 0;
 }

@@ -1,9 +1,9 @@
 // The JAX SELU example on 1M floats: the first call compiles (or loads from the disk cache),
 // later calls reuse the loaded kernel; a different size reuses it too (shapes are arguments).
+#include <metajit/metajit.h>
+
 #include <chrono>
 #include <cstdio>
-
-#include <metajit/metajit.h>
 
 using namespace metajit;
 
@@ -17,7 +17,8 @@ static double run_ms(int64_t n, uint64_t seed, float* first_value) {
   auto t0 = std::chrono::steady_clock::now();
   Var y = selu(x);
   eval({y});
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   *first_value = y.to_vector<float>()[0];
   return ms;
 }
@@ -28,8 +29,9 @@ int main() {
   reset_stats();
   double first = run_ms(n, 1, &v);
   Stats s = stats();
-  std::printf("selu on %lld floats, first call: %.2f ms (%llu kernel(s) compiled, %llu loaded from disk)\n",
-              (long long)n, first, (unsigned long long)s.kernels_compiled, (unsigned long long)s.disk_hits);
+  std::printf(
+      "selu on %lld floats, first call: %.2f ms (%llu kernel(s) compiled, %llu loaded from disk)\n",
+      (long long)n, first, (unsigned long long)s.kernels_compiled, (unsigned long long)s.disk_hits);
   double best = 1e30, total = 0;
   for (int i = 0; i < 10; ++i) {
     double t = run_ms(n, 2 + i, &v);

@@ -1,7 +1,6 @@
 // Cold and warm: in a fresh cache directory the first process compiles; a second process
 // running the same program compiles nothing and loads every kernel from disk.
 #include <catch2/catch.hpp>
-
 #include <regex>
 
 #include "test_support.h"
@@ -19,8 +18,8 @@ RunStats run_program(const std::string& cache_dir) {
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   std::smatch m;
-  REQUIRE(std::regex_search(r.output, m,
-                            std::regex("compiled=(\\d+) disk_hits=(\\d+) launched=(\\d+) checksum=(\\S+)")));
+  REQUIRE(std::regex_search(
+      r.output, m, std::regex("compiled=(\\d+) disk_hits=(\\d+) launched=(\\d+) checksum=(\\S+)")));
   return {std::stoull(m[1]), std::stoull(m[2]), std::stoull(m[3]), m[4]};
 }
 

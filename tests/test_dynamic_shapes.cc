@@ -1,8 +1,8 @@
 // Keys depend neither on values nor (by default) on shapes: a new size or a new scalar reuses
 // the loaded kernel. METAJIT_SPECIALIZE_SHAPES=1 bakes shapes in.
-#include <catch2/catch.hpp>
-
 #include <metajit/metajit.h>
+
+#include <catch2/catch.hpp>
 
 #include "reference_check.h"
 #include "test_support.h"
@@ -11,7 +11,9 @@ using namespace metajit;
 
 namespace {
 
-Var selu(const Var& x) { return 1.05 * where(x > 0.0, x, 1.67 * exp(x) - 1.67); }
+Var selu(const Var& x) {
+  return 1.05 * where(x > 0.0, x, 1.67 * exp(x) - 1.67);
+}
 
 }  // namespace
 

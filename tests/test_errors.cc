@@ -1,11 +1,10 @@
 // Bad input raises a typed metajit::Error whose message names the op, the shapes and what is
 // valid, and leaves nothing behind (no compile, no cache entry).
-#include <catch2/catch.hpp>
+#include <metajit/metajit.h>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
-
-#include <metajit/metajit.h>
 
 #include "cache/cache_store.h"
 #include "test_support.h"
@@ -34,7 +33,9 @@ TEST_CASE("mismatched shapes in a binary op", "[errors]") {
   CHECK_THAT(m, Contains("add") && Contains("[2, 3]") && Contains("[4]") && Contains("equal or 1"));
   CHECK_THROWS_AS(where(zeros({2}) > 0.0, a, b), ShapeError);
   CHECK_THROWS_AS(matmul(zeros({2, 3}), zeros({4, 5})), ShapeError);
-  CHECK_THAT(message_of<ShapeError>([&] { matmul(zeros({2, 3}), zeros({4, 5})); }),
+  CHECK_THAT(message_of<ShapeError>([&] {
+               matmul(zeros({2, 3}), zeros({4, 5}));
+             }),
              Contains("matmul") && Contains("inner dimensions 3 and 4"));
   CHECK_THROWS_AS(broadcast_to(zeros({3}), {4, 2}), ShapeError);
   CHECK_THROWS_AS(reshape(zeros({2, 3}), {4, 2}), ShapeError);
@@ -45,7 +46,8 @@ TEST_CASE("mismatched shapes in a binary op", "[errors]") {
 TEST_CASE("axis out of range", "[errors]") {
   Var x = zeros({2, 3});
   std::string m = message_of<ShapeError>([&] { sum(x, {2}); });
-  CHECK_THAT(m, Contains("reduce") && Contains("axis 2") && Contains("[2, 3]") && Contains("-2..1"));
+  CHECK_THAT(m,
+             Contains("reduce") && Contains("axis 2") && Contains("[2, 3]") && Contains("-2..1"));
   CHECK_THROWS_AS(sum(x, {-3}), ShapeError);
   CHECK_THROWS_AS(sum(x, {1, -1}), ShapeError);  // the same axis twice
   CHECK_THROWS_AS(softmax(x, 5), ShapeError);
@@ -64,7 +66,9 @@ TEST_CASE("index expressions: unknown names, bad syntax, trailing garbage", "[er
   Var x = zeros({2, 3});
   std::string m = message_of<IndexExprError>([&] { reindex(x, {3, 2}, {"j1", "i0"}); });
   CHECK_THAT(m, Contains("unknown name 'j1'") && Contains("indexes[0]") && Contains("i0..i1"));
-  CHECK_THAT(message_of<IndexExprError>([&] { reindex(x, {3, 2}, {"i1", "i0 i1"}); }),
+  CHECK_THAT(message_of<IndexExprError>([&] {
+               reindex(x, {3, 2}, {"i1", "i0 i1"});
+             }),
              Contains("unexpected 'i1'") && Contains("indexes[1]"));
   CHECK_THROWS_AS(reindex(x, {3, 2}, {"i1", "i0+"}), IndexExprError);
   CHECK_THROWS_AS(reindex(x, {3, 2}, {"i1", "(i0"}), IndexExprError);
@@ -141,7 +145,8 @@ TEST_CASE("a compiler that fails is a CompileError with command, output and kept
   {
     std::ofstream f(fake);
     f << "#!/bin/sh\n"
-         "for a in \"$@\"; do case \"$a\" in --version) exec g++ --version;; -E) exec g++ \"$@\";; esac; done\n"
+         "for a in \"$@\"; do case \"$a\" in --version) exec g++ --version;; -E) exec g++ \"$@\";; "
+         "esac; done\n"
          "echo 'fake-cc: error: refusing to compile' >&2\nexit 3\n";
   }
   std::filesystem::permissions(fake, std::filesystem::perms::owner_all);

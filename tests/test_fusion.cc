@@ -1,10 +1,9 @@
 // Fusion is real: kernel counts from stats() and plan(), and peak memory showing that the
 // broadcast/reindex intermediates of matmul and conv2d are never allocated.
-#include <catch2/catch.hpp>
-
-#include <cmath>
-
 #include <metajit/metajit.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
 
 #include "reference_check.h"
 #include "test_support.h"
@@ -54,7 +53,8 @@ TEST_CASE("matmul 512x512x512 is one kernel and never allocates the [n,k,m] prod
   CHECK(s.peak_bytes - before <= output + (16u << 20));
   CHECK(s.peak_bytes - before < 16u << 20);
   // Spot-check a few entries against a plain loop.
-  std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>(), cv = c.to_vector<float>();
+  std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>(),
+                     cv = c.to_vector<float>();
   for (int64_t i : {0L, 17L, 511L})
     for (int64_t j : {0L, 255L, 510L}) {
       double ref = 0;

@@ -1,10 +1,9 @@
 // The graph passes and the planner on captured graphs: constant folding, CSE, DCE, and the
 // fusion decisions, checked on the Graph / FusionPlan data structures directly.
-#include <catch2/catch.hpp>
+#include <metajit/metajit.h>
 
 #include <algorithm>
-
-#include <metajit/metajit.h>
+#include <catch2/catch.hpp>
 
 #include "codegen/fusion_planner.h"
 #include "codegen/graph.h"

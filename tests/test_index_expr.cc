@@ -63,8 +63,8 @@ TEST_CASE("parser errors name the context, the position and what is valid", "[in
     }
     return std::string("no error");
   };
-  CHECK_THAT(msg("k0", 2, false), Contains("unknown name 'k0'") && Contains("reindex: indexes[0]") &&
-                                      Contains("i0..i1"));
+  CHECK_THAT(msg("k0", 2, false), Contains("unknown name 'k0'") &&
+                                      Contains("reindex: indexes[0]") && Contains("i0..i1"));
   CHECK_THAT(msg("i3", 2, false), Contains("out of range"));
   CHECK_THAT(msg("i0 i1", 2, false), Contains("position 3"));
   CHECK_THAT(msg("i0 +", 2, false), Contains("unexpected end"));

@@ -1,10 +1,9 @@
 // Runtime pieces: the caching allocator, stats()/reset_stats(), eval() semantics (realized
 // Vars, shared inputs, several outputs), and evaluation from several threads.
-#include <catch2/catch.hpp>
-
-#include <thread>
-
 #include <metajit/metajit.h>
+
+#include <catch2/catch.hpp>
+#include <thread>
 
 #include "reference_check.h"
 #include "runtime/allocator.h"
@@ -35,13 +34,13 @@ TEST_CASE("intermediates are freed once their last reader has run", "[runtime]")
   Var x = rand({256, 256}, 1);
   eval({x});
   const uint64_t before = stats().bytes_in_use;
-  Var m = max(x, {1}, true);          // stored intermediate (read through a broadcast)
-  Var y = sum(exp(x - m), {1});       // output: 256 floats
+  Var m = max(x, {1}, true);     // stored intermediate (read through a broadcast)
+  Var y = sum(exp(x - m), {1});  // output: 256 floats
   eval({y});
   CHECK(stats().bytes_in_use == before + 256 * 4);
 }
 
-TEST_CASE("stats count launches; reset_stats zeroes them", "[runtime]") {
+TEST_CASE("stats count launches and reset_stats zeroes them", "[runtime]") {
   Var x = rand({4, 4}, 2);
   eval({x});
   reset_stats();

@@ -1,8 +1,8 @@
 // Shared test plumbing: scoped environment variables, temporary directories and running a
 // program with captured output.
 #pragma once
-#include <unistd.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -23,8 +23,10 @@ class ScopedEnv {
     metajit::reload_config();
   }
   ~ScopedEnv() {
-    if (old_) setenv(name_, old_->c_str(), 1);
-    else unsetenv(name_);
+    if (old_)
+      setenv(name_, old_->c_str(), 1);
+    else
+      unsetenv(name_);
     metajit::reload_config();
   }
   ScopedEnv(const ScopedEnv&) = delete;

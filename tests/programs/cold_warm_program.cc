@@ -1,8 +1,8 @@
 // Started twice by test_cold_warm against one cache directory: evaluates a few distinct
 // kernels and prints "compiled=N disk_hits=M launched=L checksum=C".
-#include <cstdio>
-
 #include <metajit/metajit.h>
+
+#include <cstdio>
 
 using namespace metajit;
 
