@@ -166,7 +166,8 @@ void require_safe(const fs::path& dir, bool follow_symlink) {
   std::string why = unsafe_reason(dir, follow_symlink);
   if (!why.empty())
     throw CacheError("cache: refusing to use " + quote(dir) + ": it " + why +
-                     " (fix: chmod 700 it, or point METAJIT_CACHE_DIR at a directory you own)");
+                     " (fix: make it a directory of yours with mode 0700, or set "
+                     "METAJIT_CACHE_DIR to one)");
 }
 
 // What is wrong with the installed entry `dir` for `key`, or "" when it is complete and its
@@ -386,7 +387,8 @@ std::optional<fs::path> CacheStore::find(const std::string& key) {
     if (!why.empty()) {
       warn_once("cache-unsafe:" + path.string(),
                 "not using the kernel cache " + quote(path) + ": it " + why +
-                    " (fix: chmod 700 it, or set METAJIT_CACHE_DIR to a directory you own)");
+                    " (fix: make it a directory of yours with mode 0700, or set "
+                    "METAJIT_CACHE_DIR to one)");
       return std::nullopt;
     }
   }

@@ -1,115 +1,120 @@
 #include <cmath>
-#include <limits>
+#include <optional>
 
 #include "codegen/graph_passes.h"
 
 namespace metajit {
 namespace {
 
-// A double holding `v` as the dtype would store it (the kernels read scalars the same way).
-double as_dtype(double v, DType t) {
-  auto clamp_int = [](double x, double lo, double hi) {
-    if (!(x == x)) return 0.0;
-    return std::trunc(std::fmin(std::fmax(x, lo), hi));
-  };
-  switch (t) {
-    case DType::Bool:
-      return v != 0 ? 1.0 : 0.0;
-    case DType::Int32:
-      return clamp_int(v, -2147483648.0, 2147483647.0);
-    case DType::Int64:
-      return clamp_int(v, -9223372036854775808.0, 9223372036854774784.0);
-    case DType::Float32:
-      return double(float(v));
-    case DType::Float64:
-      return v;
-  }
-  return v;
+// Folding must give exactly what the kernel would: integers fold in wrapping int64
+// arithmetic, floats in double then rounded to the dtype. A result a double cannot hold
+// exactly (int64 beyond 2^53) is not folded: scalars travel as doubles.
+std::optional<double> integral_result(int64_t v, DType t) {
+  if (t == DType::Int32) v = int32_t(uint32_t(uint64_t(v)));  // wraps like the kernel's cast
+  if (t == DType::Bool) v = v != 0;
+  double d = double(v);
+  if (d >= 9223372036854775808.0 || int64_t(d) != v) return std::nullopt;
+  return d;
 }
 
-double fold_unary(UnaryOp op, DType t, double x) {
-  switch (op) {
-    case UnaryOp::Neg:
-      return -x;
-    case UnaryOp::Abs:
-      return std::fabs(x);
-    case UnaryOp::Exp:
-      return std::exp(x);
-    case UnaryOp::Log:
-      return std::log(x);
-    case UnaryOp::Sqrt:
-      return std::sqrt(x);
-    case UnaryOp::Sin:
-      return std::sin(x);
-    case UnaryOp::Cos:
-      return std::cos(x);
-    case UnaryOp::Tanh:
-      return std::tanh(x);
-    case UnaryOp::Sigmoid:
-      return 1.0 / (1.0 + std::exp(-x));
-    case UnaryOp::Relu:
-      return x > 0 ? x : 0.0;
-    case UnaryOp::Floor:
-      return std::floor(x);
-    case UnaryOp::LogicalNot:
-      return x == 0 ? 1.0 : 0.0;
+int64_t wrap_add(int64_t a, int64_t b) { return int64_t(uint64_t(a) + uint64_t(b)); }
+int64_t wrap_sub(int64_t a, int64_t b) { return int64_t(uint64_t(a) - uint64_t(b)); }
+int64_t wrap_mul(int64_t a, int64_t b) { return int64_t(uint64_t(a) * uint64_t(b)); }
+
+std::optional<double> fold_unary(UnaryOp op, DType t, double x) {
+  if (!is_float(t)) {
+    int64_t v = int64_t(x);
+    switch (op) {
+      case UnaryOp::Neg: return integral_result(wrap_sub(0, v), t);
+      case UnaryOp::Abs: return integral_result(v < 0 ? wrap_sub(0, v) : v, t);
+      case UnaryOp::Relu: return integral_result(v > 0 ? v : 0, t);
+      case UnaryOp::LogicalNot: return integral_result(v == 0, t);
+      case UnaryOp::Floor: return integral_result(v, t);
+      default: return std::nullopt;  // transcendentals of integers never reach here
+    }
   }
-  return x;
+  double r;
+  switch (op) {
+    case UnaryOp::Neg: r = -x; break;
+    case UnaryOp::Abs: r = std::fabs(x); break;
+    case UnaryOp::Exp: r = std::exp(x); break;
+    case UnaryOp::Log: r = std::log(x); break;
+    case UnaryOp::Sqrt: r = std::sqrt(x); break;
+    case UnaryOp::Sin: r = std::sin(x); break;
+    case UnaryOp::Cos: r = std::cos(x); break;
+    case UnaryOp::Tanh: r = std::tanh(x); break;
+    case UnaryOp::Sigmoid: r = 1.0 / (1.0 + std::exp(-x)); break;
+    case UnaryOp::Relu: r = x > 0 ? x : 0.0; break;
+    case UnaryOp::Floor: r = std::floor(x); break;
+    case UnaryOp::LogicalNot: return x == 0 ? 1.0 : 0.0;
+  }
+  return to_dtype_value(r, t);
 }
 
-double fold_binary(BinaryOp op, DType operand, double a, double b) {
-  const bool integral = !is_float(operand);
+std::optional<double> fold_binary(BinaryOp op, DType operand, DType out, double a, double b) {
   switch (op) {
-    case BinaryOp::Add:
-      return a + b;
-    case BinaryOp::Sub:
-      return a - b;
-    case BinaryOp::Mul:
-      return a * b;
-    case BinaryOp::Div:
-      if (!integral) return a / b;
-      return b == 0 ? 0.0 : std::trunc(a / b);
-    case BinaryOp::Pow:
-      return std::pow(a, b);
-    case BinaryOp::Maximum:
-      return (a != a || a > b) ? a : b;
-    case BinaryOp::Minimum:
-      return (a != a || a < b) ? a : b;
-    case BinaryOp::Eq:
-      return a == b;
-    case BinaryOp::Ne:
-      return a != b;
-    case BinaryOp::Lt:
-      return a < b;
-    case BinaryOp::Le:
-      return a <= b;
-    case BinaryOp::Gt:
-      return a > b;
-    case BinaryOp::Ge:
-      return a >= b;
-    case BinaryOp::LogicalAnd:
-      return a != 0 && b != 0;
-    case BinaryOp::LogicalOr:
-      return a != 0 || b != 0;
+    case BinaryOp::Eq: return a == b;
+    case BinaryOp::Ne: return a != b;
+    case BinaryOp::Lt: return a < b;
+    case BinaryOp::Le: return a <= b;
+    case BinaryOp::Gt: return a > b;
+    case BinaryOp::Ge: return a >= b;
+    case BinaryOp::LogicalAnd: return a != 0 && b != 0;
+    case BinaryOp::LogicalOr: return a != 0 || b != 0;
+    default: break;
   }
-  return 0;
+  if (!is_float(operand)) {
+    int64_t x = int64_t(a), y = int64_t(b);
+    switch (op) {
+      case BinaryOp::Add: return integral_result(wrap_add(x, y), out);
+      case BinaryOp::Sub: return integral_result(wrap_sub(x, y), out);
+      case BinaryOp::Mul: return integral_result(wrap_mul(x, y), out);
+      case BinaryOp::Div:
+        return integral_result(y == 0 ? 0 : y == -1 ? wrap_sub(0, x) : x / y, out);
+      case BinaryOp::Maximum: return integral_result(x > y ? x : y, out);
+      case BinaryOp::Minimum: return integral_result(x < y ? x : y, out);
+      case BinaryOp::Pow: {
+        double r = std::pow(a, b);  // out of range or NaN gives 0, as in the kernels
+        bool fits = out == DType::Int32 ? (r >= -2147483648.0 && r <= 2147483647.0)
+                                        : (r >= -9223372036854775808.0 && r < 9223372036854775808.0);
+        return integral_result(r == r && fits ? int64_t(r) : 0, out);
+      }
+      default: return std::nullopt;
+    }
+  }
+  double r;
+  switch (op) {
+    case BinaryOp::Add: r = a + b; break;
+    case BinaryOp::Sub: r = a - b; break;
+    case BinaryOp::Mul: r = a * b; break;
+    case BinaryOp::Div: r = a / b; break;
+    case BinaryOp::Pow: r = std::pow(a, b); break;
+    case BinaryOp::Maximum: r = (a != a || a > b) ? a : b; break;
+    case BinaryOp::Minimum: r = (a != a || a < b) ? a : b; break;
+    default: return std::nullopt;
+  }
+  return to_dtype_value(r, out);
+}
+
+std::optional<double> fold_cast(DType from, DType to, double v) {
+  if (to == DType::Bool) return v != 0 ? 1.0 : 0.0;
+  if (!is_float(from) && !is_float(to)) return integral_result(int64_t(v), to);  // wraps
+  return to_dtype_value(v, to);
 }
 
 bool is_elementwise(OpKind k) {
   return k == OpKind::Unary || k == OpKind::Binary || k == OpKind::Where || k == OpKind::Cast;
 }
 
-// Folds node `n` whose inputs are the scalars `v` (already in their dtypes).
-double fold(const Graph& g, const GNode& n, const std::vector<double>& v) {
+// Folds node `n` whose inputs are the scalars `v` (each already a value of its dtype).
+std::optional<double> fold(const Graph& g, const GNode& n, const std::vector<double>& v) {
   switch (n.kind) {
-    case OpKind::Unary:
-      return fold_unary(UnaryOp(n.op), n.dtype, v[0]);
+    case OpKind::Unary: return fold_unary(UnaryOp(n.op), n.dtype, v[0]);
     case OpKind::Binary:
-      return fold_binary(BinaryOp(n.op), g.nodes[n.inputs[0]].dtype, v[0], v[1]);
-    case OpKind::Where:
-      return v[0] != 0 ? v[1] : v[2];
-    default:
-      return v[0];  // Cast: as_dtype below does the conversion
+      return fold_binary(BinaryOp(n.op), g.nodes[n.inputs[0]].dtype, n.dtype, v[0], v[1]);
+    case OpKind::Where: return v[0] != 0 ? v[1] : v[2];
+    case OpKind::Cast: return fold_cast(g.nodes[n.inputs[0]].dtype, n.dtype, v[0]);
+    default: return std::nullopt;
   }
 }
 
@@ -130,10 +135,11 @@ void fold_constants(Graph& g) {
       all_scalar = all_scalar && g.nodes[in].kind == OpKind::Scalar;
       if (all_scalar) values.push_back(g.nodes[in].scalar);
     }
-    if (all_scalar) {
-      double v = as_dtype(fold(g, n, values), n.dtype);
+    std::optional<double> folded_value;
+    if (all_scalar) folded_value = fold(g, n, values);
+    if (folded_value) {
       n.kind = OpKind::Scalar;
-      n.scalar = v;
+      n.scalar = *folded_value;
       n.inputs.clear();
       changed = true;
       continue;
@@ -148,11 +154,12 @@ void fold_constants(Graph& g) {
                        b.shape == first.shape && g.nodes[b.inputs[0]].kind == OpKind::Scalar;
       if (same_broadcast) values.push_back(g.nodes[b.inputs[0]].scalar);
     }
-    if (same_broadcast) {
+    if (same_broadcast) folded_value = fold(g, n, values);
+    if (folded_value) {
       GNode folded;
       folded.kind = OpKind::Scalar;
       folded.dtype = n.dtype;
-      folded.scalar = as_dtype(fold(g, n, values), n.dtype);
+      folded.scalar = *folded_value;
       GNode bcast = first;
       bcast.dtype = n.dtype;
       // The folded scalar takes this node's place; the broadcast is appended after it. Both

@@ -1,6 +1,7 @@
 #include "meta_ops/dtype.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace metajit {
 
@@ -58,6 +59,22 @@ bool is_float(DType t) {
 
 DType promote(DType a, DType b) {
   return static_cast<DType>(std::max(int(a), int(b)));
+}
+
+double to_dtype_value(double v, DType t) {
+  // Out of range (or NaN) gives 0, the reference interpreter's rule for float -> int.
+  auto clamp_int = [](double x, double lo, double hi) {
+    double t = std::trunc(x);
+    return (t >= lo && t <= hi) ? t : 0.0;
+  };
+  switch (t) {
+    case DType::Bool: return v != 0 ? 1.0 : 0.0;
+    case DType::Int32: return clamp_int(v, -2147483648.0, 2147483647.0);
+    case DType::Int64: return clamp_int(v, -9223372036854775808.0, 9223372036854774784.0);
+    case DType::Float32: return double(float(v));
+    case DType::Float64: return v;
+  }
+  return v;
 }
 
 int64_t numel_of(const Shape& s) {

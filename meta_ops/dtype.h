@@ -16,6 +16,10 @@ bool is_float(DType t);
 // Wider of the two in Bool < Int32 < Int64 < Float32 < Float64.
 DType promote(DType a, DType b);
 
+// `v` as a value of dtype `t` holds it, back in a double: Bool 0/1, integers truncated toward
+// zero and clamped (NaN -> 0), Float32 rounded. Scalars are stored this way.
+double to_dtype_value(double v, DType t);
+
 int64_t numel_of(const Shape& s);
 std::string shape_str(const Shape& s);  // "[2, 3]"
 

@@ -117,7 +117,7 @@ Var array_from(const void* data, size_t count, DType dtype, Shape shape) {
 
 Var scalar(double value, DType dtype) {
   NodePtr n = new_node(OpKind::Scalar, dtype, {});
-  n->scalar = value;
+  n->scalar = to_dtype_value(value, dtype);
   return Var(std::move(n));
 }
 

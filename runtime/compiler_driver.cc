@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <boost/process.hpp>
+#include <boost/process/extend.hpp>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -89,6 +90,22 @@ bool has_exited(pid_t pid) {
   return info.si_pid == pid;
 }
 
+// Boost.Process 1.74 forgets the child whose execve() failed (e.g. "Exec format error") and
+// leaves it a zombie; this initializer reaps it. The child exits right after reporting the
+// failure, so the wait is short and bounded.
+struct ReapFailedExec : bp::extend::handler {
+  template <class Executor>
+  void on_error(Executor& exec, const std::error_code&) const {
+    if (exec.pid <= 0) return;
+    for (int i = 0; i < 1000; ++i) {
+      int status;
+      pid_t r = ::waitpid(exec.pid, &status, WNOHANG);
+      if (r == exec.pid || (r < 0 && errno != EINTR)) return;
+      ::usleep(1000);
+    }
+  }
+};
+
 // The executable for argv[0]: a name is looked up on PATH (no shell involved), a path is used
 // as given.
 std::optional<boost::filesystem::path> resolve_executable(const std::string& name,
@@ -139,14 +156,21 @@ CompileOutcome run_one(const std::vector<std::string>& argv, double timeout_seco
   // A process group of its own, so that a timeout also kills cc1plus/as started by g++.
   bp::group group;
   std::unique_ptr<bp::child> child;
+  std::error_code start_error;  // an error handler: Boost then reports instead of throwing
   try {
     std::vector<std::string> args(argv.begin() + 1, argv.end());
     child = std::make_unique<bp::child>(bp::exe = exe->string(), bp::args = args,
                                         bp::std_in < bp::null,
-                                        (bp::std_out & bp::std_err) > pipe, group);
+                                        (bp::std_out & bp::std_err) > pipe, group,
+                                        ReapFailedExec{}, start_error);
   } catch (const std::exception& e) {
+    start_error = std::make_error_code(std::errc::io_error);
+    out.output = e.what();
+  }
+  if (start_error || !child || !child->valid()) {
     out.failed_to_start = true;
-    out.output = "cannot start '" + argv[0] + "': " + e.what();
+    out.output = "cannot start '" + argv[0] + "': " +
+                 (out.output.empty() ? start_error.message() : out.output);
     out.seconds = seconds_since(start);
     return out;
   }

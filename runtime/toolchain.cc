@@ -147,7 +147,8 @@ std::optional<Queried> load_queried(const std::filesystem::path& file, const Bin
   std::ifstream in(file, std::ios::binary);
   nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return std::nullopt;
-  for (auto& [k, v] : facts_json(f).items())
+  const nlohmann::json facts = facts_json(f);  // named: items() must not outlive a temporary
+  for (const auto& [k, v] : facts.items())
     if (!j.contains(k) || j[k] != v) return std::nullopt;
   if (!j.contains("version_output") || !j["version_output"].is_string() ||
       !j.contains("resolved_target") || !j["resolved_target"].is_string())

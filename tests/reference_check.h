@@ -9,16 +9,15 @@
 //   Float64: |eval - ref| <= 1e-12 * max(1, |ref|)
 // NaN must match NaN, and an infinity must match the same infinity.
 #pragma once
-#include <catch2/catch.hpp>
+#include <metajit/metajit.h>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <iomanip>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <metajit/metajit.h>
 
 #include "meta_ops/reference_interpreter.h"
 
@@ -95,9 +94,9 @@ inline void check_against_reference(const std::vector<metajit::Var>& vars) {
   for (size_t v = 0; v < vars.size(); ++v) {
     const Var& var = vars[v];
     const HostTensor& ref = refs[v];
-    INFO("Var #" << v << " of " << vars.size() << ": eval gives " << dtype_name(var.dtype())
-                 << " " << shape_str(var.shape()) << ", reference " << dtype_name(ref.dtype)
-                 << " " << shape_str(ref.shape));
+    INFO("Var #" << v << " of " << vars.size() << ": eval gives " << dtype_name(var.dtype()) << " "
+                 << shape_str(var.shape()) << ", reference " << dtype_name(ref.dtype) << " "
+                 << shape_str(ref.shape));
     CHECK(var.shape() == ref.shape);
     CHECK(var.dtype() == ref.dtype);
     if (var.shape() != ref.shape || var.dtype() != ref.dtype) continue;
@@ -130,10 +129,9 @@ inline void check_against_reference(const std::vector<metajit::Var>& vars) {
     if (mismatches > 0) {
       FAIL_CHECK("Var #" << v << " (" << dtype_name(ref.dtype) << " " << shape_str(ref.shape)
                          << "): " << mismatches << " of " << numel_of(ref.shape)
-                         << " elements differ; first at flat position "
-                         << first << " " << flat_to_index(first, ref.shape) << ": eval "
-                         << got_text << ", reference " << want_text << " (tolerance " << tol
-                         << " relative)");
+                         << " elements differ; first at flat position " << first << " "
+                         << flat_to_index(first, ref.shape) << ": eval " << got_text
+                         << ", reference " << want_text << " (tolerance " << tol << " relative)");
     }
   }
 }

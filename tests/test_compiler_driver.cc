@@ -2,6 +2,7 @@
 // output capture, exit codes, missing programs, timeouts, parallel batches, and resolving and
 // identifying the C++ compiler.
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -73,6 +74,19 @@ TEST_CASE("run_compiler reports a missing executable without throwing", "[driver
   CompileOutcome empty = run_compiler({}, 30);
   CHECK_FALSE(empty.ok);
   CHECK(empty.failed_to_start);
+}
+
+TEST_CASE("a file that cannot be executed fails to start and leaves no zombie", "[driver]") {
+  metajit_test::TempDir dir;
+  std::filesystem::path garbage = dir.path() / "not-a-program";
+  std::ofstream(garbage) << "\x7f" "ELF but not really";
+  std::filesystem::permissions(garbage, std::filesystem::perms::owner_all);
+  CompileOutcome r = run_compiler({garbage.string()}, 30);
+  CHECK(r.failed_to_start);
+  CHECK_FALSE(r.ok);
+  CHECK_THAT(r.output, Contains("not-a-program") && Contains("format"));
+  int status;
+  CHECK(::waitpid(-1, &status, WNOHANG) <= 0);  // no exited, unreaped child of ours
 }
 
 TEST_CASE("run_compiler kills a command that runs past its timeout", "[driver]") {

@@ -14,9 +14,10 @@
 // casts only see exact, bounded, non-NaN values, and fragile values never feed a
 // discontinuous op (floor, comparisons, casts to int/bool, logical ops, where conditions),
 // where one ulp could flip the result.
-#include <catch2/catch.hpp>
+#include <metajit/metajit.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -29,15 +30,16 @@
 #include <string>
 #include <vector>
 
-#include <metajit/metajit.h>
-
 #include "reference_check.h"
 
 using namespace metajit;
 
 namespace {
 
-constexpr int64_t kMaxNumel = 2000;  // keeps the reference fast and kernels small
+// Elements per value: small graphs keep the reference fast; "large" graphs (one in seven)
+// have enough work for the kernels' OpenMP parallel path (taken above 32768 iterations).
+constexpr int64_t kMaxNumel = 2000;
+constexpr int64_t kMaxNumelLarge = 120000;
 const double kInf = std::numeric_limits<double>::infinity();
 
 // The largest |value| of a dtype: |lowest()| for the integers.
@@ -66,7 +68,9 @@ std::string strings_cpp(const std::vector<std::string>& v) {
   return out + "}";
 }
 
-std::string ints_cpp(const std::vector<int64_t>& v) { return shape_cpp(v); }
+std::string ints_cpp(const std::vector<int64_t>& v) {
+  return shape_cpp(v);
+}
 
 const char* dtype_cpp(DType dt) {
   switch (dt) {
@@ -109,6 +113,8 @@ class GraphGenerator {
 
   // Builds 1-3 inputs and 3-12 ops; returns 1-2 outputs.
   std::vector<Var> build() {
+    large_ = chance(1.0 / 7);
+    if (large_) listing_ << "// large graph\n";
     const int inputs = uniform(1, 3);
     for (int k = 0; k < inputs; ++k) add_input();
     const int ops = uniform(3, 12);
@@ -137,10 +143,22 @@ class GraphGenerator {
       listing_ << ", " << values_[*extra].name;
     }
     listing_ << "\n";
+    // One graph in five first evaluates a value the outputs depend on.
+    std::vector<size_t> inner;
+    for (size_t k = size_t(inputs); k + 1 < values_.size(); ++k)
+      if (used.count(values_[k].var.node().get())) inner.push_back(k);
+    if (!inner.empty() && chance(0.2)) {
+      staged_ = pick(inner);
+      listing_ << "(evaluated first: " << values_[*staged_].name << ")\n";
+    }
     return outs;
   }
 
   std::string listing() const { return listing_.str(); }
+  std::optional<Var> staged() const {
+    return staged_ ? std::optional<Var>(values_[*staged_].var) : std::nullopt;
+  }
+  std::string staged_name() const { return staged_ ? values_[*staged_].name : ""; }
 
  private:
   // ------------------------------------------------------------ randomness
@@ -178,12 +196,15 @@ class GraphGenerator {
     return DType::Bool;
   }
 
-  int64_t random_dim() { return chance(0.04) ? 0 : uniform(1, 5); }
+  int64_t random_dim() {
+    if (chance(0.04)) return 0;
+    return large_ ? uniform(1, 40) : uniform(1, 5);
+  }
 
   Shape random_shape(int max_rank) {
     const int r = uniform(0, 99);
     int rank = r < 10 ? 0 : r < 35 ? 1 : r < 65 ? 2 : r < 90 ? 3 : 4;
-    rank = std::min(rank, max_rank);
+    rank = std::min(rank, large_ ? 3 : max_rank);  // 40^3 elements at most
     Shape s;
     for (int k = 0; k < rank; ++k) s.push_back(random_dim());
     return s;
@@ -199,9 +220,9 @@ class GraphGenerator {
   // Records a new value. `arithmetic`: integer results must stay strictly inside the range
   // (an op like neg or * on lowest() overflows); other ops (max, where, identities of empty
   // reductions, ...) may reach lowest() itself.
-  const Value& add_value(Var var, const std::string& expr, double bound, bool may_nan,
-                         bool fragile, bool arithmetic = false) {
-    if (var.numel() > kMaxNumel) throw Rejected{};
+  const Value& add_value(Var var, const std::string& expr, double bound, bool may_nan, bool fragile,
+                         bool arithmetic = false) {
+    if (var.numel() > (large_ ? kMaxNumelLarge : kMaxNumel)) throw Rejected{};
     const DType dt = var.dtype();
     if (!is_float(dt)) {
       if (bound > int_limit(dt) || (arithmetic && bound >= int_limit(dt)) || may_nan)
@@ -226,9 +247,12 @@ class GraphGenerator {
     const int64_t n = numel_of(shape);
     std::vector<double> vals;
     for (int64_t k = 0; k < n; ++k) {
-      if (dt == DType::Bool) vals.push_back(uniform(0, 1));
-      else if (is_float(dt)) vals.push_back(uniform(-16, 16) * 0.25);  // exact in float32
-      else vals.push_back(uniform(-5, 5));
+      if (dt == DType::Bool)
+        vals.push_back(uniform(0, 1));
+      else if (is_float(dt))
+        vals.push_back(uniform(-16, 16) * 0.25);  // exact in float32
+      else
+        vals.push_back(uniform(-5, 5));
     }
     std::ostringstream text;
     const char* ctype = dt == DType::Bool      ? "bool"
@@ -237,7 +261,8 @@ class GraphGenerator {
                         : dt == DType::Float32 ? "float"
                                                : "double";
     text << "array<" << ctype << ">({";
-    for (int64_t k = 0; k < n; ++k) text << (k ? ", " : "") << vals[size_t(k)];
+    for (int64_t k = 0; k < n && k < 64; ++k) text << (k ? ", " : "") << vals[size_t(k)];
+    if (n > 64) text << ", /* " << n - 64 << " more: rerun the seed */";
     text << "}, " << shape_cpp(shape) << ")";
     Var v;
     switch (dt) {
@@ -280,8 +305,8 @@ class GraphGenerator {
       // max over a zero-size value gives the identity (lowest / -inf).
       double bound = use_max ? (y.var.numel() == 0 ? int_limit(r.dtype()) : y.bound)
                              : y.bound * double(std::max<int64_t>(y.var.numel(), 1));
-      return add_value(r, std::string(use_max ? "max(" : "sum(") + y.name + ")", bound,
-                       y.may_nan, y.fragile || float_sum, !use_max);
+      return add_value(r, std::string(use_max ? "max(" : "sum(") + y.name + ")", bound, y.may_nan,
+                       y.fragile || float_sum, !use_max);
     }
     Shape s;
     const size_t drop = size_t(uniform(0, int(target.size())));
@@ -292,7 +317,8 @@ class GraphGenerator {
   // ------------------------------------------------------------ index expressions
   // An affine expression over i0..i<num_vars-1> that usually lands in [0, extent).
   std::string index_expr(int num_vars, int64_t extent) {
-    if (num_vars == 0 || chance(0.08)) return std::to_string(uniform(-1, int(std::max<int64_t>(extent, 1))));
+    if (num_vars == 0 || chance(0.08))
+      return std::to_string(uniform(-1, int(std::max<int64_t>(extent, 1))));
     std::string e;
     const int terms = num_vars > 1 && chance(0.35) ? 2 : 1;
     bool negative = false;
@@ -307,8 +333,10 @@ class GraphGenerator {
     int offset = uniform(-1, 1);
     if (negative) offset += int(extent) - 1;  // reversed: mostly in range
     if (offset != 0) e += (offset > 0 ? "+" : "") + std::to_string(offset);
-    if (chance(0.12)) e = "(" + e + ")%" + std::to_string(chance(0.5) ? 2 : std::max<int64_t>(extent, 1));
-    else if (chance(0.08)) e = "(" + e + ")/2";
+    if (chance(0.12))
+      e = "(" + e + ")%" + std::to_string(chance(0.5) ? 2 : std::max<int64_t>(extent, 1));
+    else if (chance(0.08))
+      e = "(" + e + ")/2";
     return e;
   }
 
@@ -362,8 +390,8 @@ class GraphGenerator {
     const Value x = pick_value();
     const int op = uniform(0, 11);
     const bool xf = is_float(x.var.dtype());
-    static const char* names[] = {"-",    "abs",     "exp",  "log",   "sqrt",  "sin",
-                                  "cos",  "tanh",    "sigmoid", "relu", "floor", "logical_not"};
+    static const char* names[] = {"-",   "abs",  "exp",     "log",  "sqrt",  "sin",
+                                  "cos", "tanh", "sigmoid", "relu", "floor", "logical_not"};
     Var r;
     double bound = x.bound;
     bool nan = x.may_nan, fragile = x.fragile;
@@ -416,8 +444,8 @@ class GraphGenerator {
         break;
     }
     if (!xf && op >= 2 && op <= 8) fragile = true;  // integers go through float32
-    add_value(r, std::string(op == 0 ? "-" : names[op]) + "(" + x.name + ")", bound, nan,
-              fragile, op <= 1);
+    add_value(r, std::string(op == 0 ? "-" : names[op]) + "(" + x.name + ")", bound, nan, fragile,
+              op <= 1);
   }
 
   void op_binary() {
@@ -448,23 +476,23 @@ class GraphGenerator {
     const bool nan = x.may_nan || ynan, fragile = x.fragile || yfrag;
     switch (op) {
       case 0:
-        add_value(apply([](auto a, auto b) { return a + b; }), lhs + " + " + rhs, x.bound + by,
-                  nan, fragile, true);
+        add_value(apply([](auto a, auto b) { return a + b; }), lhs + " + " + rhs, x.bound + by, nan,
+                  fragile, true);
         return;
       case 1:
-        add_value(apply([](auto a, auto b) { return a - b; }), lhs + " - " + rhs, x.bound + by,
-                  nan, fragile, true);
+        add_value(apply([](auto a, auto b) { return a - b; }), lhs + " - " + rhs, x.bound + by, nan,
+                  fragile, true);
         return;
       case 2:
-        add_value(apply([](auto a, auto b) { return a * b; }), lhs + " * " + rhs, x.bound * by,
-                  nan, fragile, true);
+        add_value(apply([](auto a, auto b) { return a * b; }), lhs + " * " + rhs, x.bound * by, nan,
+                  fragile, true);
         return;
       case 3: {
         Var r = apply([](auto a, auto b) { return a / b; });
         const bool float_div = is_float(r.dtype());
         // Integer division never grows |value| (x/0 == 0); float division may give inf/NaN.
-        add_value(r, lhs + " / " + rhs, float_div ? kInf : std::max(x.bound, by),
-                  nan || float_div, fragile || float_div);
+        add_value(r, lhs + " / " + rhs, float_div ? kInf : std::max(x.bound, by), nan || float_div,
+                  fragile || float_div);
         return;
       }
       case 4:
@@ -590,8 +618,8 @@ class GraphGenerator {
     std::vector<std::string> idx;
     for (int64_t d : shape) idx.push_back(index_expr(ny, d));
     const std::vector<std::string> cond = conditions(ny);
-    const ReduceOp op = pick(std::vector<ReduceOp>{ReduceOp::Add, ReduceOp::Mul, ReduceOp::Max,
-                                                   ReduceOp::Min});
+    const ReduceOp op =
+        pick(std::vector<ReduceOp>{ReduceOp::Add, ReduceOp::Mul, ReduceOp::Max, ReduceOp::Min});
     Var r = reindex_reduce(y.var, op, shape, idx, cond);
     const double n = double(std::max<int64_t>(y.var.numel(), 1));
     double bound;
@@ -605,8 +633,7 @@ class GraphGenerator {
     } else {
       bound = int_limit(r.dtype());  // untouched targets keep the identity: lowest, -inf, ...
     }
-    static const char* ops[] = {"ReduceOp::Add", "ReduceOp::Mul", "ReduceOp::Max",
-                                "ReduceOp::Min"};
+    static const char* ops[] = {"ReduceOp::Add", "ReduceOp::Mul", "ReduceOp::Max", "ReduceOp::Min"};
     add_value(r,
               "reindex_reduce(" + y.name + ", " + ops[int(op)] + ", " + shape_cpp(shape) + ", " +
                   strings_cpp(idx) + ", " + strings_cpp(cond) + ")",
@@ -659,8 +686,8 @@ class GraphGenerator {
     static const char* ops[] = {"ReduceOp::Add", "ReduceOp::Mul", "ReduceOp::Max", "ReduceOp::Min",
                                 "ReduceOp::Mean"};
     add_value(r,
-              std::string("reduce(") + x.name + ", " + ops[int(op)] + ", " + ints_cpp(dims) +
-                  ", " + (keepdims ? "true" : "false") + ")",
+              std::string("reduce(") + x.name + ", " + ops[int(op)] + ", " + ints_cpp(dims) + ", " +
+                  (keepdims ? "true" : "false") + ")",
               bound, nan, fragile, op == ReduceOp::Add || op == ReduceOp::Mul);
   }
 
@@ -673,8 +700,8 @@ class GraphGenerator {
     std::shuffle(perm.begin(), perm.end(), rng_);
     for (int64_t& p : perm)
       if (chance(0.3)) p -= nd;  // negative form
-    add_value(transpose(x.var, perm), "transpose(" + x.name + ", " + ints_cpp(perm) + ")",
-              x.bound, x.may_nan, x.fragile);
+    add_value(transpose(x.var, perm), "transpose(" + x.name + ", " + ints_cpp(perm) + ")", x.bound,
+              x.may_nan, x.fragile);
   }
 
   void op_reshape() {
@@ -687,8 +714,10 @@ class GraphGenerator {
     } else if (kind == 1 && in.size() >= 2) {  // merge two adjacent axes
       const size_t k = size_t(uniform(0, int(in.size()) - 2));
       for (size_t j = 0; j < in.size(); ++j) {
-        if (j == k) shape.push_back(in[j] * in[j + 1]);
-        else if (j != k + 1) shape.push_back(in[j]);
+        if (j == k)
+          shape.push_back(in[j] * in[j + 1]);
+        else if (j != k + 1)
+          shape.push_back(in[j]);
       }
     } else {  // insert a size-1 axis
       shape = in;
@@ -701,19 +730,31 @@ class GraphGenerator {
 
   void add_random_op() {
     const int r = uniform(0, 99);
-    if (r < 20) op_unary();
-    else if (r < 45) op_binary();
-    else if (r < 50) op_where();
-    else if (r < 57) op_cast();
-    else if (r < 64) op_broadcast_to();
-    else if (r < 74) op_reindex();
-    else if (r < 80) op_reindex_reduce();
-    else if (r < 91) op_reduce();
-    else if (r < 96) op_transpose();
-    else op_reshape();
+    if (r < 20)
+      op_unary();
+    else if (r < 45)
+      op_binary();
+    else if (r < 50)
+      op_where();
+    else if (r < 57)
+      op_cast();
+    else if (r < 64)
+      op_broadcast_to();
+    else if (r < 74)
+      op_reindex();
+    else if (r < 80)
+      op_reindex_reduce();
+    else if (r < 91)
+      op_reduce();
+    else if (r < 96)
+      op_transpose();
+    else
+      op_reshape();
   }
 
   std::mt19937_64 rng_;
+  bool large_ = false;
+  std::optional<size_t> staged_;
   std::vector<Value> values_;
   std::ostringstream listing_;
 };
@@ -735,6 +776,12 @@ void run_graph(uint64_t seed, bool print = false) {
                << " test_differential \"[diff-seed]\")\n"
                << gen.listing());
   try {
+    // Sometimes an intermediate is evaluated (and checked) first: the outputs' graph then
+    // reads it as a realized leaf in the middle of the graph.
+    if (gen.staged()) {
+      INFO("stage 1: evaluating " << gen.staged_name() << " first");
+      check_against_reference(std::vector<Var>{*gen.staged()});
+    }
     check_against_reference(outs);
   } catch (const std::exception& e) {
     FAIL_CHECK("evaluation threw: " << e.what());
@@ -754,12 +801,24 @@ void run_batch(int batch) {
 }  // namespace
 
 // Six batches of 50 graphs (seeds batch*100000 + k) so that ctest runs them in parallel.
-TEST_CASE("differential: random graphs, batch 0", "[differential]") { run_batch(0); }
-TEST_CASE("differential: random graphs, batch 1", "[differential]") { run_batch(1); }
-TEST_CASE("differential: random graphs, batch 2", "[differential]") { run_batch(2); }
-TEST_CASE("differential: random graphs, batch 3", "[differential]") { run_batch(3); }
-TEST_CASE("differential: random graphs, batch 4", "[differential]") { run_batch(4); }
-TEST_CASE("differential: random graphs, batch 5", "[differential]") { run_batch(5); }
+TEST_CASE("differential: random graphs, batch 0", "[differential]") {
+  run_batch(0);
+}
+TEST_CASE("differential: random graphs, batch 1", "[differential]") {
+  run_batch(1);
+}
+TEST_CASE("differential: random graphs, batch 2", "[differential]") {
+  run_batch(2);
+}
+TEST_CASE("differential: random graphs, batch 3", "[differential]") {
+  run_batch(3);
+}
+TEST_CASE("differential: random graphs, batch 4", "[differential]") {
+  run_batch(4);
+}
+TEST_CASE("differential: random graphs, batch 5", "[differential]") {
+  run_batch(5);
+}
 
 // Hidden (not run by default): reruns one graph, METAJIT_DIFF_SEED=N, and prints it.
 TEST_CASE("differential: one seed from METAJIT_DIFF_SEED", "[.][diff-seed]") {

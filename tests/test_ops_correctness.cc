@@ -6,14 +6,13 @@
 // or shapes, so special values reuse the kernels of ordinary ones, and many ops are checked
 // in one kernel by stacking them as the rows of a table (row k = op k; a mismatch report's
 // index [k, j] names the op).
-#include <catch2/catch.hpp>
+#include <metajit/metajit.h>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
-
-#include <metajit/metajit.h>
 
 #include "reference_check.h"
 #include "runtime/config.h"
@@ -54,7 +53,9 @@ Var make_array(DType dt, const std::vector<double>& values) {
 // The 1-d `x` repeated as `rows` rows: [rows, n]. Table rows are computed from tiled inputs
 // so that every row already has the table's shape: a row read through a broadcast would be
 // stored by the planner (an extra kernel) when it is expensive.
-Var tile(const Var& x, int64_t rows) { return broadcast_to(x, {rows, x.numel()}); }
+Var tile(const Var& x, int64_t rows) {
+  return broadcast_to(x, {rows, x.numel()});
+}
 
 // Row k of the result is row k of rows[k] (each of shape [r, n], r = rows.size()); the dtype
 // is the promotion of all rows. One kernel computes the whole table.
@@ -85,7 +86,7 @@ Var comparison_bits(const A& a, const B& b) {
     bits = bits + bit(logical_and(a, b), 64) + bit(logical_or(a, b), 128);
   return bits;
 }
-const char* kComparisonBits = "bits: 1 <, 2 <=, 4 >, 8 >=, 16 ==, 32 !=, 64 and, 128 or";
+constexpr char kComparisonBits[] = "bits: 1 <, 2 <=, 4 >, 8 >=, 16 ==, 32 !=, 64 and, 128 or";
 
 // Operand pairs valid in every dtype: negative operands of integer division, division by
 // zero, and no 0 raised to a negative power (inf, which has no integer value).
@@ -95,11 +96,11 @@ const std::vector<double> kPairB = {2, 2, -2, -2, 3, 0, 3, -1, 0, 5, 0, 2};
 // Binary ops on the 1-d a and b stacked in one table; the last row holds the comparison bits.
 Var binary_table(const Var& a1, const Var& b1) {
   Var a = tile(a1, 8), b = tile(b1, 8);
-  return stack_rows({a + b, a - b, a * b, a / b, pow(a, b), maximum(a, b), minimum(a, b),
-                     comparison_bits(a, b)});
+  return stack_rows(
+      {a + b, a - b, a * b, a / b, pow(a, b), maximum(a, b), minimum(a, b), comparison_bits(a, b)});
 }
-const std::vector<std::string> kBinaryRows = {"+", "-", "*", "/", "pow", "maximum", "minimum",
-                                              kComparisonBits};
+const std::vector<std::string> kBinaryRows = {"+",   "-",       "*",       "/",
+                                              "pow", "maximum", "minimum", kComparisonBits};
 
 template <class T>
 std::vector<T> values_of(const Var& v) {
@@ -112,8 +113,8 @@ std::vector<T> values_of(const Var& v) {
 
 TEST_CASE("unary ops on float32, one kernel each", "[ops][unary]") {
   Var x = make_array(DType::Float32, {-3.7, -1, -0.5, 0, 0.25, 1, 2.5, 20});
-  check_against_reference({-x, abs(x), exp(x), log(x), sqrt(x), sin(x), cos(x), tanh(x),
-                           sigmoid(x), relu(x), floor(x), logical_not(x)});
+  check_against_reference({-x, abs(x), exp(x), log(x), sqrt(x), sin(x), cos(x), tanh(x), sigmoid(x),
+                           relu(x), floor(x), logical_not(x)});
 }
 
 TEST_CASE("unary ops on float32 and float64 in a table, incl. inf, -inf, NaN, -0", "[ops][unary]") {
@@ -127,8 +128,7 @@ TEST_CASE("unary ops on float32 and float64 in a table, incl. inf, -inf, NaN, -0
       INFO(row_names({"neg", "abs", "exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu",
                       "floor", "logical_not"}));
       check_against_reference(stack_rows({-x, abs(x), exp(x), log(x), sqrt(x), sin(x), cos(x),
-                                          tanh(x), sigmoid(x), relu(x), floor(x),
-                                          logical_not(x)}));
+                                          tanh(x), sigmoid(x), relu(x), floor(x), logical_not(x)}));
     }
   }
 }
@@ -165,7 +165,7 @@ TEST_CASE("binary ops on float32, one kernel each", "[ops][binary]") {
   Var a = make_array(DType::Float32, {-2.5, -1.5, 0, 0.5, 3, 4, 1e30, 2});
   Var b = make_array(DType::Float32, {0.5, -2, 3, 0, 3, -1.5, 1e30, 0.25});
   check_against_reference({a + b, a - b, a * b, a / b, pow(a, b), maximum(a, b), minimum(a, b),
-                           a == b, a != b, a < b, a <= b, a > b, a >= b, logical_and(a, b),
+                           a == b, a != b, (a < b), a <= b, (a > b), a >= b, logical_and(a, b),
                            logical_or(a, b)});
 }
 
@@ -212,11 +212,10 @@ TEST_CASE("Var-double and double-Var forms: the scalar takes the Var's dtype", "
     INFO("dtype " << dtype_name(dt));
     Var a = tile(make_array(dt, kPairA), 13);
     INFO(row_names({"a+s", "a-s", "a*s", "a/s", "pow(a,s)", "maximum(a,s)", "minimum(a,s)", "s+a",
-                    "s-a", "s*a", "s/a", std::string("cmp(a,s) ") + kComparisonBits,
-                    "cmp(s,a)"}));
-    check_against_reference(stack_rows(
-        {a + s, a - s, a * s, a / s, pow(a, s), maximum(a, s), minimum(a, s), s + a, s - a, s * a,
-         s / a, comparison_bits(a, s), comparison_bits(s, a)}));
+                    "s-a", "s*a", "s/a", std::string("cmp(a,s) ") + kComparisonBits, "cmp(s,a)"}));
+    check_against_reference(
+        stack_rows({a + s, a - s, a * s, a / s, pow(a, s), maximum(a, s), minimum(a, s), s + a,
+                    s - a, s * a, s / a, comparison_bits(a, s), comparison_bits(s, a)}));
   }
   // Hand-checked: 7 + 2.5 on Int32 is 7 + 2.
   Var i = array<int32_t>({7, -7}, {2});
@@ -258,9 +257,17 @@ TEST_CASE("cast between every dtype pair", "[ops][cast]") {
     CHECK(t.dtype() == to);
     check_against_reference(t);
   }
+  // Any non-zero float is true, NaN and infinities included.
+  for (DType from : {DType::Float32, DType::Float64}) {
+    Var special = make_array(from, {kNaN, kInf, -kInf, -0.0, 1e-30});
+    Var as_bool = cast(special, DType::Bool);
+    check_against_reference(as_bool);
+    CHECK(values_of<bool>(as_bool) == std::vector<bool>{true, true, true, false, true});
+  }
   // Hand-checked.
   Var f = make_array(DType::Float32, floats);
-  CHECK(values_of<int32_t>(cast(f, DType::Int32)) == std::vector<int32_t>{-2, -1, 0, 0, 0, 1, 3, 100});
+  CHECK(values_of<int32_t>(cast(f, DType::Int32)) ==
+        std::vector<int32_t>{-2, -1, 0, 0, 0, 1, 3, 100});
   CHECK(values_of<bool>(cast(f, DType::Bool)) ==
         std::vector<bool>{true, true, true, false, true, true, true, true});
 }
@@ -271,8 +278,8 @@ TEST_CASE("numpy broadcasting of binary ops", "[ops][broadcast]") {
   Var col = array<float>({1, 2, 3}, {3, 1});
   Var row = array<float>({10, 20, 30, 40}, {1, 4});
   Var v4 = array<float>({1, 2, 3, 4}, {4});
-  Var cube = make_array(DType::Float32, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
-                                         17, 18, 19, 20, 21, 22, 23},
+  Var cube = make_array(DType::Float32, {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11,
+                                         12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23},
                         {2, 3, 4});
   Var zero_d = array<float>({2.5f}, {});
   Var m23 = array<float>({1, 2, 3, 4, 5, 6}, {2, 3});
@@ -294,11 +301,12 @@ TEST_CASE("numpy broadcasting of binary ops", "[ops][broadcast]") {
   CHECK(size1.shape() == Shape{1, 1});
   CHECK(mixed.shape() == Shape{2, 4, 3});
   CHECK(promoted.shape() == Shape{3, 4});
-  check_against_reference(
-      {outer, rank_up, scalar_m, zero_size, size1, mixed, promoted, ints + dbl, sum(zero_size, {0})});
+  check_against_reference({outer, rank_up, scalar_m, zero_size, size1, mixed, promoted, ints + dbl,
+                           sum(zero_size, {0})});
   CHECK(values_of<float>(outer) ==
         std::vector<float>{11, 21, 31, 41, 12, 22, 32, 42, 13, 23, 33, 43});
-  CHECK(values_of<float>(zero_d - m23) == std::vector<float>{1.5f, 0.5f, -0.5f, -1.5f, -2.5f, -3.5f});
+  CHECK(values_of<float>(zero_d - m23) ==
+        std::vector<float>{1.5f, 0.5f, -0.5f, -1.5f, -2.5f, -3.5f});
   CHECK(values_of<float>(zero_size).empty());
 }
 
@@ -306,13 +314,13 @@ TEST_CASE("broadcast_to with numpy rules, explicit dims and negative dims", "[op
   Var v = array<float>({1, 2, 3}, {3});
   Var c = array<int32_t>({4, 5, 6}, {3, 1});
   Var s = array<double>({-2}, {});
-  Var b1 = broadcast_to(v, {2, 3});            // numpy: new leading axis
-  Var b2 = broadcast_to(v, {3, 2}, {1});       // new trailing axis
+  Var b1 = broadcast_to(v, {2, 3});              // numpy: new leading axis
+  Var b2 = broadcast_to(v, {3, 2}, {1});         // new trailing axis
   Var b3 = broadcast_to(v, {2, 3, 4}, {0, -1});  // negative dims
-  Var b4 = broadcast_to(c, {2, 3, 5}, {0});    // new axis and an expanded size-1 axis
-  Var b5 = broadcast_to(c, {3, 2, 4}, {-2});   // new middle axis
-  Var b6 = broadcast_to(s, {2, 2});            // 0-d
-  Var b7 = broadcast_to(v, {0, 3});            // zero-size target
+  Var b4 = broadcast_to(c, {2, 3, 5}, {0});      // new axis and an expanded size-1 axis
+  Var b5 = broadcast_to(c, {3, 2, 4}, {-2});     // new middle axis
+  Var b6 = broadcast_to(s, {2, 2});              // 0-d
+  Var b7 = broadcast_to(v, {0, 3});              // zero-size target
   check_against_reference({b1, b2, b3, b4, b5, b6, b7});
   CHECK(values_of<float>(b2) == std::vector<float>{1, 1, 2, 2, 3, 3});
   CHECK(b5.shape() == Shape{3, 2, 4});
@@ -340,21 +348,21 @@ TEST_CASE("reindex: negative and out-of-range indices, overflow values and condi
   // Integer / and % with negative numerators, unary minus and parentheses.
   Var divmod = reindex(xi, {6, 5}, {"(i0-3)/2", "-(i1-4)%4"}, 2.5);  // 2.5 -> 2 in int32
   Var bools = reindex(xb, {2, 6}, {"i0+1", "i1-1"}, 1, {"!(i1!=3)"});
-  Var to0d = reindex(x, {}, {"2", "3"});       // 0-d output
-  Var from0d =
-      reindex(array<float>({4.5f}, {}), {2, 3}, std::vector<std::string>{}, 0, {"i0==i1"});  // 0-d input
+  Var to0d = reindex(x, {}, {"2", "3"});  // 0-d output
+  Var from0d = reindex(array<float>({4.5f}, {}), {2, 3}, std::vector<std::string>{}, 0,
+                       {"i0==i1"});  // 0-d input
   Var empty = reindex(x, {0, 4}, {"i0", "i1"});
   check_against_reference({shifted, parity, logical, divmod, bools, to0d, from0d, empty});
 
   // Hand-checked entries.
   std::vector<float> s = values_of<float>(shifted);
-  CHECK(s[0] == -9);         // row -1
-  CHECK(s[1 * 5 + 2] == 1);  // x[0, 1]
-  CHECK(s[3 * 5 + 3] == 11); // x[2, 3]
-  CHECK(s[3 * 5 + 4] == -9); // column 5 is out of range
+  CHECK(s[0] == -9);          // row -1
+  CHECK(s[1 * 5 + 2] == 1);   // x[0, 1]
+  CHECK(s[3 * 5 + 3] == 11);  // x[2, 3]
+  CHECK(s[3 * 5 + 4] == -9);  // column 5 is out of range
   std::vector<double> p = values_of<double>(parity);
-  CHECK(p[0] == 1);          // [0,0,0,0]: (0-0)%2 == 0 -> x[0,0]
-  CHECK(p[1] == 7.25);       // [0,0,0,1]: (0-1)%2 == -1, true -> overflow
+  CHECK(p[0] == 1);     // [0,0,0,0]: (0-0)%2 == 0 -> x[0,0]
+  CHECK(p[1] == 7.25);  // [0,0,0,1]: (0-1)%2 == -1, true -> overflow
   CHECK(values_of<float>(to0d) == std::vector<float>{11});
   std::vector<int32_t> d = values_of<int32_t>(divmod);
   CHECK(d[0] == 2);  // (0-3)/2 == -1: overflow value 2.5 truncated to int32
@@ -405,11 +413,11 @@ TEST_CASE("reindex_reduce: add, mul, max, min with colliding targets and conditi
   CHECK(std::isinf(mnv[4]));
 }
 
-TEST_CASE("reindex_reduce with many colliding int32 values (parallel scatter)",
-          "[ops][reindex_reduce]") {
-  std::vector<int32_t> v(64 * 33);
+TEST_CASE("reindex_reduce with many colliding int32 values", "[ops][reindex_reduce]") {
+  // Above the kernels' 32768-iteration threshold for multi-threading.
+  std::vector<int32_t> v(256 * 161);
   for (size_t k = 0; k < v.size(); ++k) v[k] = int32_t(k % 13) - 6;
-  Var y = array(v, {64, 33});
+  Var y = array(v, {256, 161});
   check_against_reference({reindex_reduce(y, ReduceOp::Add, {3}, {"i1%3"}),
                            reindex_reduce(y, ReduceOp::Max, {2, 2}, {"i0%2", "i1%2"}),
                            reindex_reduce(y, ReduceOp::Min, {2, 2}, {"i0%2", "i1%2"})});
@@ -417,8 +425,7 @@ TEST_CASE("reindex_reduce with many colliding int32 values (parallel scatter)",
 
 // ---------------------------------------------------------------- reduce
 
-TEST_CASE("reduce add/mul/max/min/mean over one, several, negative and all axes",
-          "[ops][reduce]") {
+TEST_CASE("reduce add/mul/max/min/mean over one, several, negative and all axes", "[ops][reduce]") {
   std::vector<double> vals;
   for (int k = 0; k < 24; ++k) vals.push_back(0.5 + (k * 5 % 7) * 0.125);  // 0.5 .. 1.25
   Var x = make_array(DType::Float32, vals, {2, 3, 4});
@@ -467,8 +474,8 @@ TEST_CASE("reduce over zero-size axes gives the identity", "[ops][reduce]") {
   // Same ranks and axes as the tests above, so these reuse their kernels.
   Var e = array<float>({}, {2, 0, 4});
   Var ei = array<int32_t>({}, {2, 0});
-  std::vector<Var> outs = {sum(e, {1}), prod(e, {1}), max(e, {1}), min(e, {1}), mean(e, {1}),
-                           sum(e, {0, 2}), sum(e),  max(ei, {1}), min(ei),     sum(ei, {1})};
+  std::vector<Var> outs = {sum(e, {1}),    prod(e, {1}), max(e, {1}),  min(e, {1}), mean(e, {1}),
+                           sum(e, {0, 2}), sum(e),       max(ei, {1}), min(ei),     sum(ei, {1})};
   check_against_reference(outs);
   CHECK(values_of<float>(outs[0]) == std::vector<float>(8, 0.0f));
   CHECK(values_of<float>(outs[1]) == std::vector<float>(8, 1.0f));
@@ -486,8 +493,8 @@ TEST_CASE("reduce over zero-size axes gives the identity", "[ops][reduce]") {
 // ---------------------------------------------------------------- composite ops
 
 TEST_CASE("reshape and transpose feeding reductions (non-contiguous reads)", "[ops][composite]") {
-  Var x = make_array(DType::Float32, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17,
-                                      18, 19, 20, 21, 22, 23},
+  Var x = make_array(DType::Float32, {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11,
+                                      12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23},
                      {2, 3, 4});
   Var r1 = reshape(x, {4, -1});
   Var r2 = reshape(x, {24});
@@ -667,6 +674,74 @@ TEST_CASE("rand and randn: range, determinism per seed", "[ops][create]") {
   check_against_reference({sum(u * g), max(ud)});
 }
 
+// ---------------------------------------------------------------- constants, large shapes
+
+TEST_CASE("ops on constants (folded before code generation) agree with the reference",
+          "[ops][folding]") {
+  // full() and scalar operands are folded at graph level: results must not depend on that.
+  // Each line also runs on an array, which goes through a kernel instead.
+  auto i32 = [](double v) { return full({2}, v, DType::Int32); };
+  auto a32 = [](int32_t v) { return array<int32_t>({v, v}, {2}); };
+  auto i64 = [](double v) { return full({2}, v, DType::Int64); };
+  auto a64 = [](int64_t v) { return array<int64_t>({v, v}, {2}); };
+  const int32_t lo32 = std::numeric_limits<int32_t>::lowest();
+  const int32_t hi32 = std::numeric_limits<int32_t>::max();
+  std::vector<Var> folded = {
+      cast(full({2}, 2.5, DType::Bool), DType::Int32),  // the Bool scalar is true: 1
+      i64(9007199254740992.0) + 1.0,                    // 2^53 + 1 is exact in int64
+      i64(9007199254740992.0) * 3.0 - 1.0,
+      i32(hi32) + 1.0,                     // integer add wraps
+      i32(lo32) / -1.0,                    // lowest / -1 wraps
+      -i32(lo32),                          // neg wraps
+      pow(i32(10), 10.0),                  // out of range: 0
+      full({2}, 0.1) == 0.1000000001,      // the same float32
+      full({2}, 16777217.0) - 16777216.0,  // 2^24 + 1 is 2^24 in float32: 0
+      full({2}, 2.5, DType::Int32) * 2.0,  // the scalar is 2 in int32: 4
+  };
+  std::vector<Var> kernels = {
+      cast(array<bool>({true, true}, {2}), DType::Int32),
+      a64(9007199254740992LL) + 1.0,
+      a64(9007199254740992LL) * 3.0 - 1.0,
+      a32(hi32) + 1.0,
+      a32(lo32) / -1.0,
+      -a32(lo32),
+      pow(a32(10), 10.0),
+      array<float>({0.1f, 0.1f}, {2}) == 0.1000000001,
+      array<float>({16777217.0f, 16777217.0f}, {2}) - 16777216.0,
+      a32(2) * 2.0,
+  };
+  INFO(
+      "0: cast(Bool 2.5) 1: 2^53+1 2: 3*2^53-1 3: int32 max+1 4: lowest/-1 5: -lowest "
+      "6: pow(10,10) int32 7: 0.1f == 0.1000000001 8: float32 (2^24+1) - 2^24 "
+      "9: int32 2.5 * 2");
+  check_against_reference(folded);
+  check_against_reference(kernels);
+  CHECK(values_of<int64_t>(folded[1])[0] == 9007199254740993LL);
+  CHECK(values_of<int64_t>(kernels[1])[0] == 9007199254740993LL);
+  CHECK(values_of<float>(folded[8])[0] == 0.0f);
+  CHECK(values_of<int32_t>(folded[9])[0] == 4);
+}
+
+TEST_CASE("large shapes take the OpenMP parallel path and reuse the kernels above",
+          "[ops][parallel]") {
+  // Kernels run multi-threaded above 32768 loop iterations. Keys do not depend on shapes,
+  // so these reuse the kernels compiled for the small cases (same ops, dtypes and ranks).
+  Var a = rand({50000}, 61), b = rand({50000}, 62) + 0.5;
+  Var x = randn({40, 30, 50}, 63);
+  Var img = randn({2, 2, 34, 34}, 64), w = randn({3, 2, 3, 3}, 65);
+  Var m = rand({64, 64}, 66), n = rand({64, 64}, 67);
+  std::vector<double> pa, pb;
+  for (int k = 0; k < 500; ++k) {
+    pa.insert(pa.end(), kPairA.begin(), kPairA.end());
+    pb.insert(pb.end(), kPairB.begin(), kPairB.end());
+  }
+  check_against_reference(
+      {a + b, a * b, a / b, maximum(a, b), sum(x, {1}), max(x, {1}), mean(x, {1}),
+       reduce(x, ReduceOp::Add), matmul(m, n), conv2d(img, w), softmax(x, 1),
+       sum(transpose(x, {2, 0, 1}), {2}),
+       binary_table(make_array(DType::Int32, pa), make_array(DType::Int32, pb))});
+}
+
 // ---------------------------------------------------------------- O0
 
 TEST_CASE("the unfused baseline (METAJIT_OPT_LEVEL=0) gives the reference results too",
@@ -674,7 +749,7 @@ TEST_CASE("the unfused baseline (METAJIT_OPT_LEVEL=0) gives the reference result
   metajit_test::ScopedEnv o0("METAJIT_OPT_LEVEL", "0");
   REQUIRE(config().opt_level == 0);
   Var a = make_array(DType::Float32, kPairA), b = make_array(DType::Int32, kPairB);
-  Var e = exp(a * 0.1) * 2.0;  // several element-wise ops into a reduction
+  Var e = exp(a * 0.1) * 2.0;         // several element-wise ops into a reduction
   CHECK(plan({sum(e)}).size() >= 3);  // unfused: the setting took effect
   Var x = randn({2, 3, 4}, 51), col = rand({3, 1}, 52), row = rand({1, 4}, 53);
   Var img = randn({1, 2, 5, 5}, 54), w = randn({2, 2, 3, 3}, 55);
@@ -682,7 +757,8 @@ TEST_CASE("the unfused baseline (METAJIT_OPT_LEVEL=0) gives the reference result
   check_against_reference({a / b, maximum(a, b), sum(e), col + row, where(col > 0.5, col, row),
                            sum(x, {0, 2}), mean(x, {-1}, true), max(transpose(x, {2, 1, 0}), {0}),
                            reindex(x, {3, 3}, {"i0-1", "i1", "i0+i1"}, -1, {"i0==2 && i1==0"}),
-                           reindex_reduce(y, ReduceOp::Add, {2}, {"i0%2"}), matmul(x, rand({4, 2}, 56)),
-                           conv2d(img, w, 2, 1), max_pool2d(img - 10.0, 3, 2, 1), softmax(x, 1),
+                           reindex_reduce(y, ReduceOp::Add, {2}, {"i0%2"}),
+                           matmul(x, rand({4, 2}, 56)), conv2d(img, w, 2, 1),
+                           max_pool2d(img - 10.0, 3, 2, 1), softmax(x, 1),
                            cast(x > 0.0, DType::Int64) + arange(4, DType::Int64)});
 }
