@@ -43,7 +43,9 @@ std::string quote(const fs::path& p) {
   out += '\'';
   return out;
 }
-std::string errno_text(int e) { return std::strerror(e); }
+std::string errno_text(int e) {
+  return std::strerror(e);
+}
 
 // Closes a descriptor on every path out of a scope.
 struct Fd {
@@ -138,7 +140,8 @@ void make_private_dir(const fs::path& dir) {
   struct stat st;
   if (e == EEXIST && ::lstat(dir.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) return;
-    throw CacheError("cache: " + quote(dir) + (S_ISLNK(st.st_mode) ? " is a symbolic link" : " is not a directory"));
+    throw CacheError("cache: " + quote(dir) +
+                     (S_ISLNK(st.st_mode) ? " is a symbolic link" : " is not a directory"));
   }
   throw CacheError("cache: cannot create directory " + quote(dir) + ": " + errno_text(e));
 }
@@ -236,7 +239,8 @@ std::vector<std::pair<std::string, fs::path>> scan_entries(const fs::path& versi
     if (errno == ENOENT) return out;
     throw CacheError("cache: cannot read " + quote(version_dir) + ": " + errno_text(errno));
   }
-  if (!S_ISDIR(st.st_mode)) throw CacheError("cache: " + quote(version_dir) + " is not a directory");
+  if (!S_ISDIR(st.st_mode))
+    throw CacheError("cache: " + quote(version_dir) + " is not a directory");
   std::error_code ec;
   fs::directory_iterator shards(version_dir, ec);
   if (ec) throw CacheError("cache: cannot read " + quote(version_dir) + ": " + ec.message());
@@ -251,8 +255,7 @@ std::vector<std::pair<std::string, fs::path>> scan_entries(const fs::path& versi
     if (ec) continue;
     for (const fs::directory_entry& entry : keys) {
       std::string key = entry.path().filename().string();
-      if (!is_key_hex(key) || key.compare(0, 2, sname) != 0 || key.rfind(prefix, 0) != 0)
-        continue;
+      if (!is_key_hex(key) || key.compare(0, 2, sname) != 0 || key.rfind(prefix, 0) != 0) continue;
       if (::lstat(entry.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
       out.emplace_back(key, entry.path());
     }
@@ -282,7 +285,8 @@ CacheEntryInfo entry_info(const std::string& key, const fs::path& dir) {
   std::error_code ec;
   for (const fs::directory_entry& f : fs::directory_iterator(dir, ec)) {
     struct stat st;
-    if (::lstat(f.path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) info.bytes += uint64_t(st.st_size);
+    if (::lstat(f.path().c_str(), &st) == 0 && S_ISREG(st.st_mode))
+      info.bytes += uint64_t(st.st_size);
   }
   info.last_used = mtime_of(dir / kUsedFile);
   if (!info.last_used) info.last_used = mtime_of(dir / kMetaFile);
@@ -300,7 +304,9 @@ fs::path ensure_version_dir(const fs::path& root) {
   return v1;
 }
 
-bool valid_key(const std::string& key) { return key.size() >= 2 && is_key_hex(key); }
+bool valid_key(const std::string& key) {
+  return key.size() >= 2 && is_key_hex(key);
+}
 
 // Shown in messages: a user's argument may hold anything, a message stays on one line.
 std::string printable(const std::string& s) {
@@ -328,8 +334,7 @@ void write_file_atomically(const fs::path& path, const std::string& contents, bo
   fs::path tmp = path.parent_path() / unique_name("." + path.filename().string() + ".tmp-");
   {
     Fd f(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (f.fd < 0)
-      throw CacheError("cache: cannot write " + quote(path) + ": " + errno_text(errno));
+    if (f.fd < 0) throw CacheError("cache: cannot write " + quote(path) + ": " + errno_text(errno));
     size_t done = 0;
     while (done < contents.size()) {
       ssize_t n = ::write(f.fd, contents.data() + done, contents.size() - done);
@@ -370,7 +375,9 @@ CacheKeyLock::~CacheKeyLock() {
 
 CacheStore::CacheStore(fs::path root) : root_(std::move(root)) {}
 
-fs::path CacheStore::version_dir() const { return root_ / kVersionDir; }
+fs::path CacheStore::version_dir() const {
+  return root_ / kVersionDir;
+}
 
 fs::path CacheStore::entry_dir(const std::string& key) const {
   return version_dir() / key.substr(0, 2) / key;
@@ -414,8 +421,7 @@ fs::path CacheStore::make_staging_dir() {
   return dir;
 }
 
-fs::path CacheStore::install(const std::string& key, const fs::path& staging,
-                             nlohmann::json meta) {
+fs::path CacheStore::install(const std::string& key, const fs::path& staging, nlohmann::json meta) {
   if (!valid_key(key))
     throw CacheError("cache: cannot install '" + printable(key) + "': not a hexadecimal key");
   std::string why = unsafe_reason(staging, false);
@@ -426,7 +432,8 @@ fs::path CacheStore::install(const std::string& key, const fs::path& staging,
     if (::lstat((staging / name).c_str(), &st) == 0) source_file = name;
   }
   if (source_file.empty())
-    throw CacheError("cache: staging directory " + quote(staging) + " holds no kernel.cc or kernel.cu");
+    throw CacheError("cache: staging directory " + quote(staging) +
+                     " holds no kernel.cc or kernel.cu");
   std::optional<std::string> so = read_file_nofollow(staging / kObjectFile, &why);
   if (!so) throw CacheError("cache: cannot read " + quote(staging / kObjectFile) + ": " + why);
   std::optional<std::string> src = read_file_nofollow(staging / source_file, &why);
@@ -492,7 +499,8 @@ void CacheStore::discard(const fs::path& staging) noexcept {
 
 std::vector<CacheEntryInfo> CacheStore::list() const {
   std::vector<CacheEntryInfo> out;
-  for (const auto& [key, dir] : scan_entries(version_dir(), "")) out.push_back(entry_info(key, dir));
+  for (const auto& [key, dir] : scan_entries(version_dir(), ""))
+    out.push_back(entry_info(key, dir));
   return out;
 }
 
@@ -610,9 +618,12 @@ void CacheStore::add_counters(const CacheCounters& d) {
     c.errors += d.errors;
     c.evictions += d.evictions;
     c.compile_seconds += d.compile_seconds;
-    nlohmann::json j = {{"memory_hits", c.memory_hits}, {"disk_hits", c.disk_hits},
-                        {"misses", c.misses},           {"compiles", c.compiles},
-                        {"errors", c.errors},           {"evictions", c.evictions},
+    nlohmann::json j = {{"memory_hits", c.memory_hits},
+                        {"disk_hits", c.disk_hits},
+                        {"misses", c.misses},
+                        {"compiles", c.compiles},
+                        {"errors", c.errors},
+                        {"evictions", c.evictions},
                         {"compile_seconds", c.compile_seconds}};
     // Statistics are not worth an fsync per kernel; a torn file after a crash reads as zeros.
     write_file_atomically(v1 / kStatsFile, j.dump(2) + "\n", /*durable=*/false);
@@ -644,8 +655,8 @@ CacheKeyLock CacheStore::lock_key(const std::string& key) {
   if (!valid_key(key)) return CacheKeyLock();
   try {
     fs::path locks = private_dir(kLocksDir);
-    int fd = ::open((locks / (key + ".lock")).c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC,
-                    0600);
+    int fd =
+        ::open((locks / (key + ".lock")).c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) return CacheKeyLock();
     CacheKeyLock lock(fd);
     while (::flock(fd, LOCK_EX) != 0)

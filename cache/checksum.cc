@@ -37,7 +37,9 @@ std::string xxh3_128_hex(const void* data, size_t size) {
   return to_hex(XXH3_128bits(data, size));
 }
 
-std::string xxh3_128_hex(const std::string& data) { return xxh3_128_hex(data.data(), data.size()); }
+std::string xxh3_128_hex(const std::string& data) {
+  return xxh3_128_hex(data.data(), data.size());
+}
 
 std::optional<std::string> xxh3_128_file_hex(const std::filesystem::path& path) {
   FdCloser file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};

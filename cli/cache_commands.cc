@@ -203,8 +203,7 @@ void register_cache_commands(CLI::App& app, Action& action) {
   CLI::App* show = cache->add_subcommand("show", "Print a cached kernel's source");
   show->add_option("KEY", args->key, "Key or unique key prefix (hex)")->required();
   show->add_flag("--meta", args->meta, "Print meta.json instead of the source");
-  show->callback(
-      [&action, args] { action = [args] { return cmd_show(args->key, args->meta); }; });
+  show->callback([&action, args] { action = [args] { return cmd_show(args->key, args->meta); }; });
 
   CLI::App* clear = cache->add_subcommand("clear", "Remove cache entries");
   clear->add_option("--older-than", args->older_than,

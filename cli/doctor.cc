@@ -203,12 +203,13 @@ Check check_cache_dir(const fs::path& root) {
   fs::path v1 = root / "v1";
   if (::lstat(v1.c_str(), &st) == 0 &&
       (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 022))) {
-    return {"cache dir", Status::Problem,
-            v1.string() + " is not a private directory of yours (mode " + mode_text(st.st_mode) +
-                ")",
-            "metajit --cache-dir " + root.string() + " cache clear, then chmod 700 " + v1.string()};
+    return {
+        "cache dir", Status::Problem,
+        v1.string() + " is not a private directory of yours (mode " + mode_text(st.st_mode) + ")",
+        "metajit --cache-dir " + root.string() + " cache clear, then chmod 700 " + v1.string()};
   }
-  c.detail = root.string() + " (yours, mode " + mode_text(::stat(root.c_str(), &st) == 0 ? st.st_mode : 0) + ")";
+  c.detail = root.string() + " (yours, mode " +
+             mode_text(::stat(root.c_str(), &st) == 0 ? st.st_mode : 0) + ")";
   return c;
 }
 
@@ -260,10 +261,12 @@ int run_doctor(bool json) {
                           {"flags", tc->flags}};
     bool resolved = tc->resolved_target.rfind("unresolved", 0) != 0;
     checks.push_back({"target", resolved ? Status::Ok : Status::Problem,
-                      resolved ? (json ? tc->resolved_target : summarize_target(tc->resolved_target))
-                               : "cannot tell what -march=native means for this compiler",
-                      resolved ? "" : "check that `" + tc->path.string() +
-                                          " -march=native -E -v -x c++ /dev/null` works"});
+                      resolved
+                          ? (json ? tc->resolved_target : summarize_target(tc->resolved_target))
+                          : "cannot tell what -march=native means for this compiler",
+                      resolved ? ""
+                               : "check that `" + tc->path.string() +
+                                     " -march=native -E -v -x c++ /dev/null` works"});
     checks.push_back(check_openmp(*tc));
   } catch (const Error& e) {
     checks.push_back({"compiler", Status::Problem, e.what(),
@@ -296,7 +299,8 @@ int run_doctor(bool json) {
     if (free_bytes) report["cache"]["free_bytes"] = *free_bytes;
     report["checks"] = nlohmann::json::array();
     for (const Check& c : checks) {
-      nlohmann::json j = {{"name", c.name}, {"status", status_word(c.status)}, {"detail", c.detail}};
+      nlohmann::json j = {
+          {"name", c.name}, {"status", status_word(c.status)}, {"detail", c.detail}};
       if (!c.fix.empty()) j["fix"] = c.fix;
       report["checks"].push_back(j);
     }

@@ -34,8 +34,8 @@ int main(int argc, char** argv) {
                "metajit"};
   app.set_version_flag("--version", std::string("metajit ") + METAJIT_VERSION);
   std::string cache_dir;
-  CLI::Option* cache_dir_opt =
-      app.add_option("--cache-dir", cache_dir, "Kernel cache directory (overrides METAJIT_CACHE_DIR)");
+  CLI::Option* cache_dir_opt = app.add_option(
+      "--cache-dir", cache_dir, "Kernel cache directory (overrides METAJIT_CACHE_DIR)");
   app.require_subcommand(1);
 
   metajit::cli::Action action;

@@ -148,8 +148,8 @@ CompileOutcome run_one(const std::vector<std::string>& argv, double timeout_seco
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     out.failed_to_start = true;
-    out.output = std::string("cannot create a pipe for the compiler's output: ") +
-                 std::strerror(errno);
+    out.output =
+        std::string("cannot create a pipe for the compiler's output: ") + std::strerror(errno);
     return out;
   }
   bp::pipe pipe(fds[0], fds[1]);
@@ -159,18 +159,21 @@ CompileOutcome run_one(const std::vector<std::string>& argv, double timeout_seco
   std::error_code start_error;  // an error handler: Boost then reports instead of throwing
   try {
     std::vector<std::string> args(argv.begin() + 1, argv.end());
+    // clang-format would read the redirections as template brackets.
+    // clang-format off
     child = std::make_unique<bp::child>(bp::exe = exe->string(), bp::args = args,
                                         bp::std_in < bp::null,
-                                        (bp::std_out & bp::std_err) > pipe, group,
-                                        ReapFailedExec{}, start_error);
+                                        (bp::std_out & bp::std_err) > pipe,
+                                        group, ReapFailedExec{}, start_error);
+    // clang-format on
   } catch (const std::exception& e) {
     start_error = std::make_error_code(std::errc::io_error);
     out.output = e.what();
   }
   if (start_error || !child || !child->valid()) {
     out.failed_to_start = true;
-    out.output = "cannot start '" + argv[0] + "': " +
-                 (out.output.empty() ? start_error.message() : out.output);
+    out.output = "cannot start '" + argv[0] +
+                 "': " + (out.output.empty() ? start_error.message() : out.output);
     out.seconds = seconds_since(start);
     return out;
   }
@@ -233,16 +236,16 @@ class Progress {
     if (!enabled_ || elapsed < 1.0) return;
     if (!tty_ && printed_ && done == last_done_) return;
     std::string eta = done ? format_seconds(elapsed / double(done) * double(total_ - done)) : "?";
-    std::string line = "Compiling kernels (" + std::to_string(done) + "/" +
-                       std::to_string(total_) + ") " + format_seconds(elapsed) + " eta " + eta;
+    std::string line = "Compiling kernels (" + std::to_string(done) + "/" + std::to_string(total_) +
+                       ") " + format_seconds(elapsed) + " eta " + eta;
     emit(line);
     last_done_ = done;
   }
 
   void finish(size_t failed, double elapsed) {
     if (!printed_) return;
-    std::string line = "Compiled " + std::to_string(total_) + " kernel" +
-                       (total_ == 1 ? "" : "s") + " in " + format_seconds(elapsed);
+    std::string line = "Compiled " + std::to_string(total_) + " kernel" + (total_ == 1 ? "" : "s") +
+                       " in " + format_seconds(elapsed);
     if (failed) line += " (" + std::to_string(failed) + " failed)";
     emit(line);
     if (tty_) std::fputc('\n', stderr);
@@ -325,8 +328,8 @@ std::vector<CompileOutcome> run_compilers(const std::vector<std::vector<std::str
     }
   }
   for (std::thread& t : threads) t.join();
-  size_t failed = size_t(std::count_if(results.begin(), results.end(),
-                                       [](const CompileOutcome& r) { return !r.ok; }));
+  size_t failed = size_t(
+      std::count_if(results.begin(), results.end(), [](const CompileOutcome& r) { return !r.ok; }));
   progress.finish(failed, seconds_since(start));
   return results;
 }

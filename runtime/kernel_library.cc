@@ -1,5 +1,6 @@
 #include "runtime/kernel_library.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -55,6 +56,7 @@ struct Pending {
   CacheStore* store = nullptr;
   std::filesystem::path staging;
   std::vector<std::string> command;
+  CacheKeyLock lock;  // held from the re-check after a miss until the entry is installed
 };
 
 std::string write_source(const std::filesystem::path& dir, const KernelIR& ir) {
@@ -117,9 +119,23 @@ std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs
   CacheStore store(config().cache_dir);
   CacheCounters delta;
   std::vector<Pending*> to_compile;
+  // Locks are taken in key order, so processes needing overlapping sets never deadlock.
+  std::sort(pending.begin(), pending.end(),
+            [](const Pending& a, const Pending& b) { return a.key < b.key; });
   for (Pending& p : pending) {
     std::optional<std::filesystem::path> so = store.find(p.key);
+    if (!so) {
+      // Another process may be compiling this kernel: wait for it, then look again, so N
+      // processes needing one kernel compile it once.
+      try {
+        p.lock = store.lock_key(p.key);
+      } catch (const CacheError&) {
+        // An unusable cache cannot be shared anyway; the compile below falls back.
+      }
+      so = store.find(p.key);
+    }
     if (so) {
+      p.lock = CacheKeyLock();
       KernelHandle h{load_kernel(*so), p.key};
       for (size_t i : p.positions) out[i] = h;
       counters.disk_hits++;

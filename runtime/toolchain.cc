@@ -84,7 +84,8 @@ std::string parse_resolved_target(const std::string& verbose_output) {
   std::istringstream lines(verbose_output);
   for (std::string line; std::getline(lines, line);) {
     bool gcc = line.find("cc1plus") != std::string::npos;
-    bool clang = line.find("\"-cc1\"") != std::string::npos || line.find(" -cc1 ") != std::string::npos;
+    bool clang =
+        line.find("\"-cc1\"") != std::string::npos || line.find(" -cc1 ") != std::string::npos;
     if (!gcc && !clang) continue;
     std::istringstream in(line);
     std::vector<std::string> tokens;
@@ -96,8 +97,8 @@ std::string parse_resolved_target(const std::string& verbose_output) {
     auto put = [&out](const std::string& t) { out += (out.empty() ? "" : " ") + t; };
     for (size_t i = 0; i < tokens.size(); ++i) {
       const std::string& t = tokens[i];
-      bool takes_value = t == "--param" || t == "-target-cpu" || t == "-target-feature" ||
-                         t == "-tune-cpu";
+      bool takes_value =
+          t == "--param" || t == "-target-cpu" || t == "-target-feature" || t == "-tune-cpu";
       if (takes_value && i + 1 < tokens.size()) {
         put(t + " " + tokens[++i]);
       } else if (t.rfind("-m", 0) == 0) {
@@ -133,9 +134,12 @@ std::string facts_digest(const BinaryFacts& f) {
 }
 
 nlohmann::json facts_json(const BinaryFacts& f) {
-  return {{"format", kToolchainFileFormat}, {"path", f.path.string()},
-          {"canonical", f.canonical.string()}, {"size", f.size},
-          {"mtime_ns", f.mtime_ns},         {"cpu_id", cpu_id()}};
+  return {{"format", kToolchainFileFormat},
+          {"path", f.path.string()},
+          {"canonical", f.canonical.string()},
+          {"size", f.size},
+          {"mtime_ns", f.mtime_ns},
+          {"cpu_id", cpu_id()}};
 }
 
 std::optional<Queried> load_queried(const std::filesystem::path& file, const BinaryFacts& f) {
@@ -191,9 +195,8 @@ BinaryFacts locate_compiler(const std::string& cxx) {
     if (ec) f.path = cxx;
     struct stat st;
     if (::stat(f.path.c_str(), &st) != 0)
-      throw CompileError("compiler '" + cxx + "'" + origin + " not found: " + std::strerror(errno) +
-                             hint,
-                         cxx);
+      throw CompileError(
+          "compiler '" + cxx + "'" + origin + " not found: " + std::strerror(errno) + hint, cxx);
     if (!S_ISREG(st.st_mode) || ::access(f.path.c_str(), X_OK) != 0)
       throw CompileError("compiler '" + cxx + "'" + origin + " is not an executable file" + hint,
                          cxx);
@@ -205,9 +208,8 @@ BinaryFacts locate_compiler(const std::string& cxx) {
   }
   struct stat st;
   if (::stat(f.path.c_str(), &st) != 0)
-    throw CompileError("compiler '" + f.path.string() + "' cannot be examined: " +
-                           std::strerror(errno),
-                       cxx);
+    throw CompileError(
+        "compiler '" + f.path.string() + "' cannot be examined: " + std::strerror(errno), cxx);
   f.size = uint64_t(st.st_size);
   f.mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   std::error_code ec;
@@ -233,14 +235,13 @@ Toolchain resolve(const Config& c) {
     q.emplace();
     CompileOutcome v = run_compiler({f.path.string(), "--version"}, kQueryTimeoutSeconds);
     if (!v.ok)
-      throw CompileError("compiler '" + c.cxx + "' does not work: `" + v.command + "` " +
-                             describe_failure(v),
-                         v.command, v.output);
+      throw CompileError(
+          "compiler '" + c.cxx + "' does not work: `" + v.command + "` " + describe_failure(v),
+          v.command, v.output);
     q->version_output = v.output;
-    CompileOutcome target =
-        run_compiler({f.path.string(), "-march=native", "-E", "-v", "-x", "c++", "/dev/null", "-o",
-                      "/dev/null"},
-                     kQueryTimeoutSeconds);
+    CompileOutcome target = run_compiler(
+        {f.path.string(), "-march=native", "-E", "-v", "-x", "c++", "/dev/null", "-o", "/dev/null"},
+        kQueryTimeoutSeconds);
     q->resolved_target = target.ok ? parse_resolved_target(target.output) : "";
     if (q->resolved_target.empty()) {
       // Still keyed to this CPU, so kernels built here are never reused on another one.
@@ -277,7 +278,9 @@ std::string Toolchain::identity() const {
   return out;
 }
 
-std::string Toolchain::version_line() const { return first_line(version_output); }
+std::string Toolchain::version_line() const {
+  return first_line(version_output);
+}
 
 std::vector<std::string> Toolchain::compile_command(const std::filesystem::path& source,
                                                     const std::filesystem::path& output) const {

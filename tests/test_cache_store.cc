@@ -54,7 +54,9 @@ nlohmann::json test_meta() {
   return {{"backend", "cpu"}, {"ops", {"exp", "mul"}}, {"compile_seconds", 0.25}};
 }
 
-std::string key_of(const std::string& name) { return xxh3_128_hex(name); }
+std::string key_of(const std::string& name) {
+  return xxh3_128_hex(name);
+}
 
 std::string read_text(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -113,7 +115,8 @@ TEST_CASE("install then find returns a verified, loadable kernel.so", "[cache]")
   CHECK(so == store.entry_dir(key) / "kernel.so");
   CHECK(store.entry_dir(key) == root / "v1" / key.substr(0, 2) / key);
   CHECK_FALSE(fs::exists(staging));
-  for (const fs::path& dir : {root, root / "v1", store.entry_dir(key).parent_path(), store.entry_dir(key)})
+  for (const fs::path& dir :
+       {root, root / "v1", store.entry_dir(key).parent_path(), store.entry_dir(key)})
     CHECK(mode_of(dir) == 0700);
 
   nlohmann::json meta = store.read_meta(key);
@@ -164,28 +167,42 @@ TEST_CASE("a bad entry is a miss and is removed", "[cache]") {
   fs::path so = store.install(key, stage(store), test_meta());
   const fs::path dir = store.entry_dir(key);
 
-  SECTION("truncated kernel.so") { fs::resize_file(so, fs::file_size(so) / 2); }
+  SECTION("truncated kernel.so") {
+    fs::resize_file(so, fs::file_size(so) / 2);
+  }
   SECTION("one flipped byte in kernel.so") {
     std::string bytes = read_text(so);
     bytes[bytes.size() / 2] ^= 0x01;
     write_text(so, bytes);
   }
-  SECTION("kernel.so missing") { fs::remove(so); }
+  SECTION("kernel.so missing") {
+    fs::remove(so);
+  }
   SECTION("kernel.so is a symlink to an identical copy") {
     fs::copy_file(so, tmp.path() / "elsewhere.so");
     fs::remove(so);
     fs::create_symlink(tmp.path() / "elsewhere.so", so);
   }
-  SECTION("garbled meta.json") { write_text(dir / "meta.json", "{\"key\": \"" + key + "\", "); }
-  SECTION("meta.json is empty") { write_text(dir / "meta.json", ""); }
+  SECTION("garbled meta.json") {
+    write_text(dir / "meta.json", "{\"key\": \"" + key + "\", ");
+  }
+  SECTION("meta.json is empty") {
+    write_text(dir / "meta.json", "");
+  }
   SECTION("meta.json names another key") {
     nlohmann::json meta = store.read_meta(key);
     meta["key"] = key_of("another");
     write_text(dir / "meta.json", meta.dump());
   }
-  SECTION("source missing") { fs::remove(dir / "kernel.cc"); }
-  SECTION("source changed") { write_text(dir / "kernel.cc", "int changed;\n"); }
-  SECTION("entry directory writable by others") { fs::permissions(dir, fs::perms::all); }
+  SECTION("source missing") {
+    fs::remove(dir / "kernel.cc");
+  }
+  SECTION("source changed") {
+    write_text(dir / "kernel.cc", "int changed;\n");
+  }
+  SECTION("entry directory writable by others") {
+    fs::permissions(dir, fs::perms::all);
+  }
 
   CHECK_FALSE(store.find(key));
   CHECK_FALSE(fs::exists(dir));
@@ -205,7 +222,8 @@ TEST_CASE("a symlinked entry directory is never followed", "[cache]") {
   other.install(key, stage(other), test_meta());
   REQUIRE(other.find(key));
   fs::create_directories(store.entry_dir(key).parent_path());
-  for (const fs::path& d : {tmp.path() / "a", tmp.path() / "a" / "v1", store.entry_dir(key).parent_path()})
+  for (const fs::path& d :
+       {tmp.path() / "a", tmp.path() / "a" / "v1", store.entry_dir(key).parent_path()})
     fs::permissions(d, fs::perms::owner_all);  // private, whatever the umask
   fs::create_directory_symlink(other.entry_dir(key), store.entry_dir(key));
 
@@ -332,7 +350,8 @@ TEST_CASE("resolve_prefix: unique prefixes, and clear errors otherwise", "[cache
     CHECK_THAT(m, Contains("not hexadecimal"));
     CHECK(m.find('\n') == std::string::npos);
   }
-  CHECK_THAT(cache_error_of([&] { store.resolve_prefix("ef"); }), Contains("no cache entry matches 'ef'"));
+  CHECK_THAT(cache_error_of([&] { store.resolve_prefix("ef"); }),
+             Contains("no cache entry matches 'ef'"));
   std::string ambiguous = cache_error_of([&] { store.resolve_prefix("ab"); });
   CHECK_THAT(ambiguous, Contains("ambiguous") && Contains(a) && Contains(b));
   CHECK_THAT(ambiguous, !Contains(c));
@@ -343,7 +362,8 @@ TEST_CASE("resolve_prefix: unique prefixes, and clear errors otherwise", "[cache
 TEST_CASE("an ambiguous prefix lists at most five candidates", "[cache]") {
   metajit_test::TempDir tmp;
   CacheStore store(tmp.path());
-  for (int i = 0; i < 7; ++i) store.install("ee" + key_of(std::to_string(i)).substr(2), stage(store), test_meta());
+  for (int i = 0; i < 7; ++i)
+    store.install("ee" + key_of(std::to_string(i)).substr(2), stage(store), test_meta());
   std::string m = cache_error_of([&] { store.resolve_prefix("ee"); });
   CHECK_THAT(m, Contains("and 2 more"));
 }
@@ -478,7 +498,8 @@ TEST_CASE("list skips everything that is not an entry", "[cache]") {
   store.lock_key(key);
   fs::create_directories(store.version_dir() / "zz" / "zz1234");
   fs::create_directories(store.version_dir() / "ab" / "not-a-key");
-  fs::create_directory_symlink(store.entry_dir(key), store.version_dir() / key.substr(0, 2) / (key.substr(0, 2) + "ff"));
+  fs::create_directory_symlink(store.entry_dir(key),
+                               store.version_dir() / key.substr(0, 2) / (key.substr(0, 2) + "ff"));
   std::vector<CacheEntryInfo> entries = store.list();
   REQUIRE(entries.size() == 1);
   CHECK(entries[0].key == key);
@@ -498,7 +519,8 @@ TEST_CASE("an unusable or unsafe root is a CacheError and never a crash", "[cach
   REQUIRE(store.find(key));
   fs::permissions(tmp.path() / "root", fs::perms::all);  // 0777: anyone could plant an object
   CHECK_FALSE(store.find(key));
-  CHECK_THAT(cache_error_of([&] { store.make_staging_dir(); }), Contains("writable by group or others"));
+  CHECK_THAT(cache_error_of([&] { store.make_staging_dir(); }),
+             Contains("writable by group or others"));
   fs::permissions(tmp.path() / "root", fs::perms::owner_all);
   CHECK(store.find(key));  // refused, not deleted
 

@@ -147,7 +147,8 @@ TEST_CASE("command-line mistakes are one line on stderr and exit status 1", "[cl
   check_error(run_cli({"--cache-dir", d, "cache", "show"}), 1, "KEY");
   check_error(run_cli({"--cache-dir", d, "cache", "clear", "--older-than", "soon"}), 1,
               "'soon' is not a duration");
-  check_error(run_cli({"--cache-dir", d, "cache", "clear", "--older-than", "-3d"}), 1, "older-than");
+  check_error(run_cli({"--cache-dir", d, "cache", "clear", "--older-than", "-3d"}), 1,
+              "older-than");
   check_error(run_cli({"--cache-dir", d, "cache", "prune", "--max-size", "10Q"}), 1,
               "'10Q' is not a size");
   check_error(run_cli({"--cache-dir", d, "cache", "warm"}), 1, "MANIFEST");
@@ -191,7 +192,8 @@ TEST_CASE("metajit cache list and stats describe the entries", "[cli]") {
   Populated cache;
   CliResult list = run_cli(cache.args({"cache", "list"}));
   REQUIRE(list.status == 0);
-  CHECK_THAT(list.out, Contains("KEY") && Contains(cache.a) && Contains(cache.b) && Contains(cache.c));
+  CHECK_THAT(list.out,
+             Contains("KEY") && Contains(cache.a) && Contains(cache.b) && Contains(cache.c));
   CHECK_THAT(list.out, Contains("exp,mul") && Contains("reindex,reduce_max") && Contains("cpu"));
 
   CliResult json = run_cli(cache.args({"cache", "list", "--json"}));
@@ -315,7 +317,8 @@ TEST_CASE("metajit doctor checks the toolchain and the cache", "[cli][doctor]") 
   CHECK_THAT(j["compiler"]["target"].get<std::string>(), Contains("-m"));
   std::vector<std::string> names;
   for (const auto& c : j["checks"]) names.push_back(c["name"]);
-  for (const char* want : {"compiler", "target", "openmp", "nvcc", "cache dir", "free space", "entries"})
+  for (const char* want :
+       {"compiler", "target", "openmp", "nvcc", "cache dir", "free space", "entries"})
     CHECK(std::find(names.begin(), names.end(), want) != names.end());
 }
 
@@ -324,8 +327,8 @@ TEST_CASE("metajit doctor reports problems with a fix and exit status 1", "[cli]
   const std::string d = tmp.path().string();
   CliResult no_cc = run_cli({"--cache-dir", d, "doctor"}, "METAJIT_CXX=/nonexistent/metajit-cc");
   CHECK(no_cc.status == 1);
-  CHECK_THAT(no_cc.out, Contains("/nonexistent/metajit-cc") && Contains("fix:") &&
-                            Contains("problem"));
+  CHECK_THAT(no_cc.out,
+             Contains("/nonexistent/metajit-cc") && Contains("fix:") && Contains("problem"));
 
   fs::permissions(tmp.path(), fs::perms::all);  // 0777: not a safe cache root
   CliResult open_dir = run_cli({"--cache-dir", d, "doctor", "--json"});

@@ -1,7 +1,11 @@
 // Cold and warm: in a fresh cache directory the first process compiles; a second process
 // running the same program compiles nothing and loads every kernel from disk.
 #include <catch2/catch.hpp>
+#include <fstream>
+#include <iterator>
 #include <regex>
+
+#include "cache/cache_store.h"
 
 #include "test_support.h"
 
@@ -47,4 +51,26 @@ TEST_CASE("a second process compiles nothing", "[cache][process]") {
     }
   }
   CHECK(entries == cold.compiled);
+}
+
+TEST_CASE("processes started together compile each kernel once", "[cache][process]") {
+  metajit_test::TempDir dir;
+  RunStats single = run_program((dir.path() / "alone").string());
+  const std::string shared = (dir.path() / "shared").string();
+  std::string cmd;
+  for (int i = 0; i < 4; ++i)
+    cmd += "METAJIT_CACHE_DIR='" + shared + "' '" +
+           metajit_test::test_program("cold_warm_program") + "' > '" + shared + "." +
+           std::to_string(i) + ".out' & ";
+  cmd += "wait";
+  auto r = metajit_test::run_command(cmd);
+  REQUIRE(r.exit_code == 0);
+  metajit::CacheStore store(shared);
+  CHECK(store.read_counters().compiles == single.compiled);
+  CHECK(store.list().size() == single.compiled);
+  for (int i = 0; i < 4; ++i) {
+    std::ifstream out(shared + "." + std::to_string(i) + ".out");
+    std::string text((std::istreambuf_iterator<char>(out)), std::istreambuf_iterator<char>());
+    CHECK(text.find("checksum=" + single.checksum) != std::string::npos);
+  }
 }

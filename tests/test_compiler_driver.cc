@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -79,7 +80,8 @@ TEST_CASE("run_compiler reports a missing executable without throwing", "[driver
 TEST_CASE("a file that cannot be executed fails to start and leaves no zombie", "[driver]") {
   metajit_test::TempDir dir;
   std::filesystem::path garbage = dir.path() / "not-a-program";
-  std::ofstream(garbage) << "\x7f" "ELF but not really";
+  std::ofstream(garbage) << "\x7f"
+                            "ELF but not really";
   std::filesystem::permissions(garbage, std::filesystem::perms::owner_all);
   CompileOutcome r = run_compiler({garbage.string()}, 30);
   CHECK(r.failed_to_start);
@@ -102,7 +104,9 @@ TEST_CASE("run_compiler kills a command that runs past its timeout", "[driver]")
 TEST_CASE("a timeout also kills the command's children that hold its output", "[driver]") {
   // The shell's child keeps the output pipe open; the driver must not wait for it.
   CompileOutcome r;
-  double took = seconds_of([&] { r = run_compiler({"sh", "-c", "echo started; sleep 6; echo late"}, 0.5); });
+  double took = seconds_of([&] {
+    r = run_compiler({"sh", "-c", "echo started; sleep 6; echo late"}, 0.5);
+  });
   CHECK(r.timed_out);
   CHECK_THAT(r.output, Contains("started"));
   CHECK_THAT(r.output, !Contains("late"));
@@ -119,7 +123,8 @@ TEST_CASE("a command killed by a signal is a failure that says so", "[driver]") 
 
 TEST_CASE("large output does not block the command", "[driver]") {
   // Far more than a pipe buffer (64 KiB): a driver that reads only at exit would hang here.
-  CompileOutcome r = run_compiler({"sh", "-c", "head -c 300000 /dev/zero | tr '\\0' x; echo done >&2"}, 60);
+  CompileOutcome r =
+      run_compiler({"sh", "-c", "head -c 300000 /dev/zero | tr '\\0' x; echo done >&2"}, 60);
   REQUIRE(r.ok);
   CHECK(r.output.size() >= 300000);
   CHECK_THAT(r.output, Contains("done"));
@@ -151,8 +156,8 @@ TEST_CASE("run_compilers runs at most `jobs` commands at once", "[driver]") {
   std::vector<std::vector<std::string>> commands;
   for (int i = 0; i < 8; ++i) {
     // Each command records how many others are running when it starts, then holds a marker.
-    std::string script = "n=$(ls '" + d + "/running' | wc -l); echo $n; touch '" + d +
-                         "/running/" + std::to_string(i) + "'; sleep 0.2; rm '" + d + "/running/" +
+    std::string script = "n=$(ls '" + d + "/running' | wc -l); echo $n; touch '" + d + "/running/" +
+                         std::to_string(i) + "'; sleep 0.2; rm '" + d + "/running/" +
                          std::to_string(i) + "'";
     commands.push_back({"sh", "-c", script});
   }
@@ -197,7 +202,8 @@ TEST_CASE("host_toolchain resolves the compiler and the native target", "[toolch
   CHECK_THAT(id, Contains(tc.path.string()) && Contains(tc.version_line()) &&
                      Contains(tc.resolved_target) && Contains("-fopenmp"));
 
-  std::vector<std::string> want = {"-std=c++17", "-O3", "-march=native", "-fPIC", "-shared", "-fopenmp"};
+  std::vector<std::string> want = {"-std=c++17", "-O3",     "-march=native",
+                                   "-fPIC",      "-shared", "-fopenmp"};
   REQUIRE(tc.flags.size() >= want.size());
   CHECK(std::vector<std::string>(tc.flags.begin(), tc.flags.begin() + 6) == want);
 
@@ -233,10 +239,22 @@ TEST_CASE("the toolchain's slow answers are remembered on disk", "[toolchain]") 
     CHECK(e.path().extension() == ".json");
     std::ifstream in(e.path());
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    CHECK_THAT(text, Contains("version_output") && Contains("resolved_target") &&
-                         Contains(cxx.string()));
+    CHECK_THAT(text,
+               Contains("version_output") && Contains("resolved_target") && Contains(cxx.string()));
+    // Mark the remembered answer: a later resolution must read it instead of asking g++.
+    nlohmann::json j = nlohmann::json::parse(text);
+    j["version_output"] = "remembered-compiler 1.0\n";
+    std::filesystem::path marked = e.path();
+    std::ofstream(marked, std::ios::trunc) << j.dump();
+    std::filesystem::permissions(
+        marked, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   }
   CHECK(files == 1);
+  // New flags make this process resolve again; the binary and CPU are the same, so the
+  // answers come from the file.
+  metajit_test::ScopedEnv flags("METAJIT_CXXFLAGS", "-DMETAJIT_REMEMBERED=1");
+  CHECK(host_toolchain().version_line() == "remembered-compiler 1.0");
+  CHECK(host_toolchain().resolved_target == tc.resolved_target);
 }
 
 TEST_CASE("METAJIT_CXXFLAGS changes the toolchain's flags and identity", "[toolchain]") {
@@ -260,7 +278,8 @@ TEST_CASE("a missing compiler is a CompileError naming it", "[toolchain]") {
       host_toolchain();
       FAIL("expected CompileError");
     } catch (const CompileError& e) {
-      CHECK_THAT(std::string(e.what()), Contains("/nonexistent/metajit-cc") && Contains("METAJIT_CXX"));
+      CHECK_THAT(std::string(e.what()),
+                 Contains("/nonexistent/metajit-cc") && Contains("METAJIT_CXX"));
     }
   }
   {
@@ -269,7 +288,8 @@ TEST_CASE("a missing compiler is a CompileError naming it", "[toolchain]") {
       host_toolchain();
       FAIL("expected CompileError");
     } catch (const CompileError& e) {
-      CHECK_THAT(std::string(e.what()), Contains("'metajit-nosuchcc'") && Contains("not found on PATH"));
+      CHECK_THAT(std::string(e.what()),
+                 Contains("'metajit-nosuchcc'") && Contains("not found on PATH"));
     }
   }
   // Back to the working compiler.
