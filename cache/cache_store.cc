@@ -6,12 +6,14 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -34,6 +36,8 @@ constexpr const char* kObjectFile = "kernel.so";
 constexpr const char* kUsedFile = ".used";
 constexpr const char* kStatsFile = "stats.json";
 constexpr const char* kStatsLock = "stats.lock";
+constexpr const char* kEvictLock = "evict.lock";
+constexpr const char* kBytesField = "bytes";
 // Refreshing .used at most this often keeps a hit to a stat() in the common case.
 constexpr int64_t kTouchIntervalSeconds = 60;
 
@@ -58,15 +62,43 @@ struct Fd {
   }
 };
 
-// A name no other process or thread picks: pid, random bits and a per-process counter.
+const std::string& host_name() {
+  static const std::string name = [] {
+    char buf[256] = {};
+    if (::gethostname(buf, sizeof buf - 1) != 0 || !buf[0]) return std::string("localhost");
+    std::string n = buf;
+    for (char& c : n)  // keeps names in the cache to [A-Za-z0-9._-]
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-') c = '_';
+    return n;
+  }();
+  return name;
+}
+
+// A name no other process or thread picks: pid, random bits, a per-process counter and the
+// host, "<pid>-<random>-<n>@<host>", so that a sweep can tell a dead process's leftovers.
 std::string unique_name(const std::string& prefix) {
   static std::atomic<uint64_t> counter{0};
   thread_local std::mt19937_64 rng{std::random_device{}()};
   char buf[96];
-  std::snprintf(buf, sizeof buf, "%s%ld-%016llx-%llu", prefix.c_str(), long(::getpid()),
+  std::snprintf(buf, sizeof buf, "%s%ld-%016llx-%llu@", prefix.c_str(), long(::getpid()),
                 static_cast<unsigned long long>(rng()),
                 static_cast<unsigned long long>(counter.fetch_add(1)));
-  return buf;
+  return buf + host_name();
+}
+
+// True when `name` (after its prefix) was made by unique_name() in a process of this host
+// that no longer runs. Names from other hosts, or not of that form, are never "dead": only
+// their age can make them stale.
+bool made_by_dead_process(const std::string& name) {
+  size_t at = name.rfind('@');
+  if (at == std::string::npos || name.compare(at + 1, std::string::npos, host_name()) != 0)
+    return false;
+  size_t digits = 0;
+  while (digits < name.size() && std::isdigit(static_cast<unsigned char>(name[digits]))) ++digits;
+  if (digits == 0 || digits > 9 || digits >= name.size() || name[digits] != '-') return false;
+  long pid = std::strtol(name.substr(0, digits).c_str(), nullptr, 10);
+  if (pid <= 0) return false;
+  return ::kill(pid_t(pid), 0) != 0 && errno == ESRCH;
 }
 
 std::string iso8601_utc_now() {
@@ -264,11 +296,14 @@ std::vector<std::pair<std::string, fs::path>> scan_entries(const fs::path& versi
   return out;
 }
 
-CacheEntryInfo entry_info(const std::string& key, const fs::path& dir) {
+// `with_meta` false: only what stat() tells (size, last use), for eviction scans.
+CacheEntryInfo entry_info(const std::string& key, const fs::path& dir, bool with_meta = true) {
   CacheEntryInfo info;
   info.key = key;
   info.dir = dir;
-  if (std::optional<std::string> text = read_file_nofollow(dir / kMetaFile)) {
+  std::optional<std::string> text;
+  if (with_meta) text = read_file_nofollow(dir / kMetaFile);
+  if (text) {
     nlohmann::json meta = nlohmann::json::parse(*text, nullptr, false);
     if (meta.is_object()) {
       if (meta.contains("backend") && meta["backend"].is_string())
@@ -362,15 +397,25 @@ void write_file_atomically(const fs::path& path, const std::string& contents, bo
 
 CacheKeyLock& CacheKeyLock::operator=(CacheKeyLock&& other) noexcept {
   if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
+    release();
     fd_ = other.fd_;
+    path_ = std::move(other.path_);
     other.fd_ = -1;
   }
   return *this;
 }
 
+void CacheKeyLock::release() noexcept {
+  if (fd_ < 0) return;
+  // Unlinked while still held: a waiter wakes on a file no longer in the directory, sees it
+  // and opens the path anew (lock_key), so removing the file never lets two holders in.
+  if (!path_.empty()) ::unlink(path_.c_str());
+  ::close(fd_);  // closing the descriptor releases the flock
+  fd_ = -1;
+}
+
 CacheKeyLock::~CacheKeyLock() {
-  if (fd_ >= 0) ::close(fd_);  // closing the descriptor releases the flock
+  release();
 }
 
 CacheStore::CacheStore(fs::path root) : root_(std::move(root)) {}
@@ -421,7 +466,9 @@ fs::path CacheStore::make_staging_dir() {
   return dir;
 }
 
-fs::path CacheStore::install(const std::string& key, const fs::path& staging, nlohmann::json meta) {
+fs::path CacheStore::install(const std::string& key, const fs::path& staging, nlohmann::json meta,
+                             uint64_t* installed_bytes) {
+  if (installed_bytes) *installed_bytes = 0;
   if (!valid_key(key))
     throw CacheError("cache: cannot install '" + printable(key) + "': not a hexadecimal key");
   std::string why = unsafe_reason(staging, false);
@@ -449,8 +496,10 @@ fs::path CacheStore::install(const std::string& key, const fs::path& staging, nl
   meta["so_bytes"] = uint64_t(so->size());
   meta["source_file"] = source_file;
   meta["created"] = iso8601_utc_now();
-  write_file_atomically(staging / kMetaFile, meta.dump(2) + "\n");
+  const std::string meta_text = meta.dump(2) + "\n";
+  write_file_atomically(staging / kMetaFile, meta_text);
   fsync_path(staging, O_DIRECTORY);
+  const uint64_t bytes = so->size() + src->size() + meta_text.size();
 
   const fs::path shard = version_dir() / key.substr(0, 2);
   const fs::path final_dir = entry_dir(key);
@@ -464,6 +513,7 @@ fs::path CacheStore::install(const std::string& key, const fs::path& staging, nl
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (::rename(staging.c_str(), final_dir.c_str()) == 0) {
       fsync_path(shard, O_DIRECTORY);
+      if (installed_bytes) *installed_bytes = bytes;
       return final_dir / kObjectFile;
     }
     int e = errno;
@@ -550,36 +600,163 @@ std::string CacheStore::read_source(const std::string& key) const {
 }
 
 uint64_t CacheStore::clear(double older_than_seconds) {
+  struct stat st;
+  if (::lstat(version_dir().c_str(), &st) != 0) return 0;  // no cache: nothing to clear
+  ensure_version_dir(root_);  // refuses a root or v1 that is not ours alone
   const int64_t now = int64_t(std::time(nullptr));
-  uint64_t removed = 0;
+  uint64_t removed = 0, left = 0;
   for (const CacheEntryInfo& e : list()) {
-    if (older_than_seconds >= 0 && double(now - e.last_used) < older_than_seconds) continue;
+    if (older_than_seconds >= 0 && double(now - e.last_used) < older_than_seconds) {
+      left += e.bytes;
+      continue;
+    }
     if (remove_atomically(version_dir(), e.dir)) ++removed;
   }
+  if (removed) set_size_estimate(left);
   return removed;
 }
 
-void CacheStore::sweep_stale_staging(double older_than_seconds) {
+bool CacheStore::remove_entry(const std::string& key) {
+  if (!valid_key(key)) return false;
+  return remove_atomically(version_dir(), entry_dir(key));
+}
+
+uint64_t CacheStore::sweep_stale_staging(double older_than_seconds) {
   const int64_t now = int64_t(std::time(nullptr));
+  uint64_t removed = 0;
   std::error_code ec;
-  // Staging directories and half-removed entries of dead processes.
+  // Staging directories of dead (or long gone) processes, and half-removed entries.
   for (const fs::directory_entry& e : fs::directory_iterator(version_dir() / kStagingDir, ec)) {
     std::string name = e.path().filename().string();
+    bool half_removed = name.rfind("rm-", 0) == 0;
     bool old = double(now - mtime_of(e.path())) > older_than_seconds;
-    if (old || name.rfind("rm-", 0) == 0) {
+    if (half_removed || old || made_by_dead_process(name)) {
       std::error_code rm;
-      fs::remove_all(e.path(), rm);
+      if (fs::remove_all(e.path(), rm) > 0) ++removed;
     }
   }
   // Temp files of interrupted write_file_atomically() calls.
   for (const fs::path& dir : {version_dir(), version_dir() / "toolchains"}) {
     for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
       std::string name = e.path().filename().string();
-      if (name.size() > 1 && name[0] == '.' && name.find(".tmp-") != std::string::npos &&
-          double(now - mtime_of(e.path())) > older_than_seconds)
-        ::unlink(e.path().c_str());
+      size_t tmp = name.find(".tmp-");
+      if (name.size() > 1 && name[0] == '.' && tmp != std::string::npos &&
+          (double(now - mtime_of(e.path())) > older_than_seconds ||
+           made_by_dead_process(name.substr(tmp + 5))) &&
+          ::unlink(e.path().c_str()) == 0)
+        ++removed;
     }
   }
+  // Lock files nobody holds (their holder died before unlinking them). Taking the lock first
+  // keeps this safe against a live holder; lock_key() copes with the file vanishing.
+  for (const fs::directory_entry& e : fs::directory_iterator(version_dir() / kLocksDir, ec)) {
+    Fd f(::open(e.path().c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC));
+    if (f.fd < 0 || ::flock(f.fd, LOCK_EX | LOCK_NB) != 0) continue;
+    struct stat held, now_st;
+    if (::fstat(f.fd, &held) == 0 && ::lstat(e.path().c_str(), &now_st) == 0 &&
+        held.st_ino == now_st.st_ino && ::unlink(e.path().c_str()) == 0)
+      ++removed;
+  }
+  return removed;
+}
+
+EvictionResult CacheStore::evict(uint64_t max_bytes, bool wait) {
+  EvictionResult result;
+  const fs::path v1 = ensure_version_dir(root_);
+  Fd lock(::open((v1 / kEvictLock).c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (lock.fd < 0)
+    throw CacheError("cache: cannot open " + quote(v1 / kEvictLock) + ": " + errno_text(errno));
+  int r;
+  while ((r = ::flock(lock.fd, LOCK_EX | (wait ? 0 : LOCK_NB))) != 0 && errno == EINTR) {
+  }
+  if (r != 0) {
+    if (errno == EWOULDBLOCK) return result;  // someone else is evicting right now
+    throw CacheError("cache: cannot lock " + quote(v1 / kEvictLock) + ": " + errno_text(errno));
+  }
+  result.ran = true;
+  std::vector<CacheEntryInfo> entries;
+  uint64_t total = 0;
+  for (const auto& [key, dir] : scan_entries(v1, "")) {
+    entries.push_back(entry_info(key, dir, /*with_meta=*/false));
+    total += entries.back().bytes;
+  }
+  // Least recently used first; the key breaks ties so that the order is reproducible.
+  std::sort(entries.begin(), entries.end(), [](const CacheEntryInfo& a, const CacheEntryInfo& b) {
+    return a.last_used != b.last_used ? a.last_used < b.last_used : a.key < b.key;
+  });
+  for (const CacheEntryInfo& e : entries) {
+    if (total <= max_bytes) break;
+    if (!remove_atomically(v1, e.dir)) continue;
+    total -= std::min(total, e.bytes);
+    result.removed++;
+    result.bytes_removed += e.bytes;
+    log_message(LogLevel::Debug, "evicted " + e.key + " (" + std::to_string(e.bytes) + " bytes)");
+  }
+  result.entries_left = entries.size() - result.removed;
+  result.bytes_left = total;
+  set_size_estimate(total);
+  if (result.removed) {
+    CacheCounters delta;
+    delta.evictions = result.removed;
+    add_counters(delta);
+  }
+  return result;
+}
+
+void CacheStore::maintain(uint64_t max_bytes) {
+  try {
+    if (!has_size_estimate() || uint64_t(std::max<int64_t>(0, read_counters().bytes)) > max_bytes)
+      evict(max_bytes, /*wait=*/false);
+  } catch (const std::exception& e) {
+    warn_once("cache-unwritable:" + root_.string(),
+              std::string("cannot keep the cache within its size limit: ") + e.what());
+  }
+}
+
+std::vector<CacheProblem> CacheStore::verify(double debris_age_seconds) const {
+  std::vector<CacheProblem> problems;
+  for (auto [path, follow] : {std::pair{root_, true}, std::pair{version_dir(), false}}) {
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0 && errno == ENOENT) return problems;  // empty cache
+    std::string why = unsafe_reason(path, follow);
+    if (!why.empty()) {
+      problems.push_back({"", path, "it " + why});
+      return problems;  // nothing below an unsafe directory can be trusted or judged
+    }
+  }
+  for (const auto& [key, dir] : scan_entries(version_dir(), "")) {
+    std::string why = unsafe_reason(dir.parent_path(), false);
+    if (!why.empty()) why = "its shard directory " + why;
+    if (why.empty()) why = verify_entry(dir, key);
+    if (!why.empty()) problems.push_back({key, dir, why});
+  }
+  // Anything else in a shard directory is not an entry and should not be there.
+  std::error_code ec;
+  for (const fs::directory_entry& shard : fs::directory_iterator(version_dir(), ec)) {
+    std::string sname = shard.path().filename().string();
+    if (sname.size() != 2 || !is_key_hex(sname)) continue;
+    std::error_code ec2;
+    for (const fs::directory_entry& e : fs::directory_iterator(shard.path(), ec2)) {
+      std::string name = e.path().filename().string();
+      struct stat st;
+      bool is_entry = is_key_hex(name) && name.compare(0, 2, sname) == 0 &&
+                      ::lstat(e.path().c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+      if (!is_entry) problems.push_back({"", e.path(), "not a cache entry"});
+    }
+  }
+  const int64_t now = int64_t(std::time(nullptr));
+  for (const fs::directory_entry& e : fs::directory_iterator(version_dir() / kStagingDir, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind("rm-", 0) == 0 || made_by_dead_process(name) ||
+        double(now - mtime_of(e.path())) > debris_age_seconds)
+      problems.push_back({"", e.path(), "staging directory left by a dead process"});
+  }
+  for (const fs::directory_entry& e : fs::directory_iterator(version_dir() / kLocksDir, ec)) {
+    Fd f(::open(e.path().c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (f.fd >= 0 && ::flock(f.fd, LOCK_SH | LOCK_NB) == 0)
+      problems.push_back({"", e.path(), "lock file left by a dead process"});
+  }
+  return problems;
 }
 
 void CacheStore::touch(const std::string& key) {
@@ -599,7 +776,7 @@ void CacheStore::touch(const std::string& key) {
 
 void CacheStore::add_counters(const CacheCounters& d) {
   if (!d.memory_hits && !d.disk_hits && !d.misses && !d.compiles && !d.errors && !d.evictions &&
-      d.compile_seconds == 0)
+      d.compile_seconds == 0 && d.bytes == 0)
     return;
   try {
     const fs::path v1 = ensure_version_dir(root_);
@@ -625,12 +802,40 @@ void CacheStore::add_counters(const CacheCounters& d) {
                         {"errors", c.errors},
                         {"evictions", c.evictions},
                         {"compile_seconds", c.compile_seconds}};
+    // An unknown size stays unknown: a delta on top of nothing would look like a measurement.
+    if (has_size_estimate()) j[kBytesField] = std::max<int64_t>(0, c.bytes + d.bytes);
     // Statistics are not worth an fsync per kernel; a torn file after a crash reads as zeros.
     write_file_atomically(v1 / kStatsFile, j.dump(2) + "\n", /*durable=*/false);
   } catch (const std::exception& e) {
-    warn_once("cache-counters:" + root_.string(),
+    warn_once("cache-unwritable:" + root_.string(),
               std::string("cannot update the cache statistics: ") + e.what());
   }
+}
+
+void CacheStore::set_size_estimate(uint64_t bytes) {
+  try {
+    const fs::path v1 = ensure_version_dir(root_);
+    Fd lock(::open((v1 / kStatsLock).c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (lock.fd < 0) return;
+    while (::flock(lock.fd, LOCK_EX) != 0)
+      if (errno != EINTR) return;
+    nlohmann::json j = nlohmann::json::object();
+    if (std::optional<std::string> text = read_file_nofollow(v1 / kStatsFile)) {
+      j = nlohmann::json::parse(*text, nullptr, false);
+      if (!j.is_object()) j = nlohmann::json::object();
+    }
+    j[kBytesField] = bytes;
+    write_file_atomically(v1 / kStatsFile, j.dump(2) + "\n", /*durable=*/false);
+  } catch (const std::exception&) {
+    // The estimate only decides when to scan; the next eviction measures again.
+  }
+}
+
+bool CacheStore::has_size_estimate() const {
+  std::optional<std::string> text = read_file_nofollow(version_dir() / kStatsFile);
+  if (!text) return false;
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+  return j.is_object() && j.contains(kBytesField) && j[kBytesField].is_number_unsigned();
 }
 
 CacheCounters CacheStore::read_counters() const {
@@ -645,6 +850,7 @@ CacheCounters CacheStore::read_counters() const {
   c.compiles = json_count(j, "compiles");
   c.errors = json_count(j, "errors");
   c.evictions = json_count(j, "evictions");
+  c.bytes = int64_t(json_count(j, kBytesField));
   auto it = j.find("compile_seconds");
   if (it != j.end() && it->is_number() && it->get<double>() >= 0)
     c.compile_seconds = it->get<double>();
@@ -654,14 +860,25 @@ CacheCounters CacheStore::read_counters() const {
 CacheKeyLock CacheStore::lock_key(const std::string& key) {
   if (!valid_key(key)) return CacheKeyLock();
   try {
-    fs::path locks = private_dir(kLocksDir);
-    int fd =
-        ::open((locks / (key + ".lock")).c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) return CacheKeyLock();
-    CacheKeyLock lock(fd);
-    while (::flock(fd, LOCK_EX) != 0)
-      if (errno != EINTR) return CacheKeyLock();
-    return lock;
+    const fs::path path = private_dir(kLocksDir) / (key + ".lock");
+    for (;;) {
+      int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+      if (fd < 0) return CacheKeyLock();
+      int r;
+      while ((r = ::flock(fd, LOCK_EX)) != 0 && errno == EINTR) {
+      }
+      if (r != 0) {
+        ::close(fd);
+        return CacheKeyLock();
+      }
+      // The previous holder may have unlinked the file we waited on: then the lock is on an
+      // orphan and a newcomer may already hold the path's new file. Try again.
+      struct stat held, now;
+      if (::fstat(fd, &held) == 0 && ::lstat(path.c_str(), &now) == 0 &&
+          held.st_ino == now.st_ino && held.st_dev == now.st_dev)
+        return CacheKeyLock(fd, path);
+      ::close(fd);  // not ours to unlink
+    }
   } catch (const CacheError&) {
     return CacheKeyLock();
   }

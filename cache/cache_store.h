@@ -6,46 +6,68 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace metajit {
 
 struct CacheEntryInfo {
   std::string key;
   std::filesystem::path dir;
-  std::string backend;            // "cpu" | "cuda" (from meta.json)
-  std::vector<std::string> ops;   // from meta.json
-  uint64_t bytes = 0;             // all files of the entry
+  std::string backend;           // "cpu" | "cuda" (from meta.json)
+  std::vector<std::string> ops;  // from meta.json
+  uint64_t bytes = 0;            // all files of the entry
   double compile_seconds = 0;
-  std::string created;            // ISO-8601 UTC, from meta.json
-  int64_t last_used = 0;          // unix seconds
+  std::string created;    // ISO-8601 UTC, from meta.json
+  int64_t last_used = 0;  // unix seconds
 };
 
 // Counters that persist across processes (root/v1/stats.json, updated under a lock).
 struct CacheCounters {
   uint64_t memory_hits = 0, disk_hits = 0, misses = 0, compiles = 0, errors = 0, evictions = 0;
   double compile_seconds = 0;
+  // Bytes of all entries as installs and evictions have counted them (a delta in
+  // add_counters). An estimate: a process killed between an install and its update leaves it
+  // low; every eviction scan sets it to the measured total again.
+  int64_t bytes = 0;
+};
+
+// One thing `verify()` found wrong: a bad entry, or debris a dead process left behind.
+struct CacheProblem {
+  std::string key;             // the entry's key; empty for debris
+  std::filesystem::path path;  // the entry directory or the debris
+  std::string what;            // e.g. "kernel.so does not match its checksum"
+};
+
+struct EvictionResult {
+  bool ran = false;  // false: another process was already evicting (non-blocking call)
+  uint64_t removed = 0, bytes_removed = 0;
+  uint64_t entries_left = 0, bytes_left = 0;
 };
 
 // Holds an exclusive flock on <root>/v1/locks/<key>.lock until destroyed (design.md §6: N
-// processes needing one kernel compile it once). Move-only; unlocked when default-constructed.
+// processes needing one kernel compile it once). The holder unlinks the lock file before
+// releasing it and a waiter that wakes on an unlinked file tries again, so lock files never
+// pile up. Move-only; unlocked when default-constructed.
 class CacheKeyLock {
  public:
   CacheKeyLock() = default;
-  explicit CacheKeyLock(int fd) : fd_(fd) {}
-  CacheKeyLock(CacheKeyLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  CacheKeyLock(int fd, std::filesystem::path path) : fd_(fd), path_(std::move(path)) {}
+  CacheKeyLock(CacheKeyLock&& other) noexcept : fd_(other.fd_), path_(std::move(other.path_)) {
+    other.fd_ = -1;
+  }
   CacheKeyLock& operator=(CacheKeyLock&& other) noexcept;
   CacheKeyLock(const CacheKeyLock&) = delete;
   CacheKeyLock& operator=(const CacheKeyLock&) = delete;
   ~CacheKeyLock();
   bool locked() const { return fd_ >= 0; }
+  void release() noexcept;
 
  private:
   int fd_ = -1;
+  std::filesystem::path path_;
 };
 
 class CacheStore {
@@ -54,7 +76,7 @@ class CacheStore {
   explicit CacheStore(std::filesystem::path root);
 
   const std::filesystem::path& root() const { return root_; }
-  std::filesystem::path version_dir() const;                    // root/v1
+  std::filesystem::path version_dir() const;                      // root/v1
   std::filesystem::path entry_dir(const std::string& key) const;  // root/v1/<k[0:2]>/<key>
 
   // The verified kernel.so of `key`, or nullopt. An entry that is present but bad (a file
@@ -67,9 +89,10 @@ class CacheStore {
   // `staging` holds the source (kernel.cc or kernel.cu) and kernel.so. Writes meta.json =
   // `meta` plus key, so_checksum, source_checksum, so_bytes, created; then renames the directory
   // into place. If another process installed `key` first, `staging` is discarded and theirs is
-  // used. Returns the installed kernel.so path.
+  // used. Returns the installed kernel.so path. `installed_bytes` (if given) is set to the
+  // size of the entry this call added (0 when another process's entry was kept).
   std::filesystem::path install(const std::string& key, const std::filesystem::path& staging,
-                                nlohmann::json meta);
+                                nlohmann::json meta, uint64_t* installed_bytes = nullptr);
   void discard(const std::filesystem::path& staging) noexcept;
 
   std::vector<CacheEntryInfo> list() const;
@@ -78,13 +101,29 @@ class CacheStore {
   nlohmann::json read_meta(const std::string& key) const;  // CacheError if unreadable
   // Removes entries (all, or those not used for `older_than_seconds`); returns how many.
   uint64_t clear(double older_than_seconds = -1);
-  // Removes staging directories older than `older_than_seconds` left by dead processes.
-  void sweep_stale_staging(double older_than_seconds = 3600);
+  // Removes one entry (atomically); false if it was not there.
+  bool remove_entry(const std::string& key);
+  // Removes debris of dead processes: staging directories of processes that no longer run on
+  // this host, or older than `older_than_seconds` (whoever made them), half-removed entries,
+  // interrupted temp files and unheld lock files. Returns how many things it removed.
+  uint64_t sweep_stale_staging(double older_than_seconds = 3600);
+
+  // Evicts least recently used entries until the entries take at most `max_bytes`. With
+  // `wait` false it returns at once (ran == false) when another process is evicting.
+  EvictionResult evict(uint64_t max_bytes, bool wait);
+  // After installs: evicts when the recorded size estimate is over `max_bytes` (or unknown),
+  // never waiting for another evicting process. Never throws (one warning instead).
+  void maintain(uint64_t max_bytes);
+
+  // Every bad entry (the checks find() makes) and debris older than `debris_age_seconds`.
+  std::vector<CacheProblem> verify(double debris_age_seconds = 3600) const;
   // Marks an entry used now (cheap: refreshes root/v1/<k[0:2]>/<key>/.used at most once a minute).
   void touch(const std::string& key);
 
   void add_counters(const CacheCounters& delta);
   CacheCounters read_counters() const;
+  // True when stats.json records a size estimate (written by installs and evictions).
+  bool has_size_estimate() const;
 
   // Blocks until this process holds the per-key lock; re-check find() after it returns. When
   // the lock file cannot be created (read-only cache) the returned lock is not locked().
@@ -96,6 +135,8 @@ class CacheStore {
   std::string read_source(const std::string& key) const;
 
  private:
+  void set_size_estimate(uint64_t bytes);
+
   std::filesystem::path root_;
 };
 

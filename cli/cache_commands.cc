@@ -5,11 +5,15 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cache/cache_store.h"
+#include "cache/manifest.h"
 #include "cli/commands.h"
+#include "codegen/kernel_spec.h"
 #include "meta_ops/error.h"
 #include "runtime/config.h"
+#include "runtime/kernel_library.h"
 
 namespace metajit::cli {
 namespace {
@@ -155,9 +159,155 @@ int cmd_clear(const std::string& older_than) {
   return 0;
 }
 
-int not_implemented(const std::string& name) {
-  std::fprintf(stderr, "metajit: cache %s: not yet implemented\n", name.c_str());
-  return 1;
+int cmd_prune(const std::string& max_size) {
+  uint64_t limit = config().cache_max_size;
+  if (!max_size.empty() && !parse_size(max_size, limit))
+    throw UsageError("cache prune: --max-size '" + max_size +
+                     "' is not a size; expected e.g. 2G, 500M, 64k, 1048576");
+  CacheStore store(cache_root());
+  if (!fs::exists(store.version_dir())) {
+    std::printf("nothing to prune: no cache in %s\n", store.root().string().c_str());
+    return 0;
+  }
+  uint64_t swept = store.sweep_stale_staging();
+  EvictionResult r = store.evict(limit, /*wait=*/true);
+  std::printf("evicted %llu entr%s (%s); %llu left, %s of %s limit",
+              static_cast<unsigned long long>(r.removed), r.removed == 1 ? "y" : "ies",
+              human_bytes(r.bytes_removed).c_str(), static_cast<unsigned long long>(r.entries_left),
+              human_bytes(r.bytes_left).c_str(), human_bytes(limit).c_str());
+  if (swept)
+    std::printf("; removed %llu leftover%s of dead processes",
+                static_cast<unsigned long long>(swept), swept == 1 ? "" : "s");
+  std::printf("\n");
+  return 0;
+}
+
+// The kernel IR recorded in an entry's meta.json, or nullopt when it is unreadable or not this
+// toolchain's (its key would differ: rebuilding it here would make another entry).
+std::optional<KernelIR> rebuildable_spec(const CacheStore& store, const std::string& key) {
+  try {
+    nlohmann::json meta = store.read_meta(key);
+    if (!meta.contains("backend") || meta["backend"] != "cpu" || !meta.contains("spec"))
+      return std::nullopt;
+    KernelIR ir = kernel_spec_from_json(meta["spec"]);
+    if (key_of(ir) != key) return std::nullopt;
+    return ir;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+int cmd_verify(bool fix) {
+  CacheStore store(cache_root());
+  std::vector<CacheProblem> problems = store.verify();
+  size_t entries = store.list().size();
+  if (problems.empty()) {
+    std::printf("%zu entr%s checked in %s: all good\n", entries, entries == 1 ? "y" : "ies",
+                store.root().string().c_str());
+    return 0;
+  }
+  for (const CacheProblem& p : problems)
+    std::printf("%s  %s: %s\n", p.key.empty() ? "debris" : "bad   ",
+                p.key.empty() ? p.path.string().c_str() : p.key.c_str(), p.what.c_str());
+  if (!fix) {
+    std::printf("%zu problem%s in %s (run `metajit cache verify --fix` to repair)\n",
+                problems.size(), problems.size() == 1 ? "" : "s", store.root().string().c_str());
+    return 1;
+  }
+  // Repairs: bad entries are rebuilt from their spec when meta.json still describes this
+  // toolchain's kernel, else removed; debris is removed.
+  std::vector<KernelIR> rebuild;
+  size_t removed = 0, cleaned = 0;
+  for (const CacheProblem& p : problems) {
+    if (p.key.empty()) continue;
+    if (std::optional<KernelIR> ir = rebuildable_spec(store, p.key)) rebuild.push_back(*ir);
+    if (store.remove_entry(p.key)) ++removed;
+  }
+  cleaned = store.sweep_stale_staging(0);
+  for (const CacheProblem& p : problems) {
+    if (!p.key.empty() || p.what != "not a cache entry") continue;
+    std::error_code ec;
+    if (fs::remove_all(p.path, ec) > 0) ++cleaned;
+  }
+  size_t rebuilt = 0;
+  if (!rebuild.empty()) {
+    WarmSummary w = warm_kernels(rebuild, config().jobs);
+    rebuilt = w.compiled + w.cached;
+    if (w.failed) std::fprintf(stderr, "metajit: %s\n", w.first_failure.c_str());
+  }
+  std::vector<CacheProblem> left = store.verify();
+  std::printf("fixed: %zu bad entr%s removed (%zu rebuilt), %zu leftover%s removed; %s\n", removed,
+              removed == 1 ? "y" : "ies", rebuilt, cleaned, cleaned == 1 ? "" : "s",
+              left.empty() ? "the cache is clean now"
+                           : (std::to_string(left.size()) + " problem(s) remain").c_str());
+  return left.empty() ? 0 : 2;
+}
+
+int cmd_export(const std::string& output) {
+  CacheStore store(cache_root());
+  std::vector<ManifestEntry> kernels;
+  size_t skipped = 0;
+  for (const CacheEntryInfo& e : store.list()) {
+    try {
+      nlohmann::json meta = store.read_meta(e.key);
+      if (!meta.contains("spec") || !meta["spec"].is_object()) throw CacheError("no spec");
+      kernel_spec_from_json(meta["spec"]);  // only specs that a warm can use
+      kernels.push_back({e.key, e.backend, e.ops, meta["spec"]});
+    } catch (const std::exception& ex) {
+      ++skipped;
+      std::fprintf(stderr, "metajit: skipping %s: %s\n", e.key.c_str(), ex.what());
+    }
+  }
+  if (output.empty() || output == "-") {
+    std::cout << manifest_to_json(kernels).dump(1) << "\n";
+  } else {
+    try {
+      write_manifest(output, kernels);
+    } catch (const CacheError& ex) {
+      throw UsageError(std::string("cache export: ") + ex.what());
+    }
+  }
+  std::fprintf(
+      stderr, "metajit: exported %zu kernel%s%s%s\n", kernels.size(),
+      kernels.size() == 1 ? "" : "s",
+      output.empty() || output == "-" ? "" : (" to " + output).c_str(),
+      skipped ? (" (" + std::to_string(skipped) + " unreadable entries skipped)").c_str() : "");
+  return 0;
+}
+
+int cmd_warm(const std::string& manifest_path, int jobs) {
+  std::vector<ManifestEntry> entries;
+  try {
+    entries = read_manifest(manifest_path);
+  } catch (const CacheError& e) {
+    throw UsageError(std::string("cache warm: ") + e.what());
+  }
+  std::vector<KernelIR> irs;
+  size_t other_backend = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i].backend != "cpu") {
+      ++other_backend;  // the CUDA backend is not built into this metajit yet
+      continue;
+    }
+    try {
+      irs.push_back(kernel_spec_from_json(entries[i].spec));
+    } catch (const Error& e) {
+      throw UsageError("cache warm: manifest " + manifest_path + ": kernels[" + std::to_string(i) +
+                       "]: " + e.what());
+    }
+  }
+  WarmSummary w = warm_kernels(irs, jobs > 0 ? jobs : config().jobs);
+  std::printf("warmed %s: %zu kernel%s in %.1f s: %zu compiled, %zu already cached, %zu failed",
+              cache_root().string().c_str(), w.total, w.total == 1 ? "" : "s", w.seconds,
+              w.compiled, w.cached, w.failed);
+  if (other_backend) std::printf(", %zu skipped (backend not available)", other_backend);
+  std::printf("\n");
+  if (w.failed) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "metajit: %s\n", w.first_failure.c_str());
+    return 2;
+  }
+  return 0;
 }
 
 // Values of every `cache` subcommand's options; shared by the callbacks.
@@ -212,23 +362,15 @@ void register_cache_commands(CLI::App& app, Action& action) {
 
   CLI::App* prune = cache->add_subcommand("prune", "Evict least recently used entries");
   prune->add_option("--max-size", args->max_size, "Size to shrink to (e.g. 2G, 500M)");
-  prune->callback([&action, args] {
-    action = [args] {
-      uint64_t bytes = 0;
-      if (!args->max_size.empty() && !parse_size(args->max_size, bytes))
-        throw UsageError("cache prune: --max-size '" + args->max_size +
-                         "' is not a size; expected e.g. 2G, 500M, 1048576");
-      return not_implemented("prune");
-    };
-  });
+  prune->callback([&action, args] { action = [args] { return cmd_prune(args->max_size); }; });
 
   CLI::App* verify = cache->add_subcommand("verify", "Check every entry's checksums");
-  verify->add_flag("--fix", args->fix, "Remove bad entries");
-  verify->callback([&action] { action = [] { return not_implemented("verify"); }; });
+  verify->add_flag("--fix", args->fix, "Rebuild or remove bad entries, remove leftovers");
+  verify->callback([&action, args] { action = [args] { return cmd_verify(args->fix); }; });
 
   CLI::App* exp = cache->add_subcommand("export", "Write a manifest of the cached kernels");
   exp->add_option("-o,--output", args->output, "Manifest file (default: stdout)");
-  exp->callback([&action] { action = [] { return not_implemented("export"); }; });
+  exp->callback([&action, args] { action = [args] { return cmd_export(args->output); }; });
 
   CLI::App* warm = cache->add_subcommand("warm", "Compile every kernel a manifest lists");
   warm->add_option("MANIFEST", args->manifest, "Manifest (JSON)")->required();
@@ -239,7 +381,7 @@ void register_cache_commands(CLI::App& app, Action& action) {
       if (jobs->count() > 0 && args->jobs < 1)
         throw UsageError("cache warm: -j " + std::to_string(args->jobs) +
                          " is not valid; expected a positive number of jobs");
-      return not_implemented("warm");
+      return cmd_warm(args->manifest, args->jobs);
     };
   });
 }

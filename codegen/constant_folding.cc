@@ -17,81 +17,147 @@ std::optional<double> integral_result(int64_t v, DType t) {
   return d;
 }
 
-int64_t wrap_add(int64_t a, int64_t b) { return int64_t(uint64_t(a) + uint64_t(b)); }
-int64_t wrap_sub(int64_t a, int64_t b) { return int64_t(uint64_t(a) - uint64_t(b)); }
-int64_t wrap_mul(int64_t a, int64_t b) { return int64_t(uint64_t(a) * uint64_t(b)); }
+int64_t wrap_add(int64_t a, int64_t b) {
+  return int64_t(uint64_t(a) + uint64_t(b));
+}
+int64_t wrap_sub(int64_t a, int64_t b) {
+  return int64_t(uint64_t(a) - uint64_t(b));
+}
+int64_t wrap_mul(int64_t a, int64_t b) {
+  return int64_t(uint64_t(a) * uint64_t(b));
+}
 
 std::optional<double> fold_unary(UnaryOp op, DType t, double x) {
   if (!is_float(t)) {
     int64_t v = int64_t(x);
     switch (op) {
-      case UnaryOp::Neg: return integral_result(wrap_sub(0, v), t);
-      case UnaryOp::Abs: return integral_result(v < 0 ? wrap_sub(0, v) : v, t);
-      case UnaryOp::Relu: return integral_result(v > 0 ? v : 0, t);
-      case UnaryOp::LogicalNot: return integral_result(v == 0, t);
-      case UnaryOp::Floor: return integral_result(v, t);
-      default: return std::nullopt;  // transcendentals of integers never reach here
+      case UnaryOp::Neg:
+        return integral_result(wrap_sub(0, v), t);
+      case UnaryOp::Abs:
+        return integral_result(v < 0 ? wrap_sub(0, v) : v, t);
+      case UnaryOp::Relu:
+        return integral_result(v > 0 ? v : 0, t);
+      case UnaryOp::LogicalNot:
+        return integral_result(v == 0, t);
+      case UnaryOp::Floor:
+        return integral_result(v, t);
+      default:
+        return std::nullopt;  // transcendentals of integers never reach here
     }
   }
-  double r;
+  double r = 0;  // every case sets it; GCC cannot tell
   switch (op) {
-    case UnaryOp::Neg: r = -x; break;
-    case UnaryOp::Abs: r = std::fabs(x); break;
-    case UnaryOp::Exp: r = std::exp(x); break;
-    case UnaryOp::Log: r = std::log(x); break;
-    case UnaryOp::Sqrt: r = std::sqrt(x); break;
-    case UnaryOp::Sin: r = std::sin(x); break;
-    case UnaryOp::Cos: r = std::cos(x); break;
-    case UnaryOp::Tanh: r = std::tanh(x); break;
-    case UnaryOp::Sigmoid: r = 1.0 / (1.0 + std::exp(-x)); break;
-    case UnaryOp::Relu: r = x > 0 ? x : 0.0; break;
-    case UnaryOp::Floor: r = std::floor(x); break;
-    case UnaryOp::LogicalNot: return x == 0 ? 1.0 : 0.0;
+    case UnaryOp::Neg:
+      r = -x;
+      break;
+    case UnaryOp::Abs:
+      r = std::fabs(x);
+      break;
+    case UnaryOp::Exp:
+      r = std::exp(x);
+      break;
+    case UnaryOp::Log:
+      r = std::log(x);
+      break;
+    case UnaryOp::Sqrt:
+      r = std::sqrt(x);
+      break;
+    case UnaryOp::Sin:
+      r = std::sin(x);
+      break;
+    case UnaryOp::Cos:
+      r = std::cos(x);
+      break;
+    case UnaryOp::Tanh:
+      r = std::tanh(x);
+      break;
+    case UnaryOp::Sigmoid:
+      r = 1.0 / (1.0 + std::exp(-x));
+      break;
+    case UnaryOp::Relu:
+      r = x > 0 ? x : 0.0;
+      break;
+    case UnaryOp::Floor:
+      r = std::floor(x);
+      break;
+    case UnaryOp::LogicalNot:
+      return x == 0 ? 1.0 : 0.0;
   }
   return to_dtype_value(r, t);
 }
 
 std::optional<double> fold_binary(BinaryOp op, DType operand, DType out, double a, double b) {
   switch (op) {
-    case BinaryOp::Eq: return a == b;
-    case BinaryOp::Ne: return a != b;
-    case BinaryOp::Lt: return a < b;
-    case BinaryOp::Le: return a <= b;
-    case BinaryOp::Gt: return a > b;
-    case BinaryOp::Ge: return a >= b;
-    case BinaryOp::LogicalAnd: return a != 0 && b != 0;
-    case BinaryOp::LogicalOr: return a != 0 || b != 0;
-    default: break;
+    case BinaryOp::Eq:
+      return a == b;
+    case BinaryOp::Ne:
+      return a != b;
+    case BinaryOp::Lt:
+      return a < b;
+    case BinaryOp::Le:
+      return a <= b;
+    case BinaryOp::Gt:
+      return a > b;
+    case BinaryOp::Ge:
+      return a >= b;
+    case BinaryOp::LogicalAnd:
+      return a != 0 && b != 0;
+    case BinaryOp::LogicalOr:
+      return a != 0 || b != 0;
+    default:
+      break;
   }
   if (!is_float(operand)) {
     int64_t x = int64_t(a), y = int64_t(b);
     switch (op) {
-      case BinaryOp::Add: return integral_result(wrap_add(x, y), out);
-      case BinaryOp::Sub: return integral_result(wrap_sub(x, y), out);
-      case BinaryOp::Mul: return integral_result(wrap_mul(x, y), out);
+      case BinaryOp::Add:
+        return integral_result(wrap_add(x, y), out);
+      case BinaryOp::Sub:
+        return integral_result(wrap_sub(x, y), out);
+      case BinaryOp::Mul:
+        return integral_result(wrap_mul(x, y), out);
       case BinaryOp::Div:
         return integral_result(y == 0 ? 0 : y == -1 ? wrap_sub(0, x) : x / y, out);
-      case BinaryOp::Maximum: return integral_result(x > y ? x : y, out);
-      case BinaryOp::Minimum: return integral_result(x < y ? x : y, out);
+      case BinaryOp::Maximum:
+        return integral_result(x > y ? x : y, out);
+      case BinaryOp::Minimum:
+        return integral_result(x < y ? x : y, out);
       case BinaryOp::Pow: {
         double r = std::pow(a, b);  // out of range or NaN gives 0, as in the kernels
-        bool fits = out == DType::Int32 ? (r >= -2147483648.0 && r <= 2147483647.0)
-                                        : (r >= -9223372036854775808.0 && r < 9223372036854775808.0);
+        bool fits = out == DType::Int32
+                        ? (r >= -2147483648.0 && r <= 2147483647.0)
+                        : (r >= -9223372036854775808.0 && r < 9223372036854775808.0);
         return integral_result(r == r && fits ? int64_t(r) : 0, out);
       }
-      default: return std::nullopt;
+      default:
+        return std::nullopt;
     }
   }
-  double r;
+  double r = 0;  // every case sets it; GCC cannot tell
   switch (op) {
-    case BinaryOp::Add: r = a + b; break;
-    case BinaryOp::Sub: r = a - b; break;
-    case BinaryOp::Mul: r = a * b; break;
-    case BinaryOp::Div: r = a / b; break;
-    case BinaryOp::Pow: r = std::pow(a, b); break;
-    case BinaryOp::Maximum: r = (a != a || a > b) ? a : b; break;
-    case BinaryOp::Minimum: r = (a != a || a < b) ? a : b; break;
-    default: return std::nullopt;
+    case BinaryOp::Add:
+      r = a + b;
+      break;
+    case BinaryOp::Sub:
+      r = a - b;
+      break;
+    case BinaryOp::Mul:
+      r = a * b;
+      break;
+    case BinaryOp::Div:
+      r = a / b;
+      break;
+    case BinaryOp::Pow:
+      r = std::pow(a, b);
+      break;
+    case BinaryOp::Maximum:
+      r = (a != a || a > b) ? a : b;
+      break;
+    case BinaryOp::Minimum:
+      r = (a != a || a < b) ? a : b;
+      break;
+    default:
+      return std::nullopt;
   }
   return to_dtype_value(r, out);
 }
@@ -109,12 +175,16 @@ bool is_elementwise(OpKind k) {
 // Folds node `n` whose inputs are the scalars `v` (each already a value of its dtype).
 std::optional<double> fold(const Graph& g, const GNode& n, const std::vector<double>& v) {
   switch (n.kind) {
-    case OpKind::Unary: return fold_unary(UnaryOp(n.op), n.dtype, v[0]);
+    case OpKind::Unary:
+      return fold_unary(UnaryOp(n.op), n.dtype, v[0]);
     case OpKind::Binary:
       return fold_binary(BinaryOp(n.op), g.nodes[n.inputs[0]].dtype, n.dtype, v[0], v[1]);
-    case OpKind::Where: return v[0] != 0 ? v[1] : v[2];
-    case OpKind::Cast: return fold_cast(g.nodes[n.inputs[0]].dtype, n.dtype, v[0]);
-    default: return std::nullopt;
+    case OpKind::Where:
+      return v[0] != 0 ? v[1] : v[2];
+    case OpKind::Cast:
+      return fold_cast(g.nodes[n.inputs[0]].dtype, n.dtype, v[0]);
+    default:
+      return std::nullopt;
   }
 }
 

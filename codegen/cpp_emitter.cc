@@ -1,5 +1,6 @@
 #include "codegen/cpp_emitter.h"
 
+#include <cstdint>
 #include <map>
 #include <stdexcept>
 
@@ -11,6 +12,8 @@ typedef unsigned long long u64;
 // Integer division never traps: x/0 == x%0 == 0, and INT_MIN/-1 wraps.
 static inline i64 mj_div(i64 a, i64 b) { return b == 0 ? 0 : (b == -1 ? (i64)(0ULL - (u64)a) : a / b); }
 static inline i64 mj_mod(i64 a, i64 b) { return (b == 0 || b == -1) ? 0 : a % b; }
+static inline i64 mj_min(i64 a, i64 b) { return a < b ? a : b; }
+static inline i64 mj_max(i64 a, i64 b) { return a > b ? a : b; }
 // Integer pow through double; NaN or out-of-range results give 0.
 static inline int mj_pow_i32(double a, double b) { double r = __builtin_pow(a, b); return (r == r && r >= -2147483648.0 && r <= 2147483647.0) ? (int)r : 0; }
 static inline i64 mj_pow_i64(double a, double b) { double r = __builtin_pow(a, b); return (r == r && r >= -9223372036854775808.0 && r < 9223372036854775808.0) ? (i64)r : 0; }
@@ -93,6 +96,8 @@ class CppEmitter {
     auto bin = [&](const char* op) { return "(" + ix(*e.a) + " " + op + " " + ix(*e.b) + ")"; };
     switch (e.kind) {
       case IxKind::Const:
+        // INT64_MIN has no literal: -9223372036854775808LL is unary minus on an overflowing one.
+        if (e.value == INT64_MIN) return "(-9223372036854775807LL - 1)";
         return e.value < 0 ? "(" + std::to_string(e.value) + "LL)" : std::to_string(e.value) + "LL";
       case IxKind::Var:
         return "i" + std::to_string(e.value);
@@ -131,10 +136,12 @@ class CppEmitter {
         return bin("&&");
       case IxKind::Or:
         return bin("||");
+      // Functions, not ?: with each operand printed twice: nested min/max would grow the
+      // source exponentially.
       case IxKind::Min:
-        return "(" + ix(*e.a) + " < " + ix(*e.b) + " ? " + ix(*e.a) + " : " + ix(*e.b) + ")";
+        return "mj_min(" + ix(*e.a) + ", " + ix(*e.b) + ")";
       case IxKind::Max:
-        return "(" + ix(*e.a) + " > " + ix(*e.b) + " ? " + ix(*e.a) + " : " + ix(*e.b) + ")";
+        return "mj_max(" + ix(*e.a) + ", " + ix(*e.b) + ")";
       case IxKind::Select:
         return "(" + ix(*e.a) + " ? " + ix(*e.b) + " : " + ix(*e.c) + ")";
     }

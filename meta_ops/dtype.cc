@@ -68,11 +68,16 @@ double to_dtype_value(double v, DType t) {
     return (t >= lo && t <= hi) ? t : 0.0;
   };
   switch (t) {
-    case DType::Bool: return v != 0 ? 1.0 : 0.0;
-    case DType::Int32: return clamp_int(v, -2147483648.0, 2147483647.0);
-    case DType::Int64: return clamp_int(v, -9223372036854775808.0, 9223372036854774784.0);
-    case DType::Float32: return double(float(v));
-    case DType::Float64: return v;
+    case DType::Bool:
+      return v != 0 ? 1.0 : 0.0;
+    case DType::Int32:
+      return clamp_int(v, -2147483648.0, 2147483647.0);
+    case DType::Int64:
+      return clamp_int(v, -9223372036854775808.0, 9223372036854774784.0);
+    case DType::Float32:
+      return double(float(v));
+    case DType::Float64:
+      return v;
   }
   return v;
 }

@@ -224,20 +224,21 @@ CompileOutcome run_one(const std::vector<std::string>& argv, double timeout_seco
   return out;
 }
 
-// The "Compiling kernels (i/n) 1.2s eta 0.8s" line: rewritten in place on a terminal, one line
-// per change otherwise (logs stay readable).
+// The "Compiling kernels (i/n) used 1.2s eta 0.8s" line: rewritten in place on a terminal, one
+// line per change otherwise (logs stay readable). `always`: from the first kernel on, whatever
+// stderr is (warming a cache is long work that is there to be watched).
 class Progress {
  public:
-  Progress(size_t total) : total_(total), tty_(::isatty(2) == 1) {
-    enabled_ = tty_ || log_enabled(LogLevel::Info);
+  Progress(size_t total, bool always) : total_(total), tty_(::isatty(2) == 1), always_(always) {
+    enabled_ = always || tty_ || log_enabled(LogLevel::Info);
   }
 
   void update(size_t done, double elapsed) {
-    if (!enabled_ || elapsed < 1.0) return;
+    if (!enabled_ || (elapsed < 1.0 && !always_)) return;
     if (!tty_ && printed_ && done == last_done_) return;
     std::string eta = done ? format_seconds(elapsed / double(done) * double(total_ - done)) : "?";
     std::string line = "Compiling kernels (" + std::to_string(done) + "/" + std::to_string(total_) +
-                       ") " + format_seconds(elapsed) + " eta " + eta;
+                       ") used " + format_seconds(elapsed) + " eta " + eta;
     emit(line);
     last_done_ = done;
   }
@@ -270,6 +271,7 @@ class Progress {
 
   size_t total_;
   bool tty_;
+  bool always_;
   bool enabled_ = false;
   bool printed_ = false;
   size_t last_done_ = 0;
@@ -292,7 +294,8 @@ CompileOutcome run_compiler(const std::vector<std::string>& argv, double timeout
 }
 
 std::vector<CompileOutcome> run_compilers(const std::vector<std::vector<std::string>>& commands,
-                                          int jobs, double timeout_seconds) {
+                                          int jobs, double timeout_seconds,
+                                          bool always_show_progress) {
   const size_t n = commands.size();
   std::vector<CompileOutcome> results(n);
   if (n == 0) return results;
@@ -316,7 +319,8 @@ std::vector<CompileOutcome> run_compilers(const std::vector<std::vector<std::str
     });
   }
 
-  Progress progress(n);
+  Progress progress(n, always_show_progress);
+  progress.update(0, 0);
   {
     std::unique_lock<std::mutex> lock(mu);
     while (done < n) {

@@ -20,9 +20,11 @@ struct CompileOutcome {
 CompileOutcome run_compiler(const std::vector<std::string>& argv, double timeout_seconds);
 
 // Runs every command, at most `jobs` at a time; outcomes in the order of `commands`. Prints
-// "Compiling kernels (i/n) 1.2s eta 0.8s" to stderr when the batch runs longer than ~1 s and
-// stderr is a terminal or METAJIT_LOG is info/debug.
+// "Compiling kernels (i/n) used 1.2s eta 0.8s" to stderr when the batch runs longer than ~1 s
+// and stderr is a terminal or METAJIT_LOG is info/debug, or from the start when
+// `always_show_progress` (metajit cache warm).
 std::vector<CompileOutcome> run_compilers(const std::vector<std::vector<std::string>>& commands,
-                                          int jobs, double timeout_seconds);
+                                          int jobs, double timeout_seconds,
+                                          bool always_show_progress = false);
 
 }  // namespace metajit

@@ -1,17 +1,23 @@
 #include "runtime/kernel_library.h"
 
+#include <sys/statvfs.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <unordered_map>
 
 #include "cache/cache_store.h"
+#include "cache/manifest.h"
 #include "codegen/cpp_emitter.h"
 #include "codegen/kernel_key.h"
+#include "codegen/kernel_spec.h"
 #include "meta_ops/error.h"
 #include "runtime/compiler_driver.h"
 #include "runtime/config.h"
@@ -23,6 +29,11 @@
 namespace metajit {
 namespace {
 
+namespace fs = std::filesystem;
+
+// Below this much free space the cache counts as full: a compile there would fail half-way.
+constexpr uint64_t kMinFreeBytes = uint64_t(8) << 20;
+
 struct MemoryTable {
   std::mutex mu;
   std::unordered_map<std::string, KernelHandle> by_ir;  // canonical IR text -> kernel
@@ -32,41 +43,220 @@ MemoryTable& table() {
   return *t;
 }
 
+// Memory hits are counted in the persistent statistics too, but writing stats.json on every
+// evaluation would cost more than the evaluation: they are added with the next batch of disk
+// work, or at exit.
+std::atomic<uint64_t> unflushed_memory_hits{0};
+
+void flush_memory_hits() {
+  uint64_t n = unflushed_memory_hits.exchange(0);
+  if (!n) return;
+  CacheCounters delta;
+  delta.memory_hits = n;
+  try {
+    CacheStore(config().cache_dir).add_counters(delta);
+  } catch (...) {
+    // At exit nothing may throw; statistics are not worth failing for.
+  }
+}
+
+void flush_memory_hits_at_exit() {
+  static std::once_flag once;
+  std::call_once(once, [] { std::atexit(flush_memory_hits); });
+}
+
 // A private cache used when the configured one cannot be written (read-only, full, foreign):
-// the program keeps running, kernels are compiled into a temporary directory.
+// the program keeps running, kernels are compiled into a temporary directory removed at exit.
 CacheStore& fallback_store() {
   static CacheStore* store = [] {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "metajit-private-XXXXXX").string();
+    std::string tmpl = (fs::temp_directory_path() / "metajit-private-XXXXXX").string();
     char* dir = mkdtemp(tmpl.data());
     if (!dir) throw CacheError("cannot create a private temporary kernel cache under " + tmpl);
-    static std::filesystem::path root = dir;
+    static fs::path root = dir;
     std::atexit([] {
       std::error_code ec;
-      std::filesystem::remove_all(root, ec);
+      fs::remove_all(root, ec);
     });
     return new CacheStore(root);
   }();
   return *store;
 }
 
+// False when the file system holding the cache has less than kMinFreeBytes available.
+bool has_room(const CacheStore& store, std::string& why) {
+  struct statvfs vfs;
+  fs::path probe = store.root();
+  while (!probe.empty() && ::statvfs(probe.c_str(), &vfs) != 0) {
+    if (probe == probe.parent_path()) return true;
+    probe = probe.parent_path();
+  }
+  if (probe.empty()) return true;
+  uint64_t avail = uint64_t(vfs.f_bavail) * uint64_t(vfs.f_frsize);
+  if (avail >= kMinFreeBytes) return true;
+  why = "cache: " + store.root().string() + " is full (" + std::to_string(avail) + " bytes free)";
+  return false;
+}
+
+// METAJIT_RECORD=FILE: the manifest of every kernel this process used, rewritten (atomically)
+// each time a kernel is used for the first time, so a crash later still leaves a manifest.
+class KernelRecorder {
+ public:
+  void record(const std::string& key, const KernelIR& ir) {
+    const std::string& path = config().record_path;
+    if (path.empty()) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!keys_.insert(key).second) return;
+    entries_.push_back({key, "cpu", ir.ops, kernel_spec_to_json(ir)});
+    try {
+      write_manifest(path, entries_);
+    } catch (const std::exception& e) {
+      warn_once("record:" + path, std::string("METAJIT_RECORD: ") + e.what());
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::set<std::string> keys_;
+  std::vector<ManifestEntry> entries_;
+};
+KernelRecorder& recorder() {
+  static KernelRecorder* r = new KernelRecorder;
+  return *r;
+}
+
+// Leftovers of dead processes (staging directories, lock files, temp files) go the first time a
+// process reaches the disk cache: a few directory reads, once.
+void sweep_once(CacheStore& store) {
+  static std::once_flag once;
+  std::call_once(once, [&store] {
+    try {
+      store.sweep_stale_staging();
+    } catch (const std::exception&) {
+      // A cache we cannot clean is reported where it is used.
+    }
+  });
+}
+
 struct Pending {
   std::string key;
-  const KernelIR* ir;
+  const KernelIR* ir = nullptr;
   std::vector<size_t> positions;  // where in the request this kernel is needed
   CacheStore* store = nullptr;
-  std::filesystem::path staging;
+  fs::path staging;
   std::vector<std::string> command;
   CacheKeyLock lock;  // held from the re-check after a miss until the entry is installed
+  fs::path object;    // the installed (or staged) kernel.so once built
 };
 
-std::string write_source(const std::filesystem::path& dir, const KernelIR& ir) {
-  std::string src = emit_cpp(ir);
-  std::filesystem::path path = dir / "kernel.cc";
+void write_source(const fs::path& dir, const std::string& src) {
+  fs::path path = dir / "kernel.cc";
   std::ofstream f(path, std::ios::binary);
   f << src;
   f.close();
-  if (!f) throw CacheError("cannot write " + path.string());
-  return src;
+  if (!f) throw CacheError("cache: cannot write " + path.string());
+}
+
+// Puts `p`'s source into a staging directory of `store`, or of the private fallback cache when
+// `store` cannot be written or is full (one warning per process).
+void stage(Pending& p, CacheStore& store, const Toolchain& tc) {
+  const std::string src = emit_cpp(*p.ir);
+  if (log_enabled(LogLevel::Debug))
+    log_message(LogLevel::Debug, "source of " + p.key + ":\n" + src);
+  p.store = &store;
+  try {
+    std::string why;
+    if (!has_room(store, why)) throw CacheError(why);
+    p.staging = store.make_staging_dir();
+    write_source(p.staging, src);
+  } catch (const CacheError& e) {
+    if (!p.staging.empty()) store.discard(p.staging);
+    warn_once(
+        "cache-unwritable:" + store.root().string(),
+        std::string(e.what()) + "; kernels go to a private temporary directory for this process");
+    p.store = &fallback_store();
+    p.staging = p.store->make_staging_dir();
+    write_source(p.staging, src);
+  }
+  p.command = tc.compile_command(p.staging / "kernel.cc", p.staging / "kernel.so");
+}
+
+CompileError compile_failure(const Pending& p, const CompileOutcome& r) {
+  std::string why = r.failed_to_start ? "could not be started"
+                    : r.timed_out     ? "timed out after " +
+                                        std::to_string(int(config().compile_timeout_seconds)) +
+                                        " s and was killed"
+                                  : "failed with exit status " + std::to_string(r.exit_code);
+  std::string out_text = r.output.size() > 4000 ? r.output.substr(0, 4000) + "\n[...]" : r.output;
+  return CompileError("compiling kernel " + p.key + ": the compiler " + why + "\n  command: " +
+                          r.command + "\n  source kept at: " + (p.staging / "kernel.cc").string() +
+                          (out_text.empty() ? "" : "\n" + out_text),
+                      r.command, r.output, (p.staging / "kernel.cc").string());
+}
+
+// Compiles every staged kernel of `todo` in parallel and installs the good ones; sets each
+// one's `object` (empty where its compile failed). Returns the first failure, if any. Failed
+// kernels keep their staging directory (with the source) for inspection.
+std::optional<CompileError> compile_and_install(std::vector<Pending*>& todo,
+                                                const CacheStore& main_store, const Toolchain& tc,
+                                                int jobs, bool always_show_progress,
+                                                CacheCounters& delta) {
+  std::vector<std::vector<std::string>> commands;
+  for (Pending* p : todo) commands.push_back(p->command);
+  std::vector<CompileOutcome> results =
+      run_compilers(commands, jobs, config().compile_timeout_seconds, always_show_progress);
+  std::optional<CompileError> failure;
+  RuntimeCounters& counters = runtime_counters();
+  for (size_t k = 0; k < todo.size(); ++k) {
+    Pending& p = *todo[k];
+    const CompileOutcome& r = results[k];
+    if (!r.ok) {
+      delta.errors++;
+      if (!failure) failure = compile_failure(p, r);
+      p.lock.release();
+      continue;
+    }
+    nlohmann::json meta = {{"backend", "cpu"},
+                           {"ops", p.ir->ops},
+                           {"spec", kernel_spec_to_json(*p.ir)},
+                           {"compile_command", p.command},
+                           {"compiler", tc.path.string()},
+                           {"compiler_version", tc.version_line()},
+                           {"target", tc.resolved_target},
+                           {"flags", tc.flags},
+                           {"compile_seconds", r.seconds}};
+    uint64_t bytes = 0;
+    try {
+      p.object = p.store->install(p.key, p.staging, std::move(meta), &bytes);
+    } catch (const CacheError& e) {
+      // A cache that fails at the last step must not stop the program: run the staged copy.
+      warn_once("cache-unwritable:" + p.store->root().string(),
+                std::string(e.what()) + "; running kernels from their staging directory");
+      p.object = p.staging / "kernel.so";
+    }
+    p.lock.release();  // installed: waiters find the entry
+    counters.kernels_compiled++;
+    counters.compile_micros += uint64_t(r.seconds * 1e6);
+    delta.compiles++;
+    delta.compile_seconds += r.seconds;
+    if (p.store == &main_store) delta.bytes += int64_t(bytes);  // `delta` is main_store's
+    log_message(LogLevel::Info, "compiled " + p.key + " in " + std::to_string(r.seconds) + " s");
+  }
+  return failure;
+}
+
+// Looks `p` up on disk; on a miss waits for the key's lock (another process may be compiling
+// it) and looks again. Returns the verified kernel.so, or nullopt with the lock held.
+std::optional<fs::path> find_or_lock(CacheStore& store, Pending& p) {
+  std::optional<fs::path> so = store.find(p.key);
+  if (so) return so;
+  try {
+    p.lock = store.lock_key(p.key);
+  } catch (const CacheError&) {
+    // An unusable cache cannot be shared anyway; the compile falls back.
+  }
+  so = store.find(p.key);
+  if (so) p.lock.release();
+  return so;
 }
 
 }  // namespace
@@ -92,6 +282,7 @@ std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs
       if (auto it = t.by_ir.find(settings + texts[i]); it != t.by_ir.end()) {
         out[i] = it->second;
         counters.memory_hits++;
+        unflushed_memory_hits++;
         if (log_enabled(LogLevel::Debug)) log_message(LogLevel::Debug, "memory hit " + out[i].key);
       } else {
         misses.push_back(i);
@@ -99,6 +290,7 @@ std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs
     }
   }
   if (misses.empty()) return out;
+  flush_memory_hits_at_exit();
 
   const Toolchain& tc = host_toolchain();
   const std::string identity = tc.identity();
@@ -108,126 +300,115 @@ std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs
     std::string key = kernel_key("cpu", texts[i], identity);
     auto [it, fresh] = by_key.emplace(key, pending.size());
     if (fresh) {
-      Pending fresh_pending;
-      fresh_pending.key = key;
-      fresh_pending.ir = irs[i];
-      pending.push_back(std::move(fresh_pending));
+      Pending p;
+      p.key = key;
+      p.ir = irs[i];
+      pending.push_back(std::move(p));
     }
     pending[it->second].positions.push_back(i);
   }
 
   CacheStore store(config().cache_dir);
+  sweep_once(store);
   CacheCounters delta;
+  delta.memory_hits = unflushed_memory_hits.exchange(0);
   std::vector<Pending*> to_compile;
   // Locks are taken in key order, so processes needing overlapping sets never deadlock.
   std::sort(pending.begin(), pending.end(),
             [](const Pending& a, const Pending& b) { return a.key < b.key; });
   for (Pending& p : pending) {
-    std::optional<std::filesystem::path> so = store.find(p.key);
-    if (!so) {
-      // Another process may be compiling this kernel: wait for it, then look again, so N
-      // processes needing one kernel compile it once.
+    if (std::optional<fs::path> so = find_or_lock(store, p)) {
       try {
+        KernelHandle h{load_kernel(*so), p.key};
+        for (size_t i : p.positions) out[i] = h;
+        counters.disk_hits++;
+        delta.disk_hits++;
+        log_message(LogLevel::Debug, "disk hit " + p.key);
+        recorder().record(p.key, *p.ir);
+        continue;
+      } catch (const Error& e) {
+        // Verified a moment ago but gone now (evicted or cleared by another process), or not
+        // loadable here: build it again rather than fail.
+        log_message(LogLevel::Debug, "cannot load " + p.key + " (" + e.what() + "); rebuilding");
         p.lock = store.lock_key(p.key);
-      } catch (const CacheError&) {
-        // An unusable cache cannot be shared anyway; the compile below falls back.
       }
-      so = store.find(p.key);
-    }
-    if (so) {
-      p.lock = CacheKeyLock();
-      KernelHandle h{load_kernel(*so), p.key};
-      for (size_t i : p.positions) out[i] = h;
-      counters.disk_hits++;
-      delta.disk_hits++;
-      log_message(LogLevel::Debug, "disk hit " + p.key);
-      continue;
     }
     delta.misses++;
     log_message(LogLevel::Debug, "miss " + p.key + " (" + std::to_string(p.ir->ops.size()) +
                                      " ops: " + (p.ir->ops.empty() ? "" : p.ir->ops.front()) +
                                      (p.ir->ops.size() > 1 ? ", ..." : "") + ")");
-    p.store = &store;
-    try {
-      p.staging = store.make_staging_dir();
-    } catch (const CacheError& e) {
-      warn_once(
-          "cache-unwritable",
-          std::string(e.what()) + "; kernels go to a private temporary cache for this process");
-      p.store = &fallback_store();
-      p.staging = p.store->make_staging_dir();
-    }
-    std::string src = write_source(p.staging, *p.ir);
-    if (log_enabled(LogLevel::Debug))
-      log_message(LogLevel::Debug, "source of " + p.key + ":\n" + src);
-    p.command = tc.compile_command(p.staging / "kernel.cc", p.staging / "kernel.so");
+    stage(p, store, tc);
     to_compile.push_back(&p);
   }
 
-  if (!to_compile.empty()) {
-    std::vector<std::vector<std::string>> commands;
-    for (Pending* p : to_compile) commands.push_back(p->command);
-    std::vector<CompileOutcome> results =
-        run_compilers(commands, config().jobs, config().compile_timeout_seconds);
-    std::optional<CompileError> failure;
-    for (size_t k = 0; k < to_compile.size(); ++k) {
-      Pending& p = *to_compile[k];
-      const CompileOutcome& r = results[k];
-      if (!r.ok) {
-        delta.errors++;
-        if (!failure) {
-          std::string why = r.failed_to_start ? "could not be started"
-                            : r.timed_out
-                                ? "timed out after " +
-                                      std::to_string(int(config().compile_timeout_seconds)) +
-                                      " s and was killed"
-                                : "failed with exit status " + std::to_string(r.exit_code);
-          std::string out_text =
-              r.output.size() > 4000 ? r.output.substr(0, 4000) + "\n[...]" : r.output;
-          failure.emplace("compiling kernel " + p.key + ": the compiler " + why +
-                              "\n  command: " + r.command +
-                              "\n  source kept at: " + (p.staging / "kernel.cc").string() +
-                              (out_text.empty() ? "" : "\n" + out_text),
-                          r.command, r.output, (p.staging / "kernel.cc").string());
-        }
-        continue;  // the staging directory (with the source) is kept for inspection
-      }
-      nlohmann::json meta = {{"backend", "cpu"},
-                             {"ops", p.ir->ops},
-                             {"spec", ir_to_json(*p.ir)},
-                             {"compile_command", p.command},
-                             {"compiler", tc.path.string()},
-                             {"compiler_version", tc.version_line()},
-                             {"target", tc.resolved_target},
-                             {"flags", tc.flags},
-                             {"compile_seconds", r.seconds}};
-      std::filesystem::path so;
-      try {
-        so = p.store->install(p.key, p.staging, std::move(meta));
-      } catch (const CacheError& e) {
-        // A full or read-only cache must not stop the program: run the staged copy.
-        warn_once("cache-install",
-                  std::string(e.what()) + "; running kernels from their staging directory");
-        so = p.staging / "kernel.so";
-      }
-      KernelHandle h{load_kernel(so), p.key};
-      for (size_t i : p.positions) out[i] = h;
-      counters.kernels_compiled++;
-      counters.compile_micros += uint64_t(r.seconds * 1e6);
-      delta.compiles++;
-      delta.compile_seconds += r.seconds;
-      log_message(LogLevel::Info, "compiled " + p.key + " in " + std::to_string(r.seconds) + " s");
-    }
-    store.add_counters(delta);
-    if (failure) throw *failure;
-  } else {
-    store.add_counters(delta);
+  std::optional<CompileError> failure;
+  if (!to_compile.empty())
+    failure = compile_and_install(to_compile, store, tc, config().jobs, false, delta);
+  for (Pending* p : to_compile) {
+    if (p->object.empty()) continue;
+    KernelHandle h{load_kernel(p->object), p->key};
+    for (size_t i : p->positions) out[i] = h;
+    recorder().record(p->key, *p->ir);
   }
+  store.add_counters(delta);
+  if (!to_compile.empty()) store.maintain(config().cache_max_size);
+  if (failure) throw *failure;
 
   MemoryTable& t = table();
   std::lock_guard<std::mutex> lock(t.mu);
   for (size_t i : misses) t.by_ir.emplace(settings + texts[i], out[i]);
   return out;
+}
+
+WarmSummary warm_kernels(const std::vector<KernelIR>& irs, int jobs) {
+  const auto start = std::chrono::steady_clock::now();
+  WarmSummary summary;
+  const Toolchain& tc = host_toolchain();
+  const std::string identity = tc.identity();
+  std::vector<Pending> pending;
+  std::set<std::string> seen;
+  for (const KernelIR& ir : irs) {
+    Pending p;
+    p.key = kernel_key("cpu", serialize_ir(ir), identity);
+    p.ir = &ir;
+    if (seen.insert(p.key).second) pending.push_back(std::move(p));
+  }
+  summary.total = pending.size();
+  std::sort(pending.begin(), pending.end(),
+            [](const Pending& a, const Pending& b) { return a.key < b.key; });
+
+  CacheStore store(config().cache_dir);
+  sweep_once(store);
+  // Warming a cache that cannot keep what it compiles would be pointless: say so.
+  store.private_dir("tmp");
+  CacheCounters delta;
+  std::vector<Pending*> to_compile;
+  for (Pending& p : pending) {
+    if (find_or_lock(store, p)) {
+      summary.cached++;
+      continue;
+    }
+    delta.misses++;
+    stage(p, store, tc);
+    to_compile.push_back(&p);
+  }
+  if (!to_compile.empty()) {
+    std::optional<CompileError> failure =
+        compile_and_install(to_compile, store, tc, jobs, true, delta);
+    for (Pending* p : to_compile) {
+      if (!p->object.empty()) {
+        summary.compiled++;
+      } else {
+        summary.failed++;
+        summary.failed_keys.push_back(p->key);
+      }
+    }
+    if (failure) summary.first_failure = failure->what();
+  }
+  store.add_counters(delta);
+  if (!to_compile.empty()) store.maintain(config().cache_max_size);
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return summary;
 }
 
 }  // namespace metajit

@@ -1,7 +1,8 @@
 // Where a process gets runnable kernels, cheapest first: the in-memory table (canonical IR
 // text -> loaded function: no codegen, no hashing of source, no file system), then the
 // on-disk cache (verified, then dlopen'd), then the compiler (every missing kernel of one
-// evaluation compiled in parallel, installed atomically).
+// evaluation compiled in parallel, installed atomically, the cache then kept under its size
+// limit). With METAJIT_RECORD=FILE it also writes the manifest of the kernels used.
 #pragma once
 #include <string>
 #include <vector>
@@ -21,5 +22,16 @@ std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs
 
 // The key `ir` would have in the cache with the current toolchain (no compile, no disk).
 std::string key_of(const KernelIR& ir);
+
+struct WarmSummary {
+  size_t total = 0, cached = 0, compiled = 0, failed = 0;  // distinct kernels
+  double seconds = 0;
+  std::vector<std::string> failed_keys;
+  std::string first_failure;  // the first CompileError's message
+};
+// `metajit cache warm`: makes sure every kernel of `irs` is in the cache, compiling the missing
+// ones (at most `jobs` at a time) with a progress line on stderr. Loads nothing. Compile
+// failures are counted, not thrown; an unusable cache is a CacheError.
+WarmSummary warm_kernels(const std::vector<KernelIR>& irs, int jobs);
 
 }  // namespace metajit

@@ -3,6 +3,7 @@
 // by age, permissions and symlinks. Entries hold a real shared object built by the host compiler.
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -554,6 +556,7 @@ TEST_CASE("lock_key serializes holders of one key", "[cache][concurrency]") {
   first = CacheKeyLock();
   t.join();
   CHECK(second_got_it);
+  CHECK_FALSE(fs::exists(tmp.path() / "v1" / "locks" / (key + ".lock")));  // no debris
   // Other keys are independent.
   CHECK(store.lock_key(key_of("other")).locked());
   CHECK_FALSE(store.lock_key("not hex").locked());
@@ -586,4 +589,148 @@ TEST_CASE("checksums and key syntax", "[cache][checksum]") {
   CHECK_FALSE(is_key_hex("ABC"));
   CHECK_FALSE(is_key_hex("0g"));
   CHECK_FALSE(is_key_hex(std::string(33, 'a')));
+}
+
+TEST_CASE("contended locks exclude each other and leave no lock files", "[cache][concurrency]") {
+  metajit_test::TempDir tmp;
+  const std::string key = key_of("contended");
+  std::atomic<int> inside{0}, max_inside{0}, entered{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&] {
+      CacheStore store(tmp.path());
+      for (int round = 0; round < 25; ++round) {
+        CacheKeyLock lock = store.lock_key(key);
+        REQUIRE(lock.locked());
+        int now = ++inside;
+        int seen = max_inside.load();
+        while (now > seen && !max_inside.compare_exchange_weak(seen, now)) {
+        }
+        std::this_thread::yield();
+        --inside;
+        ++entered;
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  CHECK(entered == 200);
+  CHECK(max_inside == 1);  // holders of one key never overlap, though files come and go
+  CHECK(count_children(tmp.path() / "v1" / "locks") == 0);
+}
+
+TEST_CASE("evict removes least recently used entries first, down to the limit", "[cache][evict]") {
+  metajit_test::TempDir tmp;
+  CacheStore store(tmp.path());
+  std::vector<std::string> keys;
+  for (int i = 0; i < 5; ++i) {
+    keys.push_back(key_of("lru-" + std::to_string(i)));
+    store.install(keys.back(), stage(store), test_meta());
+  }
+  // Entry i was last used 50-10*i minutes ago: entry 0 is the least recently used. Entry 1 is
+  // then used again now, which makes it the most recent.
+  for (int i = 0; i < 5; ++i) {
+    write_text(store.entry_dir(keys[i]) / ".used", "");
+    set_mtime_ago(store.entry_dir(keys[i]) / ".used", 3000 - 600 * i);
+  }
+  write_text(store.entry_dir(keys[1]) / ".used", "");
+  set_mtime_ago(store.entry_dir(keys[1]) / ".used", 120);
+  store.touch(keys[1]);  // older than a minute: refreshed now
+  std::vector<CacheEntryInfo> before = store.list();
+  REQUIRE(before.size() == 5);
+  const uint64_t one = before[0].bytes;
+  uint64_t total = 0;
+  for (const CacheEntryInfo& e : before) total += e.bytes;
+
+  EvictionResult r = store.evict(total - 1, /*wait=*/true);  // just over: one must go
+  CHECK(r.ran);
+  CHECK(r.removed == 1);
+  CHECK_FALSE(fs::exists(store.entry_dir(keys[0])));
+
+  r = store.evict(3 * one + one / 2, true);  // room for three
+  CHECK(r.removed == 1);
+  CHECK(r.entries_left == 3);
+  CHECK(r.bytes_left <= 3 * one + one / 2);
+  CHECK_FALSE(fs::exists(store.entry_dir(keys[2])));
+  for (int i : {1, 3, 4}) CHECK(fs::exists(store.entry_dir(keys[i])));  // 1 was used recently
+
+  CHECK(store.read_counters().evictions == 2);
+  CHECK(uint64_t(store.read_counters().bytes) == r.bytes_left);  // the estimate is measured
+  CHECK(store.evict(uint64_t(1) << 40, true).removed == 0);
+  CHECK(store.evict(0, true).entries_left == 0);
+  CHECK(store.list().empty());
+  CHECK(count_children(store.version_dir() / "tmp") == 0);  // removed atomically, fully
+}
+
+TEST_CASE("evict does not wait for another evicting process", "[cache][evict]") {
+  metajit_test::TempDir tmp;
+  CacheStore store(tmp.path());
+  store.install(key_of("busy"), stage(store), test_meta());
+  int fd = ::open((store.version_dir() / "evict.lock").c_str(), O_RDWR | O_CREAT, 0600);
+  REQUIRE(fd >= 0);
+  REQUIRE(::flock(fd, LOCK_EX) == 0);
+  CHECK_FALSE(store.evict(0, /*wait=*/false).ran);
+  CHECK(store.list().size() == 1);
+  ::close(fd);
+  CHECK(store.evict(0, false).ran);
+  CHECK(store.list().empty());
+}
+
+TEST_CASE("installs keep a size estimate that maintain() acts on", "[cache][evict]") {
+  metajit_test::TempDir tmp;
+  CacheStore store(tmp.path());
+  CHECK_FALSE(store.has_size_estimate());
+  store.maintain(uint64_t(1) << 30);  // unknown: measured (an empty cache)
+  CHECK(store.has_size_estimate());
+  uint64_t bytes = 0;
+  store.install(key_of("sized"), stage(store), test_meta(), &bytes);
+  CHECK(bytes == store.list()[0].bytes);
+  CacheCounters d;
+  d.bytes = int64_t(bytes);
+  store.add_counters(d);
+  CHECK(uint64_t(store.read_counters().bytes) == bytes);
+  store.maintain(bytes);  // at the limit: nothing to do
+  CHECK(store.list().size() == 1);
+  store.maintain(bytes - 1);
+  CHECK(store.list().empty());
+  CHECK(store.read_counters().bytes == 0);
+}
+
+TEST_CASE("verify reports bad entries and debris; sweep removes the debris", "[cache][verify]") {
+  metajit_test::TempDir tmp;
+  CacheStore store(tmp.path());
+  CHECK(store.verify().empty());  // no cache at all is fine
+  const std::string good = key_of("good"), bad = key_of("bad"), gone = key_of("gone-source");
+  for (const std::string& k : {good, bad, gone}) store.install(k, stage(store), test_meta());
+  CHECK(store.verify().empty());
+
+  fs::resize_file(store.entry_dir(bad) / "kernel.so", 100);
+  fs::remove(store.entry_dir(gone) / "kernel.cc");
+  // Debris of a dead process: a staging directory named by a pid that does not run, a lock
+  // file nobody holds, a stray file in a shard.
+  fs::path dead = store.make_staging_dir();
+  std::string name = dead.filename().string();
+  fs::path dead_name = dead.parent_path() / ("999999999" + name.substr(name.find('-')));
+  fs::rename(dead, dead_name);
+  fs::path live = store.make_staging_dir();  // ours: alive, young
+  CacheKeyLock held = store.lock_key(key_of("held"));
+  write_text(store.version_dir() / "locks" / (key_of("orphan") + ".lock"), "");
+  write_text(store.entry_dir(good).parent_path() / "stray.txt", "x");
+
+  std::vector<CacheProblem> problems = store.verify();
+  std::map<std::string, std::string> by_what;
+  for (const CacheProblem& p : problems)
+    by_what[p.key.empty() ? p.path.filename().string() : p.key] = p.what;
+  CHECK(problems.size() == 5);
+  CHECK_THAT(by_what[bad], Contains("kernel.so is 100 bytes"));
+  CHECK_THAT(by_what[gone], Contains("kernel.cc"));
+  CHECK_THAT(by_what[dead_name.filename().string()], Contains("dead process"));
+  CHECK_THAT(by_what[key_of("orphan") + ".lock"], Contains("lock file"));
+  CHECK(by_what["stray.txt"] == "not a cache entry");
+  CHECK(by_what.count(good) == 0);
+  CHECK(by_what.count(live.filename().string()) == 0);
+
+  CHECK(store.sweep_stale_staging() == 2);  // the dead staging dir and the orphan lock
+  CHECK_FALSE(fs::exists(dead_name));
+  CHECK(fs::exists(live));
+  CHECK(fs::exists(store.version_dir() / "locks" / (key_of("held") + ".lock")));
+  CHECK(store.verify().size() == 3);
 }

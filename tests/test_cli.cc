@@ -26,11 +26,7 @@ namespace {
 
 const char* kSource = "extern \"C\" int metajit_cli_test_fn() { return 7; }\n";
 
-fs::path cli_path() {
-  if (const char* p = std::getenv("METAJIT_CLI"); p && *p) return p;
-  // Outside CTest: the CLI is built next to the tests/ directory.
-  return fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "metajit";
-}
+using metajit_test::cli_path;
 
 std::string shell_quote(const std::string& s) {
   std::string out = "'";
@@ -274,21 +270,60 @@ TEST_CASE("metajit cache clear removes entries, optionally only old ones", "[cli
   CHECK(nlohmann::json::parse(list.out).empty());
 }
 
-TEST_CASE("cache prune, verify, export and warm parse their arguments", "[cli]") {
+TEST_CASE("cache prune, verify and export on a populated cache", "[cli]") {
+  Populated cache;
+  CliResult verify = run_cli(cache.args({"cache", "verify"}));
+  CHECK(verify.status == 0);
+  CHECK_THAT(verify.out, Contains("3 entries checked") && Contains("all good"));
+
+  // The test entries were installed without a kernel spec: export skips them, saying why.
+  CliResult exp = run_cli(cache.args({"cache", "export"}));
+  CHECK(exp.status == 0);
+  CHECK(nlohmann::json::parse(exp.out)["kernels"].empty());
+  CHECK_THAT(exp.err, Contains("exported 0 kernels") && Contains("3 unreadable entries skipped"));
+
+  CliResult keep = run_cli(cache.args({"cache", "prune", "--max-size", "1G"}));
+  CHECK(keep.status == 0);
+  CHECK_THAT(keep.out, Contains("evicted 0 entries") && Contains("3 left"));
+  CliResult prune = run_cli(cache.args({"cache", "prune", "--max-size", "0"}));
+  CHECK(prune.status == 0);
+  CHECK_THAT(prune.out, Contains("evicted 3 entries") && Contains("0 left"));
+  CHECK(CacheStore(cache.dir.path()).list().empty());
+  CliResult stats = run_cli(cache.args({"cache", "stats", "--json"}));
+  CHECK(nlohmann::json::parse(stats.out)["evictions"] == 3);
+}
+
+TEST_CASE("cache warm rejects manifests that are missing or malformed", "[cli][errors]") {
   metajit_test::TempDir tmp;
   const std::string d = tmp.path().string();
-  auto not_yet = [&](std::vector<std::string> args, const std::string& name) {
-    args.insert(args.begin(), {"--cache-dir", d, "cache"});
-    check_error(run_cli(args), 1, "cache " + name + ": not yet implemented");
+  auto manifest = [&](const std::string& name, const std::string& text) {
+    std::ofstream(tmp.path() / name) << text;
+    return (tmp.path() / name).string();
   };
-  not_yet({"prune"}, "prune");
-  not_yet({"prune", "--max-size", "1G"}, "prune");
-  not_yet({"verify"}, "verify");
-  not_yet({"verify", "--fix"}, "verify");
-  not_yet({"export"}, "export");
-  not_yet({"export", "-o", d + "/manifest.json"}, "export");
-  not_yet({"warm", d + "/manifest.json"}, "warm");
-  not_yet({"warm", d + "/manifest.json", "-j", "4"}, "warm");
+  auto warm = [&](const std::string& path) {
+    return run_cli({"--cache-dir", d + "/cache", "cache", "warm", path});
+  };
+  check_error(warm(d + "/missing.json"), 1, "cannot be read");
+  check_error(warm(manifest("bad.json", "{not json")), 1, "not valid JSON");
+  check_error(warm(manifest("other.json", R"({"format":"something-else"})")), 1,
+              "not a metajit manifest");
+  check_error(warm(manifest("v9.json", R"({"format":"metajit-manifest","version":9})")), 1,
+              "version");
+  check_error(warm(manifest("nokernels.json", R"({"format":"metajit-manifest","version":1})")), 1,
+              "kernels");
+  check_error(warm(manifest("badspec.json", R"({"format":"metajit-manifest","version":1,
+              "kernels":[{"key":"ab","backend":"cpu","spec":{"version":1}}]})")),
+              1, "kernels[0]");
+  check_error(warm(manifest("backend.json", R"({"format":"metajit-manifest","version":1,
+              "kernels":[{"key":"ab","backend":"tpu","spec":{}}]})")),
+              1, "'tpu' is not a backend");
+  // An empty manifest is fine: nothing to do.
+  CliResult empty =
+      warm(manifest("empty.json", R"({"format":"metajit-manifest","version":1,"kernels":[]})"));
+  CHECK(empty.status == 0);
+  CHECK_THAT(empty.out, Contains("0 kernels"));
+  check_error(run_cli({"--cache-dir", d, "cache", "export", "-o", d + "/no/such/dir/m.json"}), 1,
+              "cache export");
 }
 
 TEST_CASE("an unusable cache is an internal failure: one line, exit status 2", "[cli][errors]") {

@@ -6,7 +6,6 @@
 #include <regex>
 
 #include "cache/cache_store.h"
-
 #include "test_support.h"
 
 namespace {

@@ -3,10 +3,12 @@
 #include <metajit/metajit.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <thread>
 
 #include "reference_check.h"
 #include "runtime/allocator.h"
+#include "test_support.h"
 
 using namespace metajit;
 
@@ -85,4 +87,40 @@ TEST_CASE("eval from several threads", "[runtime][threads]") {
     });
   for (auto& th : threads) th.join();
   for (int t = 0; t < 4; ++t) CHECK(ok[t] == 20);
+}
+
+TEST_CASE("threads needing the same new kernels compile each once", "[runtime][threads][cache]") {
+  // A fresh cache directory, so that the kernels below are new to the disk as well.
+  metajit_test::TempDir dir;
+  metajit_test::ScopedEnv cache("METAJIT_CACHE_DIR", dir.path().string());
+  // Structures no other test builds: 4-D inputs through a chain of rarely combined ops.
+  auto build = [](double s) {
+    Var x = full({2, 3, 2, 2}, s);
+    return std::vector<Var>{sum(floor(tanh(x) * 3.0 + cos(x)), {0, 3}),
+                            max(sigmoid(x) - abs(x), {1, 2})};
+  };
+  std::vector<HostTensor> want = interpret(build(0.5));
+  reset_stats();
+  std::vector<std::thread> threads;
+  std::vector<int> ok(8, 0);
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      std::vector<Var> outs = build(0.5);
+      eval(outs);
+      auto close = [](const std::vector<float>& got, const std::vector<float>& ref) {
+        if (got.size() != ref.size()) return false;
+        for (size_t i = 0; i < got.size(); ++i)
+          if (!(std::fabs(got[i] - ref[i]) <= 1e-5f * std::max(1.0f, std::fabs(ref[i]))))
+            return false;
+        return true;
+      };
+      ok[t] = close(outs[0].to_vector<float>(), want[0].as<float>()) &&
+              close(outs[1].to_vector<float>(), want[1].as<float>());
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 8; ++t) CHECK(ok[t] == 1);
+  Stats s = stats();
+  CHECK(s.kernels_compiled == 2);
+  CHECK(s.kernels_launched == 16);
+  CHECK(s.memory_hits + s.disk_hits == 14);
 }

@@ -72,6 +72,12 @@ inline ProcessResult run_command(const std::string& command) {
   return r;
 }
 
+// The `metajit` binary: $METAJIT_CLI, else next to the tests/ directory of the build tree.
+inline std::filesystem::path cli_path() {
+  if (const char* p = std::getenv("METAJIT_CLI"); p && *p) return p;
+  return std::filesystem::read_symlink("/proc/self/exe").parent_path().parent_path() / "metajit";
+}
+
 inline std::string test_program(const std::string& name) {
   const char* dir = std::getenv("METAJIT_TEST_PROGRAMS");
   return std::string(dir ? dir : ".") + "/" + name;

@@ -1,0 +1,405 @@
+// The kernel cache under real use (design.md §6): many processes at once, processes killed at
+// random moments, corrupted entries, export and warm, eviction, read-only, full and unsafe
+// cache directories. Each case runs tests/programs/many_kernels_program (N distinct kernels,
+// every value checked against the reference interpreter) and the `metajit` CLI as separate
+// processes against a private cache directory.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <regex>
+
+#include "cache/cache_store.h"
+#include "test_support.h"
+
+using namespace metajit;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+struct ProgramRun {
+  int exit_code = -1;
+  std::string output;
+  bool ok = false;
+  unsigned long long compiled = 0, disk_hits = 0;
+};
+
+// many_kernels_program with `n` kernels against `cache`; `env` is prepended (VAR=value ...).
+std::string program_command(const fs::path& cache, int n, const std::string& env = "") {
+  return "METAJIT_CACHE_DIR=" + quoted(cache.string()) + " " + env + " " +
+         quoted(metajit_test::test_program("many_kernels_program")) + " " + std::to_string(n);
+}
+
+ProgramRun run_program(const fs::path& cache, int n, const std::string& env = "") {
+  ProgramRun r;
+  metajit_test::ProcessResult p = metajit_test::run_command(program_command(cache, n, env));
+  r.exit_code = p.exit_code;
+  r.output = p.output;
+  std::smatch m;
+  if (std::regex_search(p.output, m, std::regex("(ok|WRONG) compiled=(\\d+) disk_hits=(\\d+)"))) {
+    r.ok = m[1] == "ok" && p.exit_code == 0;
+    r.compiled = std::stoull(m[2]);
+    r.disk_hits = std::stoull(m[3]);
+  }
+  return r;
+}
+
+metajit_test::ProcessResult run_cli(const fs::path& cache, const std::string& args,
+                                    const std::string& env = "") {
+  return metajit_test::run_command(env + " " + quoted(metajit_test::cli_path().string()) +
+                                   " --cache-dir " + quoted(cache.string()) + " " + args);
+}
+
+size_t count_children(const fs::path& dir) {
+  std::error_code ec;
+  size_t n = 0;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) ++n;
+  return n;
+}
+
+size_t count_lines_with(const std::string& text, const std::string& fragment) {
+  size_t n = 0;
+  for (size_t pos = 0; (pos = text.find(fragment, pos)) != std::string::npos;
+       pos += fragment.size())
+    ++n;
+  return n;
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void write_text(const fs::path& p, const std::string& text) {
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << text;
+}
+
+// A tmpfs mounted for the scope (root only). `mounted()` is false where mounting is not
+// allowed; such tests say so and skip.
+class ScopedTmpfs {
+ public:
+  ScopedTmpfs(const fs::path& dir, const std::string& size) : dir_(dir) {
+    fs::create_directories(dir);
+    mounted_ =
+        ::geteuid() == 0 && metajit_test::run_command("mount -t tmpfs -o size=" + size +
+                                                      ",mode=0700 tmpfs " + quoted(dir.string()))
+                                    .exit_code == 0;
+  }
+  ~ScopedTmpfs() {
+    if (mounted_) metajit_test::run_command("umount -l " + quoted(dir_.string()));
+  }
+  bool mounted() const { return mounted_; }
+  bool remount_read_only() {
+    return metajit_test::run_command("mount -o remount,ro " + quoted(dir_.string())).exit_code == 0;
+  }
+
+ private:
+  fs::path dir_;
+  bool mounted_ = false;
+};
+
+}  // namespace
+
+TEST_CASE("8 processes started together on a fresh cache compile 20 kernels exactly once",
+          "[cache][process][concurrency]") {
+  metajit_test::TempDir tmp;
+  const fs::path cache = tmp.path() / "cache";
+  std::string cmd;
+  for (int i = 0; i < 8; ++i)
+    cmd += program_command(cache, 20) + " > " + quoted((tmp.path() / std::to_string(i)).string()) +
+           " 2>&1 & ";
+  cmd += "wait";
+  REQUIRE(metajit_test::run_command(cmd).exit_code == 0);
+  unsigned long long compiled = 0;
+  for (int i = 0; i < 8; ++i) {
+    std::string out = read_text(tmp.path() / std::to_string(i));
+    INFO("process " << i << ": " << out);
+    CHECK_THAT(out, Contains("ok compiled="));
+    std::smatch m;
+    if (std::regex_search(out, m, std::regex("compiled=(\\d+)"))) compiled += std::stoull(m[1]);
+  }
+  CHECK(compiled == 20);  // summed over the processes
+  CacheStore store(cache);
+  CHECK(store.read_counters().compiles == 20);
+  CHECK(store.list().size() == 20);
+  CHECK(count_children(cache / "v1" / "tmp") == 0);
+  CHECK(count_children(cache / "v1" / "locks") == 0);
+  CHECK(store.verify().empty());
+}
+
+TEST_CASE("processes killed at random moments never leave an entry that loads wrong",
+          "[cache][process][crash]") {
+  metajit_test::TempDir tmp;
+  const fs::path cache = tmp.path() / "cache";
+  std::mt19937 rng(20261123);
+  std::uniform_int_distribution<int> delay_ms(0, 400);
+  for (int round = 0; round < 30; ++round) {
+    // New flags, new keys: every round compiles. The small size limit makes every round evict
+    // too, so kills also land during eviction.
+    const std::string env = "METAJIT_CXXFLAGS=-DMETAJIT_ROUND=" + std::to_string(round) +
+                            " METAJIT_CACHE_MAX_SIZE=200k METAJIT_JOBS=2";
+    const int delay = delay_ms(rng);
+    INFO("round " << round << ", SIGKILL after " << delay << " ms");
+    metajit_test::run_command("(" + program_command(cache, 8, env) +
+                              " >/dev/null 2>&1 & pid=$!; sleep " + std::to_string(delay / 1000.0) +
+                              "; kill -9 $pid; wait $pid) 2>/dev/null");
+    ProgramRun again = run_program(cache, 8, env);
+    INFO(again.output);
+    CHECK(again.ok);
+    metajit_test::ProcessResult verify = run_cli(cache, "cache verify");
+    INFO(verify.output);
+    CHECK(verify.exit_code == 0);
+  }
+  CHECK(CacheStore(cache).verify().empty());
+}
+
+TEST_CASE("each kind of corruption is detected, logged once and rebuilt",
+          "[cache][process][verify]") {
+  metajit_test::TempDir tmp;
+  const fs::path cache = tmp.path() / "cache";
+  REQUIRE(run_program(cache, 4).ok);
+  CacheStore store(cache);
+  struct Corruption {
+    const char* name;
+    std::function<void(const fs::path&)> apply;
+  };
+  const std::vector<Corruption> kinds = {
+      {"truncated kernel.so", [](const fs::path& d) { fs::resize_file(d / "kernel.so", 1000); }},
+      {"zeroed kernel.so",
+       [](const fs::path& d) {
+         auto size = fs::file_size(d / "kernel.so");
+         write_text(d / "kernel.so", std::string(size, '\0'));
+       }},
+      {"bit-flipped kernel.so",
+       [](const fs::path& d) {
+         std::string so = read_text(d / "kernel.so");
+         so[so.size() / 2] ^= 0x10;
+         write_text(d / "kernel.so", so);
+       }},
+      {"garbled meta.json",
+       [](const fs::path& d) { write_text(d / "meta.json", "{\"key\": [1,"); }},
+      {"missing meta.json", [](const fs::path& d) { fs::remove(d / "meta.json"); }},
+      {"missing source", [](const fs::path& d) { fs::remove(d / "kernel.cc"); }},
+  };
+  for (const Corruption& c : kinds) {
+    INFO(c.name);
+    std::vector<CacheEntryInfo> entries = store.list();
+    REQUIRE(entries.size() == 4);
+    c.apply(entries[1].dir);
+    ProgramRun r = run_program(cache, 4);
+    INFO(r.output);
+    CHECK(r.ok);
+    CHECK(r.compiled == 1);
+    CHECK(r.disk_hits == 3);
+    CHECK(count_lines_with(r.output, "is bad") == 1);
+    CHECK(store.verify().empty());
+  }
+
+  // `metajit cache verify` finds them; --fix rebuilds what meta.json still describes and
+  // removes the rest.
+  std::vector<CacheEntryInfo> entries = store.list();
+  fs::resize_file(entries[0].dir / "kernel.so", 10);
+  write_text(entries[2].dir / "meta.json", "garbage");
+  metajit_test::ProcessResult verify = run_cli(cache, "cache verify");
+  INFO(verify.output);
+  CHECK(verify.exit_code == 1);
+  CHECK_THAT(verify.output, Contains(entries[0].key) && Contains(entries[2].key) &&
+                                Contains("2 problems") && Contains("--fix"));
+  metajit_test::ProcessResult fix = run_cli(cache, "cache verify --fix");
+  INFO(fix.output);
+  CHECK(fix.exit_code == 0);
+  CHECK_THAT(fix.output, Contains("2 bad entries removed (1 rebuilt)") && Contains("clean"));
+  CHECK(fs::exists(entries[0].dir / "kernel.so"));  // rebuilt from its spec
+  CHECK_FALSE(fs::exists(entries[2].dir));          // nothing left to rebuild it from
+  CHECK(run_cli(cache, "cache verify").exit_code == 0);
+  ProgramRun after = run_program(cache, 4);
+  CHECK(after.ok);
+  CHECK(after.compiled == 1);
+}
+
+TEST_CASE("export on one cache, warm another, then the program compiles nothing",
+          "[cache][process][warm]") {
+  metajit_test::TempDir tmp;
+  const fs::path a = tmp.path() / "a", b = tmp.path() / "b", manifest = tmp.path() / "m.json";
+  ProgramRun cold = run_program(a, 6);
+  REQUIRE(cold.ok);
+  REQUIRE(cold.compiled == 6);
+
+  metajit_test::ProcessResult exp = run_cli(a, "cache export -o " + quoted(manifest.string()));
+  INFO(exp.output);
+  REQUIRE(exp.exit_code == 0);
+  CHECK_THAT(exp.output, Contains("exported 6 kernels"));
+  nlohmann::json m = nlohmann::json::parse(read_text(manifest));
+  CHECK(m["format"] == "metajit-manifest");
+  CHECK(m["kernels"].size() == 6);
+
+  metajit_test::ProcessResult warm =
+      run_cli(b, "cache warm " + quoted(manifest.string()) + " -j 2");
+  INFO(warm.output);
+  REQUIRE(warm.exit_code == 0);
+  CHECK_THAT(warm.output, Contains("Compiling kernels (") && Contains("used") && Contains("eta") &&
+                              Contains("6 compiled, 0 already cached, 0 failed"));
+  ProgramRun hot = run_program(b, 6);
+  CHECK(hot.ok);
+  CHECK(hot.compiled == 0);
+  CHECK(hot.disk_hits == 6);
+
+  metajit_test::ProcessResult again = run_cli(b, "cache warm " + quoted(manifest.string()));
+  CHECK(again.exit_code == 0);
+  CHECK_THAT(again.output, Contains("0 compiled, 6 already cached"));
+
+  // Without -o the manifest goes to stdout.
+  metajit_test::ProcessResult to_stdout =
+      metajit_test::run_command("(" + quoted(metajit_test::cli_path().string()) + " --cache-dir " +
+                                quoted(a.string()) + " cache export 2>/dev/null)");
+  CHECK(nlohmann::json::parse(to_stdout.output)["kernels"].size() == 6);
+}
+
+TEST_CASE("METAJIT_RECORD writes the manifest of the kernels a program used",
+          "[cache][process][warm]") {
+  metajit_test::TempDir tmp;
+  const fs::path a = tmp.path() / "a", b = tmp.path() / "b", record = tmp.path() / "used.json";
+  ProgramRun run = run_program(a, 5, "METAJIT_RECORD=" + quoted(record.string()));
+  REQUIRE(run.ok);
+  nlohmann::json m = nlohmann::json::parse(read_text(record));
+  CHECK(m["kernels"].size() == 5);
+  // Recorded from the disk cache too, not only from compiles.
+  fs::remove(record);
+  REQUIRE(run_program(a, 5, "METAJIT_RECORD=" + quoted(record.string())).ok);
+  CHECK(nlohmann::json::parse(read_text(record))["kernels"].size() == 5);
+
+  metajit_test::ProcessResult warm = run_cli(b, "cache warm " + quoted(record.string()));
+  INFO(warm.output);
+  REQUIRE(warm.exit_code == 0);
+  ProgramRun hot = run_program(b, 5);
+  CHECK(hot.ok);
+  CHECK(hot.compiled == 0);
+}
+
+TEST_CASE("METAJIT_CACHE_MAX_SIZE keeps the cache under its limit", "[cache][process][evict]") {
+  metajit_test::TempDir tmp;
+  const fs::path cache = tmp.path() / "cache";
+  ProgramRun r = run_program(cache, 12, "METAJIT_CACHE_MAX_SIZE=100k");
+  INFO(r.output);
+  CHECK(r.ok);
+  CHECK(r.compiled == 12);
+  CacheStore store(cache);
+  uint64_t bytes = 0;
+  for (const CacheEntryInfo& e : store.list()) bytes += e.bytes;
+  CHECK(bytes <= 100 * 1024);
+  CHECK(store.list().size() < 12);
+  CHECK(store.read_counters().evictions == 12 - store.list().size());
+
+  metajit_test::ProcessResult prune = run_cli(cache, "cache prune --max-size 0");
+  INFO(prune.output);
+  CHECK(prune.exit_code == 0);
+  CHECK_THAT(prune.output, Contains("0 left"));
+  CHECK(store.list().empty());
+}
+
+TEST_CASE("a read-only cache gives one warning and the program still runs",
+          "[cache][process][degraded]") {
+  metajit_test::TempDir tmp;
+  const fs::path mnt = tmp.path() / "ro", private_tmp = tmp.path() / "private";
+  fs::create_directories(private_tmp);
+  ScopedTmpfs fs_ro(mnt, "8m");
+  if (!fs_ro.mounted()) {
+    // Without root a mode-0500 directory is read-only; as root only a read-only mount is.
+    if (::geteuid() == 0) {
+      WARN("skipped: cannot mount a tmpfs here (needs CAP_SYS_ADMIN)");
+      return;
+    }
+    fs::permissions(mnt, fs::perms::owner_read | fs::perms::owner_exec);
+  } else {
+    REQUIRE(fs_ro.remount_read_only());
+  }
+  ProgramRun r = run_program(mnt, 3, "TMPDIR=" + quoted(private_tmp.string()));
+  INFO(r.output);
+  CHECK(r.ok);
+  CHECK(r.compiled == 3);
+  CHECK(count_lines_with(r.output, "metajit: warning") == 1);
+  CHECK_THAT(r.output, Contains("private temporary directory"));
+  CHECK(count_children(private_tmp) == 0);  // the private cache is removed at exit
+
+  // Given explicitly to the CLI, a cache that cannot be written is a clear error.
+  write_text(tmp.path() / "m.json", R"({"format":"metajit-manifest","version":1,"kernels":[]})");
+  metajit_test::ProcessResult warm =
+      run_cli(mnt, "cache warm " + quoted((tmp.path() / "m.json").string()));
+  CHECK(warm.exit_code == 2);
+  CHECK_THAT(warm.output, Contains(mnt.string()));
+  CHECK(count_lines_with(warm.output, "\n") == 1);
+  if (!fs_ro.mounted()) fs::permissions(mnt, fs::perms::owner_all);
+}
+
+TEST_CASE("a full cache gives one warning and the program still runs",
+          "[cache][process][degraded]") {
+  metajit_test::TempDir tmp;
+  const fs::path mnt = tmp.path() / "full", private_tmp = tmp.path() / "private";
+  fs::create_directories(private_tmp);
+  ScopedTmpfs small(mnt, "2m");
+  if (!small.mounted()) {
+    WARN("skipped: filling a file system needs a small tmpfs, which needs root");
+    return;
+  }
+  fs::create_directories(mnt / "cache");
+  metajit_test::run_command("dd if=/dev/zero of=" + quoted((mnt / "fill").string()) +
+                            " bs=64k 2>/dev/null");
+  ProgramRun r = run_program(mnt / "cache", 3, "TMPDIR=" + quoted(private_tmp.string()));
+  INFO(r.output);
+  CHECK(r.ok);
+  CHECK(r.compiled == 3);
+  CHECK(count_lines_with(r.output, "metajit: warning") == 1);
+  CHECK_THAT(r.output, Contains("full"));
+  CHECK(count_children(private_tmp) == 0);
+}
+
+TEST_CASE("a group-writable or foreign-owned cache root is refused, naming the path and why",
+          "[cache][process][security]") {
+  metajit_test::TempDir tmp;
+  const fs::path cache = tmp.path() / "cache", manifest = tmp.path() / "m.json";
+  write_text(manifest, R"({"format":"metajit-manifest","version":1,"kernels":[]})");
+  fs::create_directories(cache);
+
+  SECTION("group-writable") {
+    fs::permissions(cache, fs::perms::owner_all | fs::perms::group_all);  // 0770
+    ProgramRun r = run_program(cache, 2);
+    INFO(r.output);
+    CHECK(r.ok);  // runs, with a private cache
+    CHECK(count_lines_with(r.output, "metajit: warning") == 1);
+    CHECK_THAT(r.output, Contains(cache.string()) && Contains("writable by group or others"));
+    CHECK_FALSE(fs::exists(cache / "v1"));  // nothing written into it
+    metajit_test::ProcessResult warm = run_cli(cache, "cache warm " + quoted(manifest.string()));
+    CHECK(warm.exit_code == 2);
+    CHECK_THAT(warm.output, Contains("refusing") && Contains("writable by group or others"));
+    CHECK(run_cli(cache, "cache verify").exit_code == 1);
+  }
+  SECTION("owned by another user") {
+    if (::geteuid() != 0) {
+      WARN("skipped: giving a directory to another user needs root (CI runs as root)");
+      return;
+    }
+    fs::permissions(cache, fs::perms::owner_all);
+    REQUIRE(::chown(cache.c_str(), 65534, 65534) == 0);
+    ProgramRun r = run_program(cache, 2);
+    INFO(r.output);
+    CHECK(r.ok);
+    CHECK(count_lines_with(r.output, "metajit: warning") == 1);
+    CHECK_THAT(r.output, Contains("owned by uid 65534"));
+    CHECK_FALSE(fs::exists(cache / "v1"));
+    metajit_test::ProcessResult warm = run_cli(cache, "cache warm " + quoted(manifest.string()));
+    CHECK(warm.exit_code == 2);
+    CHECK_THAT(warm.output, Contains("owned by uid 65534"));
+  }
+}
