@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "reference_check.h"
+#include "cache/cache_store.h"
 #include "runtime/allocator.h"
 #include "test_support.h"
 
@@ -123,4 +124,15 @@ TEST_CASE("threads needing the same new kernels compile each once", "[runtime][t
   CHECK(s.kernels_compiled == 2);
   CHECK(s.kernels_launched == 16);
   CHECK(s.memory_hits + s.disk_hits == 14);
+}
+
+TEST_CASE("memory hits reach the persistent cache statistics", "[runtime][cache]") {
+  metajit_test::TempDir dir;
+  metajit_test::ScopedEnv cache("METAJIT_CACHE_DIR", dir.path().string());
+  auto f = [](double s) { return sum(exp(full({3, 5}, s)) * 0.5, {1}); };
+  f(1.0).to_vector<float>();  // compiled (or found on disk)
+  for (int i = 0; i < 3; ++i) f(2.0 + i).to_vector<float>();  // memory hits, not yet written
+  // The next miss writes the pending memory hits with its own counters.
+  sum(sqrt(full({3, 5, 2}, 4.0)) - 1.0, {0, 2}).to_vector<float>();
+  CHECK(CacheStore(dir.path()).read_counters().memory_hits >= 3);
 }
