@@ -2,7 +2,10 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <stdexcept>
+
+#include "codegen/loop_invariants.h"
 
 namespace metajit {
 namespace {
@@ -17,6 +20,39 @@ static inline i64 mj_max(i64 a, i64 b) { return a > b ? a : b; }
 // Integer pow through double; NaN or out-of-range results give 0.
 static inline int mj_pow_i32(double a, double b) { double r = __builtin_pow(a, b); return (r == r && r >= -2147483648.0 && r <= 2147483647.0) ? (int)r : 0; }
 static inline i64 mj_pow_i64(double a, double b) { double r = __builtin_pow(a, b); return (r == r && r >= -9223372036854775808.0 && r < 9223372036854775808.0) ? (i64)r : 0; }
+// libm, declared SIMD-callable so that loops vectorise through glibc's libmvec (same NaN/Inf
+// semantics as libm; only errno is not set: -fno-math-errno).
+extern "C" {
+#pragma omp declare simd notinbranch
+float expf(float);
+#pragma omp declare simd notinbranch
+float logf(float);
+#pragma omp declare simd notinbranch
+float sinf(float);
+#pragma omp declare simd notinbranch
+float cosf(float);
+#pragma omp declare simd notinbranch
+float tanhf(float);
+#pragma omp declare simd notinbranch
+float powf(float, float);
+#pragma omp declare simd notinbranch
+double exp(double);
+#pragma omp declare simd notinbranch
+double log(double);
+#pragma omp declare simd notinbranch
+double sin(double);
+#pragma omp declare simd notinbranch
+double cos(double);
+#pragma omp declare simd notinbranch
+double tanh(double);
+#pragma omp declare simd notinbranch
+double pow(double, double);
+}
+// NaN-propagating max/min reductions (like numpy), for OpenMP's parallel and simd reductions.
+#pragma omp declare reduction(mj_maxf : float : omp_out = (omp_in > omp_out || omp_in != omp_in) ? omp_in : omp_out) initializer(omp_priv = -__builtin_inff())
+#pragma omp declare reduction(mj_minf : float : omp_out = (omp_in < omp_out || omp_in != omp_in) ? omp_in : omp_out) initializer(omp_priv = __builtin_inff())
+#pragma omp declare reduction(mj_maxd : double : omp_out = (omp_in > omp_out || omp_in != omp_in) ? omp_in : omp_out) initializer(omp_priv = -__builtin_inf())
+#pragma omp declare reduction(mj_mind : double : omp_out = (omp_in < omp_out || omp_in != omp_in) ? omp_in : omp_out) initializer(omp_priv = __builtin_inf())
 )";
 
 class CppEmitter {
@@ -211,6 +247,9 @@ class CppEmitter {
     const bool f32 = t == DType::Float32;
     const std::string T = ctype(t);
     auto fn = [&](const char* name) {
+      return std::string(name) + (f32 ? "f" : "") + "(" + x + ")";
+    };
+    auto builtin = [&](const char* name) {
       return std::string("__builtin_") + name + (f32 ? "f" : "") + "(" + x + ")";
     };
     if (is_float(t)) {
@@ -218,13 +257,13 @@ class CppEmitter {
         case UnaryOp::Neg:
           return "(-" + x + ")";
         case UnaryOp::Abs:
-          return fn("fabs");
+          return builtin("fabs");
         case UnaryOp::Exp:
           return fn("exp");
         case UnaryOp::Log:
           return fn("log");
         case UnaryOp::Sqrt:
-          return fn("sqrt");
+          return builtin("sqrt");
         case UnaryOp::Sin:
           return fn("sin");
         case UnaryOp::Cos:
@@ -232,10 +271,9 @@ class CppEmitter {
         case UnaryOp::Tanh:
           return fn("tanh");
         case UnaryOp::Floor:
-          return fn("floor");
+          return builtin("floor");
         case UnaryOp::Sigmoid:
-          return "((" + T + ")1 / ((" + T + ")1 + __builtin_exp" + (f32 ? "f" : "") + "(-" + x +
-                 ")))";
+          return "((" + T + ")1 / ((" + T + ")1 + exp" + (f32 ? "f" : "") + "(-" + x + ")))";
         case UnaryOp::Relu:
           return "(" + x + " > 0 ? " + x + " : (" + T + ")0)";
         case UnaryOp::LogicalNot:
@@ -273,8 +311,8 @@ class CppEmitter {
         if (flt) return "(" + a + " / " + b + ")";
         return "(" + T + ")mj_div(" + a + ", " + b + ")";
       case BinaryOp::Pow:
-        if (operand == DType::Float32) return "__builtin_powf(" + a + ", " + b + ")";
-        if (operand == DType::Float64) return "__builtin_pow(" + a + ", " + b + ")";
+        if (operand == DType::Float32) return "powf(" + a + ", " + b + ")";
+        if (operand == DType::Float64) return "pow(" + a + ", " + b + ")";
         return std::string(operand == DType::Int64 ? "mj_pow_i64" : "(" + T + ")mj_pow_i32") +
                "((double)" + a + ", (double)" + b + ")";
       case BinaryOp::Maximum:
@@ -354,23 +392,77 @@ class CppEmitter {
         line(depth, "}");
         return;
       }
-      case KOp::Reduce: {
-        std::string acc = "acc" + std::to_string(st.id);
-        line(depth, T + " " + acc + " = " + identity(ReduceOp(st.op), st.dtype) + ";");
-        int d = depth;
-        for (const KLoop& l : st.loops) {
-          line(d, "for (i64 i" + std::to_string(l.var) + " = 0; i" + std::to_string(l.var) + " < " +
-                      ix(*l.extent) + "; ++i" + std::to_string(l.var) + ") {");
-          ++d;
-        }
-        block(*st.body, d);
-        line(d, acc + " = " + combine(ReduceOp(st.op), st.dtype, acc, v(st.body->result)) + ";");
-        for (size_t k = 0; k < st.loops.size(); ++k) line(--d, "}");
-        line(depth, "const " + T + " " + v(st.id) + " = " + acc + ";");
+      case KOp::Reduce:
+        reduce_stmt(st, depth, /*parallel=*/false);
         return;
-      }
     }
     line(depth, "const " + T + " " + v(st.id) + " = " + expr + ";");
+  }
+
+  // float32 sums and products accumulate in double: the result is then the correctly rounded
+  // value of a far more accurate sum, whatever the order the vector lanes and threads add in.
+  static DType acc_dtype(ReduceOp op, DType t) {
+    return t == DType::Float32 &&
+                   (op == ReduceOp::Add || op == ReduceOp::Mul || op == ReduceOp::Mean)
+               ? DType::Float64
+               : t;
+  }
+
+  // The OpenMP reduction clause for an accumulator `acc` of `op` over dtype `t`.
+  static std::string reduction_clause(ReduceOp op, DType t, const std::string& acc) {
+    std::string id;
+    switch (op) {
+      case ReduceOp::Add:
+      case ReduceOp::Mean:
+        id = t == DType::Bool ? "||" : "+";
+        break;
+      case ReduceOp::Mul:
+        id = t == DType::Bool ? "&&" : "*";
+        break;
+      case ReduceOp::Max:
+        id = t == DType::Bool      ? "||"
+             : t == DType::Float32 ? "mj_maxf"
+             : t == DType::Float64 ? "mj_maxd"
+                                   : "max";
+        break;
+      case ReduceOp::Min:
+        id = t == DType::Bool      ? "&&"
+             : t == DType::Float32 ? "mj_minf"
+             : t == DType::Float64 ? "mj_mind"
+                                   : "min";
+        break;
+    }
+    return "reduction(" + id + ":" + acc + ")";
+  }
+
+  // A Reduce statement: its loops with a SIMD reduction on the innermost one; with `parallel`
+  // (a statement outside every parallel loop, e.g. a sum over everything) the outermost loop is
+  // split across threads too.
+  void reduce_stmt(const KStmt& st, int depth, bool parallel) {
+    dtypes_[st.id] = st.dtype;
+    const ReduceOp op = ReduceOp(st.op);
+    const DType at = acc_dtype(op, st.dtype);
+    const std::string T = ctype(st.dtype), A = ctype(at);
+    std::string acc = "acc" + std::to_string(st.id);
+    line(depth, A + " " + acc + " = " + identity(op, at) + ";");
+    int d = depth;
+    const std::string clause = reduction_clause(op, at, acc);
+    for (size_t k = 0; k < st.loops.size(); ++k) {
+      const KLoop& l = st.loops[k];
+      const bool inner = k + 1 == st.loops.size();
+      if (parallel && k == 0)
+        line(d, std::string("#pragma omp parallel for") + (inner ? " simd " : " ") + clause +
+                    " schedule(static) if(" + work(st.loops) + " > 32768)");
+      else if (inner)
+        line(d, "#pragma omp simd " + clause);
+      std::string i = "i" + std::to_string(l.var);
+      line(d, "for (i64 " + i + " = 0; " + i + " < " + ix(*l.extent) + "; ++" + i + ") {");
+      ++d;
+    }
+    block(*st.body, d);
+    line(d, acc + " = " + combine(op, at, acc, v(st.body->result)) + ";");
+    for (size_t k = 0; k < st.loops.size(); ++k) line(--d, "}");
+    line(depth, "const " + T + " " + v(st.id) + " = (" + T + ")" + acc + ";");
   }
 
   // Product of loop extents, as an expression; used to keep tiny kernels single-threaded.
@@ -380,36 +472,198 @@ class CppEmitter {
     return s;
   }
 
-  void open_loops(const std::vector<KLoop>& loops, int depth, bool parallel) {
-    if (parallel && !loops.empty()) {
-      std::string w = work(loops);
-      if (!ir_.body.stmts.empty() && ir_.body.stmts.back().kind == KOp::Reduce)
-        for (const KLoop& l : ir_.body.stmts.back().loops) w += " * " + ix(*l.extent);
-      size_t collapse = loops.size() > 1 ? loops.size() - 1 : 1;
-      line(depth,
-           "#pragma omp parallel for" +
-               (collapse > 1 ? " collapse(" + std::to_string(collapse) + ")" : std::string()) +
-               " schedule(static) if(" + w + " > 32768)");
-    }
-    for (size_t k = 0; k < loops.size(); ++k) {
-      const KLoop& l = loops[k];
-      std::string i = "i" + std::to_string(l.var);
-      line(depth + int(k),
-           "for (i64 " + i + " = 0; " + i + " < " + ix(*l.extent) + "; ++" + i + ") {");
-    }
-  }
   void close_loops(size_t n, int depth) {
     for (size_t k = n; k-- > 0;) line(depth + int(k), "}");
   }
 
+  // Value ids a block uses that it does not define itself (its statements' args and result,
+  // recursively).
+  static void outside_uses(const KBlock& b, std::set<int>& defined, std::set<int>& used) {
+    for (const KStmt& st : b.stmts) {
+      for (int a : st.args)
+        if (!defined.count(a)) used.insert(a);
+      if (st.body) outside_uses(*st.body, defined, used);
+      defined.insert(st.id);
+    }
+    if (!defined.count(b.result)) used.insert(b.result);
+  }
+
+  static void loads_in(const KBlock& b, std::vector<const KStmt*>& out) {
+    for (const KStmt& st : b.stmts) {
+      if (st.kind == KOp::Load) out.push_back(&st);
+      if (st.body) loads_in(*st.body, out);
+    }
+  }
+
+  // A reduction over outer axes whose values are contiguous along the innermost output loop
+  // (a column sum): worth interchanging, so that the innermost loop runs along memory and
+  // vectorises, accumulating a strip of outputs at once.
+  bool wants_interchange(const KStmt& st, const std::vector<int>& level_of_value, int inner_var,
+                         int inner_level) {
+    if (st.kind != KOp::Reduce) return false;
+    std::set<int> own;
+    for (const KLoop& l : st.loops) own.insert(l.var);
+    std::vector<const KStmt*> loads;
+    loads_in(*st.body, loads);
+    bool contiguous_inner = false;
+    for (const KStmt* ld : loads) {
+      if (ld->index.empty()) continue;
+      std::set<int> last;
+      std::vector<const IndexExpr*> todo{ld->index.back().get()};
+      while (!todo.empty()) {
+        const IndexExpr* e = todo.back();
+        todo.pop_back();
+        if (!e) continue;
+        if (e->kind == IxKind::Var) last.insert(int(e->value));
+        todo.push_back(e->a.get());
+        todo.push_back(e->b.get());
+        todo.push_back(e->c.get());
+      }
+      for (int v : own)
+        if (last.count(v)) return false;  // reads along the reduced axis: not a column case
+      if (last.count(inner_var)) contiguous_inner = true;
+    }
+    if (!contiguous_inner) return false;
+    std::set<int> defined, used;
+    outside_uses(*st.body, defined, used);
+    for (int u : used)
+      if (u >= 0 && size_t(u) < level_of_value.size() && level_of_value[size_t(u)] >= inner_level)
+        return false;  // needs a value computed per output element: keep the simple form
+    return true;
+  }
+
+  // Map kernels: every top-level statement is placed in the loop it depends on (loop-invariant
+  // work such as a row's max and sum runs once per row); the outer loops run in parallel, the
+  // innermost under `omp simd`; a column reduction is interchanged to run along memory.
   void map_kernel() {
-    open_loops(ir_.loops, 1, true);
-    int d = 1 + int(ir_.loops.size());
-    block(ir_.body, d);
-    std::vector<IndexExprPtr> idx;
-    for (const KLoop& l : ir_.loops) idx.push_back(ix_var(l.var));
-    line(d, "out[" + offset("out", idx) + "] = " + v(ir_.body.result) + ";");
-    close_loops(ir_.loops.size(), 1);
+    KernelIR ir = ir_;  // the scheduled copy: invariants hoisted out of reductions
+    hoist_reduce_invariants(ir);
+    const std::vector<int> levels = statement_levels(ir);
+    const int k = int(ir.loops.size());
+    std::vector<int> level_of_value;
+    for (size_t s = 0; s < ir.body.stmts.size(); ++s) {
+      int id = ir.body.stmts[s].id;
+      if (size_t(id) >= level_of_value.size()) level_of_value.resize(size_t(id) + 1, -1);
+      level_of_value[size_t(id)] = levels[s];
+    }
+    std::vector<IndexExprPtr> out_idx;
+    for (const KLoop& l : ir.loops) out_idx.push_back(ix_var(l.var));
+    const std::string store = "out[" + offset("out", out_idx) + "] = " + v(ir.body.result) + ";";
+
+    // Level -1: once per launch, before any parallel loop (a Reduce here is itself parallel).
+    for (size_t s = 0; s < ir.body.stmts.size(); ++s)
+      if (levels[s] < 0) {
+        if (ir.body.stmts[s].kind == KOp::Reduce)
+          reduce_stmt(ir.body.stmts[s], 1, /*parallel=*/true);
+        else
+          stmt(ir.body.stmts[s], 1);
+      }
+    if (k == 0) {
+      line(1, store);
+      return;
+    }
+    std::vector<size_t> interchanged;
+    for (size_t s = 0; s < ir.body.stmts.size(); ++s)
+      if (levels[s] == k - 1 &&
+          wants_interchange(ir.body.stmts[s], level_of_value, ir.loops[size_t(k - 1)].var, k - 1))
+        interchanged.push_back(s);
+
+    // Loops 0..c-1 are collapsed into one parallel loop: only while nothing sits between them.
+    int first_used = k - 1;
+    for (size_t s = 0; s < ir.body.stmts.size(); ++s)
+      if (levels[s] >= 0 && levels[s] < first_used) first_used = levels[s];
+    const bool strips = !interchanged.empty();
+    // With strips the innermost loop becomes a loop over strips, which can join the collapse.
+    const int max_collapse = strips ? k : std::max(1, k - 1);
+    const int collapse = std::min(max_collapse, first_used + 1);
+    std::string w = work(ir.loops);
+    for (const KStmt& st : ir.body.stmts)
+      if (st.kind == KOp::Reduce) w += " * " + work(st.loops);
+    // One loop only: it is both the parallel and the SIMD loop.
+    const bool single_simd = k == 1 && !strips && simd_friendly(ir, levels, 0);
+    line(1, "#pragma omp parallel for" + std::string(single_simd ? " simd" : "") +
+                (collapse > 1 ? " collapse(" + std::to_string(collapse) + ")" : std::string()) +
+                " schedule(static) if(" + w + " > 32768)");
+    int d = 1;
+    for (int lv = 0; lv < k; ++lv) {
+      const KLoop& l = ir.loops[size_t(lv)];
+      const std::string i = "i" + std::to_string(l.var);
+      const bool innermost = lv == k - 1;
+      if (innermost && strips) {
+        strip_mined_inner(ir, levels, interchanged, d, store);
+        break;
+      }
+      if (innermost && k > 1 && simd_friendly(ir, levels, k - 1)) line(d, "#pragma omp simd");
+      line(d, "for (i64 " + i + " = 0; " + i + " < " + ix(*l.extent) + "; ++" + i + ") {");
+      ++d;
+      for (size_t s = 0; s < ir.body.stmts.size(); ++s)
+        if (levels[s] == lv) stmt(ir.body.stmts[s], d);
+      if (innermost) line(d, store);
+    }
+    for (; d > 1; --d) line(d - 1, "}");
+  }
+
+  // No Reduce in the innermost loop's statements: it can run as one SIMD loop.
+  static bool simd_friendly(const KernelIR& ir, const std::vector<int>& levels, int level) {
+    for (size_t s = 0; s < ir.body.stmts.size(); ++s)
+      if (levels[s] == level && ir.body.stmts[s].kind == KOp::Reduce) return false;
+    return true;
+  }
+
+  static constexpr int kStrip = 256;
+
+  // The innermost output loop in strips of kStrip: each interchanged reduction accumulates a
+  // strip of outputs with its reduced loops outside and the strip inside (contiguous, SIMD);
+  // then the strip's outputs are finished in one more SIMD loop.
+  void strip_mined_inner(const KernelIR& ir, const std::vector<int>& levels,
+                         const std::vector<size_t>& interchanged, int d, const std::string& store) {
+    const int k = int(ir.loops.size());
+    const KLoop& l = ir.loops[size_t(k - 1)];
+    const std::string i = "i" + std::to_string(l.var), ext = ix(*l.extent);
+    line(d, "for (i64 jb = 0; jb < " + ext + "; jb += " + std::to_string(kStrip) + ") {");
+    ++d;
+    line(d, "const i64 jn = (" + ext + " - jb) < " + std::to_string(kStrip) + " ? (" + ext +
+                " - jb) : " + std::to_string(kStrip) + ";");
+    std::set<size_t> done(interchanged.begin(), interchanged.end());
+    for (size_t s : interchanged) {
+      const KStmt& st = ir.body.stmts[s];
+      const ReduceOp op = ReduceOp(st.op);
+      const DType at = acc_dtype(op, st.dtype);
+      const std::string acc = "acc" + std::to_string(st.id);
+      line(d, ctype(at) + " " + acc + "[" + std::to_string(kStrip) + "];");
+      line(d, "for (i64 t = 0; t < jn; ++t) " + acc + "[t] = " + identity(op, at) + ";");
+      int dd = d;
+      for (const KLoop& rl : st.loops) {
+        std::string r = "i" + std::to_string(rl.var);
+        line(dd, "for (i64 " + r + " = 0; " + r + " < " + ix(*rl.extent) + "; ++" + r + ") {");
+        ++dd;
+      }
+      line(dd, "#pragma omp simd");
+      line(dd, "for (i64 t = 0; t < jn; ++t) {");
+      line(dd + 1, "const i64 " + i + " = jb + t;");
+      block(*st.body, dd + 1);
+      line(dd + 1, acc + "[t] = " + combine(op, at, acc + "[t]", v(st.body->result)) + ";");
+      line(dd, "}");
+      for (size_t n = 0; n < st.loops.size(); ++n) line(--dd, "}");
+    }
+    line(d, "#pragma omp simd");
+    line(d, "for (i64 t = 0; t < jn; ++t) {");
+    line(d + 1, "const i64 " + i + " = jb + t;");
+    for (size_t s = 0; s < ir.body.stmts.size(); ++s) {
+      if (levels[s] != k - 1) continue;
+      const KStmt& st = ir.body.stmts[s];
+      if (done.count(s)) {
+        const std::string T = ctype(st.dtype);
+        dtypes_[st.id] = st.dtype;
+        line(d + 1,
+             "const " + T + " " + v(st.id) + " = (" + T + ")acc" + std::to_string(st.id) + "[t];");
+      } else {
+        stmt(st, d + 1);
+      }
+    }
+    line(d + 1, store);
+    line(d, "}");
+    line(d - 1, "}");
   }
 
   void scatter_kernel() {
@@ -420,7 +674,11 @@ class CppEmitter {
     line(1, "#pragma omp parallel for schedule(static) if(out_n > 32768)");
     line(1, "for (i64 j = 0; j < out_n; ++j) out[j] = " + identity(op, ir_.output.dtype) + ";");
     // Targets may collide, so the accumulation runs in order on one thread.
-    open_loops(ir_.loops, 1, false);
+    for (size_t k = 0; k < ir_.loops.size(); ++k) {
+      const std::string i = "i" + std::to_string(ir_.loops[k].var);
+      line(1 + int(k),
+           "for (i64 " + i + " = 0; " + i + " < " + ix(*ir_.loops[k].extent) + "; ++" + i + ") {");
+    }
     int d = 1 + int(ir_.loops.size());
     block(ir_.body, d);
     line(d, "if (" + ix(*ir_.target_valid) + ") {");

@@ -14,6 +14,56 @@ bool is_expanding(const GNode& consumer) {
   return false;
 }
 
+// The first axis a broadcast_to expands, when every expanded axis comes after every kept one
+// ([R,1] -> [R,C]: 1), else -1. Read inside a loop nest over the broadcast's shape, its input
+// then depends on outer loops only.
+int suffix_expansion(const GNode& b) {
+  if (b.kind != OpKind::BroadcastTo) return -1;
+  int first = -1;
+  for (size_t k = 0; k < b.bcast.size(); ++k) {
+    bool expands = b.bcast[k] != BroadcastAxis::Keep && b.shape[k] != 1;
+    if (expands && first < 0) first = int(k);
+    if (!expands && first >= 0 && b.shape[k] != 1) return -1;  // a kept axis inside: no
+  }
+  return first;
+}
+
+bool is_elementwise(const GNode& n) {
+  return n.kind == OpKind::Unary || n.kind == OpKind::Binary || n.kind == OpKind::Where ||
+         n.kind == OpKind::Cast;
+}
+
+// A row broadcast: a suffix broadcast whose value flows, through element-wise ops of its own
+// shape, only into outputs or into reductions over expanded axes. Whatever it broadcasts is
+// then invariant in the inner loops of every kernel that reads it, so the emitter computes
+// it once per row (softmax's max and sum, layer-norm's mean and variance) instead of storing
+// it: fusing it costs no recomputation.
+bool is_row_broadcast(const Graph& g, const std::vector<std::vector<int>>& consumers, int b) {
+  const int p = suffix_expansion(g.nodes[b]);
+  if (p < 0) return false;
+  const Shape& shape = g.nodes[b].shape;
+  std::vector<int> todo{b};
+  std::vector<bool> seen(g.nodes.size(), false);
+  while (!todo.empty()) {
+    int id = todo.back();
+    todo.pop_back();
+    for (int c : consumers[id]) {
+      const GNode& cn = g.nodes[c];
+      if (is_elementwise(cn) && cn.shape == shape) {
+        if (!seen[c]) todo.push_back(c), seen[c] = true;
+        continue;
+      }
+      if (cn.kind == OpKind::Reduce) {
+        for (int64_t a : cn.axes)
+          if (a < p) return false;
+        continue;
+      }
+      return false;
+    }
+  }
+  return true;
+}
+
 int own_cost(const GNode& n) {
   switch (n.kind) {
     case OpKind::Leaf:
@@ -32,11 +82,20 @@ std::vector<bool> choose_stored(const Graph& g, int opt_level) {
   std::vector<bool> stored(n, false);
   std::vector<int> uses(n, 0);
   std::vector<bool> expanded(n, false);
-  for (const GNode& node : g.nodes)
+  std::vector<std::vector<int>> consumers(n);
+  for (int i = 0; i < n; ++i)
+    for (int in : g.nodes[i].inputs) consumers[in].push_back(i);
+  std::vector<bool> row_broadcast(n, false);
+  if (opt_level > 0)
+    for (int i = 0; i < n; ++i) row_broadcast[i] = is_row_broadcast(g, consumers, i);
+  for (int i = 0; i < n; ++i) {
+    const GNode& node = g.nodes[i];
     for (int in : node.inputs) {
+      if (row_broadcast[i]) continue;  // read once per row: neither a use nor an expansion
       ++uses[in];
       if (is_expanding(node)) expanded[in] = true;
     }
+  }
   for (int o : g.outputs) stored[o] = true;
   for (int i = 0; i < n; ++i) {
     const GNode& node = g.nodes[i];
@@ -54,7 +113,7 @@ std::vector<bool> choose_stored(const Graph& g, int opt_level) {
     cost[i] = own_cost(node);
     has_reduce[i] = node.kind == OpKind::Reduce;
     for (int in : node.inputs) {
-      if (stored[in]) continue;
+      if (stored[in] || row_broadcast[i]) continue;  // row values are hoisted: free per element
       cost[i] += cost[in];
       has_reduce[i] = has_reduce[i] || has_reduce[in];
     }

@@ -6,7 +6,10 @@
 // inlined into element-wise work on its result. A value is stored only when it is requested,
 // is a reindex_reduce (a scatter), or would otherwise be recomputed (several consumers, or a
 // broadcast/reindex consumer) while being expensive (contains a reduce or more than
-// kRecomputeCostLimit operations). O0: every meta-op is stored, one kernel each.
+// kRecomputeCostLimit operations). A value read through a row broadcast ([R,1] -> [R,C]) is
+// not recomputed per element: the emitter hoists it out of the inner loops, so a softmax or a
+// layer norm is one kernel that reads each row from memory once. O0: every meta-op is stored,
+// one kernel each.
 #pragma once
 #include <string>
 #include <vector>

@@ -630,15 +630,26 @@ HostTensor eval_reduce(const Node& n, const HostTensor& in) {
     T* dst = elems<T>(out);
     const T init = reduce_identity<T>(op);
     std::vector<int64_t> kidx(kept_shape.size(), 0), ridx(red_shape.size(), 0);
+    // float32 sums and products accumulate in double, as the generated kernels do: the result
+    // is the rounded value of a sum far more accurate than float32 itself, so the order in
+    // which kernels add (vector lanes, threads) does not show in float32.
+    using Acc = std::conditional_t<std::is_same_v<T, float>, double, T>;
+    const bool widen = std::is_same_v<T, float> && (op == ReduceOp::Add || op == ReduceOp::Mul);
     for (int64_t o = 0; o < count(out); ++o, next_index(kidx, kept_shape)) {
-      // One accumulator per output, over the reduced axes in row-major order: the order the
-      // generated kernels use, so float sums round the same way.
+      // One accumulator per output, over the reduced axes in row-major order.
       const int64_t base = dot(kidx, kept_strides);
-      T acc = init;
       std::fill(ridx.begin(), ridx.end(), 0);
-      for (int64_t r = 0; r < red_count; ++r, next_index(ridx, red_shape))
-        acc = reduce_combine(op, acc, src[base + dot(ridx, red_strides)]);
-      dst[o] = acc;
+      if (widen) {
+        Acc acc = reduce_identity<Acc>(op);
+        for (int64_t r = 0; r < red_count; ++r, next_index(ridx, red_shape))
+          acc = reduce_combine<Acc>(op, acc, Acc(src[base + dot(ridx, red_strides)]));
+        dst[o] = T(acc);
+      } else {
+        T acc = init;
+        for (int64_t r = 0; r < red_count; ++r, next_index(ridx, red_shape))
+          acc = reduce_combine(op, acc, src[base + dot(ridx, red_strides)]);
+        dst[o] = acc;
+      }
     }
   });
   return out;

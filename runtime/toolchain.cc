@@ -225,8 +225,10 @@ Toolchain resolve(const Config& c) {
   t.path = f.path;
   t.binary_size = f.size;
   t.binary_mtime = f.mtime_ns;
-  t.flags = {"-std=c++17", "-O3", "-march=native", "-fPIC", "-shared", "-fopenmp"};
-  t.flags.insert(t.flags.end(), c.extra_cxxflags.begin(), c.extra_cxxflags.end());
+  // -fno-math-errno lets loops call the SIMD variants of exp/log/sin/... (libmvec); unlike
+  // -ffast-math it changes no result, NaN and Inf included: only errno is no longer set.
+  t.flags = {"-std=c++17", "-O3",      "-march=native",  "-fPIC",
+             "-shared",    "-fopenmp", "-fno-math-errno"};
 
   const std::string name = facts_digest(f) + ".json";
   const std::filesystem::path file = c.cache_dir / "v1" / "toolchains" / name;
@@ -253,6 +255,11 @@ Toolchain resolve(const Config& c) {
   }
   t.version_output = q->version_output;
   t.resolved_target = q->resolved_target;
+  // GCC prefers 256-bit vectors even where 512-bit ones exist; kernels are loops over large
+  // arrays, where the wider vectors win.
+  if (t.resolved_target.find("-mavx512f") != std::string::npos)
+    t.flags.push_back("-mprefer-vector-width=512");
+  t.flags.insert(t.flags.end(), c.extra_cxxflags.begin(), c.extra_cxxflags.end());
   return t;
 }
 
@@ -291,6 +298,7 @@ std::vector<std::string> Toolchain::compile_command(const std::filesystem::path&
   cmd.push_back(source.string());
   cmd.push_back("-o");
   cmd.push_back(output.string());
+  cmd.push_back("-lmvec");  // glibc's vector math (after the source: it resolves its calls)
   return cmd;
 }
 

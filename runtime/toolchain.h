@@ -18,10 +18,12 @@ struct Toolchain {
   std::string
       resolved_target;  // e.g. "-march=znver4 -mavx512f ..." as the compiler resolves native
   std::vector<std::string>
-      flags;  // -std=c++17 -O3 -march=native -fPIC -shared -fopenmp + METAJIT_CXXFLAGS
+      flags;  // -std=c++17 -O3 -march=native -fPIC -shared -fopenmp -fno-math-errno
+              // [-mprefer-vector-width=512 with AVX-512] + METAJIT_CXXFLAGS
 
   std::string identity() const;      // labelled text of every field above, hashed into keys
   std::string version_line() const;  // first line of version_output
+  // path, flags, source, -o output, -lmvec
   std::vector<std::string> compile_command(const std::filesystem::path& source,
                                            const std::filesystem::path& output) const;
 };

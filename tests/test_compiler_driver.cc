@@ -208,11 +208,12 @@ TEST_CASE("host_toolchain resolves the compiler and the native target", "[toolch
   CHECK(std::vector<std::string>(tc.flags.begin(), tc.flags.begin() + 6) == want);
 
   std::vector<std::string> cmd = tc.compile_command("/x/kernel.cc", "/x/kernel.so");
-  REQUIRE(cmd.size() == tc.flags.size() + 4);
+  REQUIRE(cmd.size() == tc.flags.size() + 5);
   CHECK(cmd.front() == tc.path.string());
-  CHECK(cmd[cmd.size() - 3] == "/x/kernel.cc");
-  CHECK(cmd[cmd.size() - 2] == "-o");
-  CHECK(cmd.back() == "/x/kernel.so");
+  CHECK(cmd[cmd.size() - 4] == "/x/kernel.cc");
+  CHECK(cmd[cmd.size() - 3] == "-o");
+  CHECK(cmd[cmd.size() - 2] == "/x/kernel.so");
+  CHECK(cmd.back() == "-lmvec");
 
   // Resolved once: the same object again.
   CHECK(&host_toolchain() == &tc);

@@ -112,10 +112,18 @@ TEST_CASE("O0 runs one kernel per meta-op with the same results", "[fusion]") {
 TEST_CASE("a value several consumers need is computed once when it is expensive", "[fusion]") {
   Var x = rand({32, 32}, 1);
   eval({x});
-  // m is a reduction broadcast back over rows: it must be stored, not recomputed per element.
-  Var m = max(x, {1}, true);
-  Var y = x - m;
+  // A row max broadcast back over its row: one kernel, the max computed once per row (its
+  // reduction loop comes before, not inside, the loop over the row's outputs).
+  Var y = x - max(x, {1}, true);
   std::vector<KernelInfo> k = plan({y});
-  CHECK(k.size() == 2);
-  check_against_reference({x - max(x, {1}, true)});
+  REQUIRE(k.size() == 1);
+  const std::string& src = k[0].source;
+  size_t reduce_at = src.find("reduction(mj_maxf"), inner_at = src.rfind("#pragma omp simd\n");
+  CHECK(reduce_at != std::string::npos);
+  CHECK(inner_at != std::string::npos);
+  CHECK(reduce_at < inner_at);
+  // A column max broadcast over rows would be recomputed for every element: it is stored.
+  Var z = x - max(x, {0}, true);
+  CHECK(plan({z}).size() == 2);
+  check_against_reference({x - max(x, {1}, true), x - max(x, {0}, true)});
 }

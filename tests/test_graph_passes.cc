@@ -83,12 +83,19 @@ TEST_CASE("the planner stores reductions read through a broadcast, not cheap val
   Var x = rand({8, 8}, 1);
   eval({x});
   Var e = exp(x * 2.0);
-  Var y = e / sum(e, {1}, true);  // e: two consumers, cheap -> recomputed; the sum -> stored
-  Graph g = capture({y});
+  // e: two consumers, cheap -> recomputed. A row sum read back along its row is fused (the
+  // emitter computes it once per row); a column sum read back along columns is stored.
+  Var rows = e / sum(e, {1}, true);
+  Var cols = e / sum(e, {0}, true);
+  Graph g = capture({rows});
   FusionPlan p = plan_fusion(g, 1);
-  CHECK(p.groups.size() == 2);
+  CHECK(p.groups.size() == 1);
   FusionPlan p0 = plan_fusion(g, 0);
   CHECK(p0.groups.size() > p.groups.size());
+  CHECK(plan_fusion(capture({cols}), 1).groups.size() == 2);
+  // Read through a reindex (here a transpose), even a row sum is stored.
+  Var t = transpose(e - sum(e, {1}, true), {1, 0});
+  CHECK(plan_fusion(capture({t}), 1).groups.size() == 2);
 }
 
 TEST_CASE("lowered kernels carry shapes and scalars as arguments", "[planner]") {
