@@ -74,13 +74,14 @@ NodePtr new_node(OpKind kind, DType dtype, Shape shape, std::vector<NodePtr> inp
 }
 
 void realize(Node& n, BufferPtr data) {
-  n.kind = OpKind::Leaf;
   n.data = std::move(data);
   n.inputs.clear();
   n.indexes.clear();
   n.conditions.clear();
   n.bcast.clear();
   n.axes.clear();
+  // Last, so that a thread reading `kind` without the lock (realized_acquire) sees the data.
+  std::atomic_ref<OpKind>(n.kind).store(OpKind::Leaf, std::memory_order_release);
 }
 
 std::recursive_mutex& graph_mutex() {

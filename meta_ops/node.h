@@ -102,8 +102,17 @@ struct Node {
 
 // Creates a node with a fresh id.
 NodePtr new_node(OpKind kind, DType dtype, Shape shape, std::vector<NodePtr> inputs = {});
-// Turns `n` into a Leaf holding `data` and drops its inputs (after evaluation).
+// Turns `n` into a Leaf holding `data` and drops its inputs (after evaluation). Called with
+// graph_mutex() held; `kind` is published last (release), see realized_acquire().
 void realize(Node& n, BufferPtr data);
+
+// For readers that do not hold graph_mutex(): true once `n` is realized, and then `n.data` is
+// visible to the caller (acquire; pairs with realize()). False means "lazy, or being
+// realized": evaluate it (eval() locks and looks again).
+inline bool realized_acquire(const Node& n) {
+  return std::atomic_ref<OpKind>(const_cast<OpKind&>(n.kind)).load(std::memory_order_acquire) ==
+         OpKind::Leaf;
+}
 
 // Serialises evaluation against graph mutation (realize) from several threads.
 std::recursive_mutex& graph_mutex();

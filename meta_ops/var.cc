@@ -11,7 +11,7 @@ const void* Var::realized_data(DType want, const char* what) const {
     throw DTypeError(std::string(what) + ": the Var has dtype " + dtype_name(node_->dtype) +
                      " but " + dtype_name(want) + " was requested (use the C++ type of " +
                      dtype_name(node_->dtype) + ")");
-  if (!node_->realized()) eval({*this});
+  if (!realized_acquire(*node_)) eval({*this});
   return node_->data->data();
 }
 

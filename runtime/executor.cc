@@ -1,18 +1,19 @@
 #include "runtime/executor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "runtime/runtime_stats.h"
+#include "runtime/small_buffer.h"
 
 namespace metajit {
 namespace {
 
 // A stored 0-d scalar (only when it is itself requested) is written on the host.
-BufferPtr scalar_buffer(const GNode& n) {
-  BufferPtr b = allocate_buffer(dtype_size(n.dtype));
-  double v = n.scalar;
-  switch (n.dtype) {
+BufferPtr scalar_buffer(DType dtype, double v) {
+  BufferPtr b = allocate_buffer(dtype_size(dtype));
+  switch (dtype) {
     case DType::Bool:
       *static_cast<bool*>(b->data()) = v != 0;
       break;
@@ -32,45 +33,114 @@ BufferPtr scalar_buffer(const GNode& n) {
   return b;
 }
 
+// Scratch slots of one run; plans of up to this many stored values need no malloc for them.
+constexpr size_t kInlineSlots = 16;
+
 }  // namespace
+
+ExecProgram make_program(const Graph& g, const FusionPlan& plan,
+                         const std::vector<LoweredKernel>& kernels,
+                         const std::vector<KernelHandle>& handles) {
+  ExecProgram p;
+  const size_t n = g.nodes.size();
+  std::vector<int32_t> slot(n, -1);
+  std::vector<bool> is_output(n, false);
+  for (int o : g.outputs) is_output[o] = true;
+  p.leaf_slots.assign(g.leaves.size(), -1);
+  for (size_t i = 0; i < n; ++i) {
+    const GNode& node = g.nodes[i];
+    if (node.kind == OpKind::Leaf) {
+      slot[i] = int32_t(p.num_slots++);
+      p.leaf_slots[node.leaf] = slot[i];
+    } else if (node.kind == OpKind::Scalar && plan.stored[i]) {
+      slot[i] = int32_t(p.num_slots++);
+      p.stored_scalars.push_back({slot[i], node.dtype, node.scalar});
+    }
+  }
+  for (const LoweredKernel& lk : kernels) slot[lk.output_node] = int32_t(p.num_slots++);
+
+  // The step after which each slot is read no more.
+  std::vector<int> last_reader(p.num_slots, -1);
+  for (size_t k = 0; k < kernels.size(); ++k)
+    for (int in : kernels[k].input_nodes) last_reader[slot[in]] = int(k);
+
+  for (size_t k = 0; k < kernels.size(); ++k) {
+    const LoweredKernel& lk = kernels[k];
+    const GNode& out = g.nodes[lk.output_node];
+    ExecProgram::Step s;
+    s.fn = handles[k].fn;
+    s.inputs_begin = uint32_t(p.input_slots.size());
+    for (int in : lk.input_nodes) p.input_slots.push_back(slot[in]);
+    s.inputs_end = uint32_t(p.input_slots.size());
+    s.params = uint32_t(p.params.size());
+    for (int64_t v : lk.args.params) p.params.push_back(static_cast<long long>(v));
+    s.scalars = uint32_t(p.scalars.size());
+    p.scalars.insert(p.scalars.end(), lk.args.scalars.begin(), lk.args.scalars.end());
+    s.out_slot = slot[lk.output_node];
+    s.out_bytes = size_t(out.numel()) * dtype_size(out.dtype);
+    s.launch = out.numel() > 0;
+    s.frees_begin = uint32_t(p.free_slots.size());
+    for (int in : lk.input_nodes) {
+      const int32_t sl = slot[in];
+      const bool freeable = !is_output[in] && g.nodes[in].kind != OpKind::Leaf;
+      if (freeable && last_reader[sl] == int(k) &&
+          std::find(p.free_slots.begin() + s.frees_begin, p.free_slots.end(), sl) ==
+              p.free_slots.end())
+        p.free_slots.push_back(sl);  // last reader done: back to the allocator
+    }
+    s.frees_end = uint32_t(p.free_slots.size());
+    p.max_args = std::max(p.max_args, s.inputs_end - s.inputs_begin + 1);
+    p.steps.push_back(s);
+  }
+  for (int o : g.outputs)
+    p.outputs.push_back({slot[o], g.nodes[o].kind == OpKind::Leaf ? g.nodes[o].leaf : -1});
+  return p;
+}
+
+void run_program(const ExecProgram& p, void* const* leaf_data, BufferPtr* outputs) {
+  SmallBuffer<void*, kInlineSlots> ptr(p.num_slots);
+  SmallBuffer<BufferPtr, kInlineSlots> owned(p.num_slots);
+  SmallBuffer<void*, kInlineSlots> args(p.max_args);
+  for (size_t i = 0; i < p.leaf_slots.size(); ++i)
+    if (p.leaf_slots[i] >= 0) ptr[size_t(p.leaf_slots[i])] = leaf_data[i];
+  for (const ExecProgram::StoredScalar& s : p.stored_scalars) {
+    owned[size_t(s.slot)] = scalar_buffer(s.dtype, s.value);
+    ptr[size_t(s.slot)] = owned[size_t(s.slot)]->data();
+  }
+  uint64_t launched = 0;
+  for (const ExecProgram::Step& s : p.steps) {
+    BufferPtr result = allocate_buffer(s.out_bytes);
+    void* out = result->data();
+    if (s.launch) {
+      size_t k = 0;
+      for (uint32_t j = s.inputs_begin; j < s.inputs_end; ++j)
+        args[k++] = ptr[size_t(p.input_slots[j])];
+      args[k] = out;
+      s.fn(args.data(), p.params.data() + s.params, p.scalars.data() + s.scalars);
+      ++launched;
+    }
+    ptr[size_t(s.out_slot)] = out;
+    owned[size_t(s.out_slot)] = std::move(result);
+    for (uint32_t j = s.frees_begin; j < s.frees_end; ++j) {
+      owned[size_t(p.free_slots[j])].reset();
+      ptr[size_t(p.free_slots[j])] = nullptr;
+    }
+  }
+  if (launched) runtime_counters().kernels_launched.fetch_add(launched, std::memory_order_relaxed);
+  for (size_t k = 0; k < p.outputs.size(); ++k)
+    if (p.outputs[k].leaf < 0) outputs[k] = owned[size_t(p.outputs[k].slot)];
+}
 
 std::vector<BufferPtr> execute_plan(const Graph& g, const FusionPlan& plan,
                                     const std::vector<LoweredKernel>& kernels,
                                     const std::vector<KernelHandle>& handles) {
-  const size_t n = g.nodes.size();
-  std::vector<BufferPtr> buffers(n);
-  std::vector<int> readers_left(n, 0);
-  std::vector<bool> is_output(n, false);
-  for (int o : g.outputs) is_output[o] = true;
-  for (const LoweredKernel& k : kernels)
-    for (int in : k.input_nodes) ++readers_left[in];
-  for (size_t i = 0; i < n; ++i) {
-    const GNode& node = g.nodes[i];
-    if (node.kind == OpKind::Leaf)
-      buffers[i] = g.leaves[node.leaf]->data;
-    else if (node.kind == OpKind::Scalar && plan.stored[i])
-      buffers[i] = scalar_buffer(node);
-  }
-  std::vector<void*> ptrs;
-  for (size_t k = 0; k < kernels.size(); ++k) {
-    const LoweredKernel& lk = kernels[k];
-    const GNode& out = g.nodes[lk.output_node];
-    BufferPtr result = allocate_buffer(size_t(out.numel()) * dtype_size(out.dtype));
-    if (out.numel() > 0) {
-      ptrs.clear();
-      for (int in : lk.input_nodes) ptrs.push_back(buffers[in]->data());
-      ptrs.push_back(result->data());
-      handles[k].fn(ptrs.data(), reinterpret_cast<const long long*>(lk.args.params.data()),
-                    lk.args.scalars.data());
-      runtime_counters().kernels_launched++;
-    }
-    buffers[lk.output_node] = std::move(result);
-    for (int in : lk.input_nodes)
-      if (--readers_left[in] == 0 && !is_output[in] && g.nodes[in].kind != OpKind::Leaf)
-        buffers[in].reset();  // last reader done: back to the allocator
-  }
-  std::vector<BufferPtr> outputs;
-  for (int o : g.outputs) outputs.push_back(buffers[o]);
+  const ExecProgram p = make_program(g, plan, kernels, handles);
+  std::vector<void*> leaf_data(g.leaves.size());
+  for (size_t i = 0; i < g.leaves.size(); ++i) leaf_data[i] = g.leaves[i]->data->data();
+  std::vector<BufferPtr> outputs(p.outputs.size());
+  run_program(p, leaf_data.data(), outputs.data());
+  for (size_t k = 0; k < p.outputs.size(); ++k)
+    if (p.outputs[k].leaf >= 0) outputs[k] = g.leaves[size_t(p.outputs[k].leaf)]->data;
   return outputs;
 }
 

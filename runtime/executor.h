@@ -1,7 +1,14 @@
 // The executor: runs the kernels of one plan in dependency order, allocating each stored
 // value from the caching allocator and freeing intermediates as soon as their last reader
 // has run (design.md §8).
+//
+// A plan is first flattened into an ExecProgram (slots for the stored values, one step per
+// kernel with its launch arguments copied in, the frees after each step), which run_program
+// executes. eval() builds a program and runs it once; jit() keeps one per traced signature
+// and runs it on every replay. A program is immutable once built: any number of threads may
+// run the same program at once, each call with its own buffers.
 #pragma once
+#include <cstdint>
 #include <vector>
 
 #include "codegen/fusion_planner.h"
@@ -11,8 +18,50 @@
 
 namespace metajit {
 
-// Runs `kernels[k]` (lowered from plan.groups[k]) with `handles[k]`. Returns one buffer per
-// entry of g.outputs.
+struct ExecProgram {
+  struct Step {
+    KernelFn fn = nullptr;
+    uint32_t inputs_begin = 0, inputs_end = 0;  // range of input_slots: the kernel's inputs
+    uint32_t frees_begin = 0, frees_end = 0;    // range of free_slots: released after the step
+    uint32_t params = 0, scalars = 0;           // offsets into params / scalars
+    int32_t out_slot = -1;
+    size_t out_bytes = 0;
+    bool launch = true;  // false when the output is empty (numel 0): allocated, never launched
+  };
+  struct StoredScalar {  // a requested 0-d constant, written on the host
+    int32_t slot = -1;
+    DType dtype = DType::Float32;
+    double value = 0;
+  };
+  struct Output {
+    int32_t slot = -1;  // the value's slot
+    int32_t leaf = -1;  // >= 0: the output is Graph::leaves[leaf] itself (nothing computed)
+  };
+
+  uint32_t num_slots = 0;           // stored values: leaves read, stored scalars, kernel outputs
+  uint32_t max_args = 1;            // the most buffers one kernel takes (inputs and output)
+  std::vector<int32_t> leaf_slots;  // per Graph::leaves entry: its slot, -1 when nothing reads it
+  std::vector<StoredScalar> stored_scalars;
+  std::vector<Step> steps;           // in dependency order
+  std::vector<int32_t> input_slots;  // per step, its kernel's input buffers in slot order
+  std::vector<int32_t> free_slots;
+  std::vector<long long> params;  // every step's shape parameters, concatenated
+  std::vector<double> scalars;    // every step's scalar arguments, concatenated
+  std::vector<Output> outputs;    // one per Graph::outputs entry
+};
+
+// Flattens `kernels[k]` (lowered from plan.groups[k]) with `handles[k]` into a program.
+ExecProgram make_program(const Graph& g, const FusionPlan& plan,
+                         const std::vector<LoweredKernel>& kernels,
+                         const std::vector<KernelHandle>& handles);
+
+// Runs `p`. `leaf_data[i]` is the data of Graph::leaves[i] (the caller keeps it alive for the
+// call; entries nothing reads may be null). Writes the buffer of each output into
+// `outputs[k]`, except outputs that are leaves (Output::leaf >= 0), which are left untouched.
+// Touches no shared state but the allocator and the stats counters.
+void run_program(const ExecProgram& p, void* const* leaf_data, BufferPtr* outputs);
+
+// make_program + run_program for a plan run once. Returns one buffer per entry of g.outputs.
 std::vector<BufferPtr> execute_plan(const Graph& g, const FusionPlan& plan,
                                     const std::vector<LoweredKernel>& kernels,
                                     const std::vector<KernelHandle>& handles);

@@ -7,3 +7,4 @@
 #include "meta_ops/ops.h"
 #include "meta_ops/var.h"
 #include "runtime/api.h"
+#include "runtime/jit_function.h"

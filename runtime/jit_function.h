@@ -1,0 +1,205 @@
+// jit(fn): trace a function of Vars once per input signature, then replay its plan
+// (design.md §8, api.md `template <class F> auto jit(F fn);`).
+//
+//   auto step = jit([](const Var& a, const Var& b, const Var& c) { return a * b + c; }, "step");
+//   Var y = step(x, w, bias);   // first call with these dtypes/shapes: trace, plan, compile
+//   Var z = step(x2, w2, b2);   // same dtypes/shapes: replay (microseconds)
+//
+// fn takes any number of Vars (each by value or by const Var&) and returns a Var or a
+// std::vector<Var>. The callable jit() returns takes the same arguments and returns the same
+// type; copies of it share one cache of traces.
+//
+// - Signature: the dtype and shape of every argument. The first call with a new signature
+//   traces fn: it calls fn on placeholder Vars (holding the arguments' values), plans the graph
+//   fn builds (capture -> passes -> fusion -> lowering) and obtains its kernels (memory ->
+//   disk -> compile), then keeps that plan. Kernels are shape-generic, so a retrace for a new
+//   shape usually compiles nothing.
+// - Replay (every later call with a known signature): no graph building, planning, hashing or
+//   code generation. It takes the arguments' buffers (evaluating a lazy argument first),
+//   allocates outputs and intermediates from the caching allocator, launches the kernels and
+//   returns realized Vars. Concurrent calls from several threads are safe: the cache of traces
+//   is read without a lock and every call has its own buffers.
+// - Static values: whatever fn captures that is not an argument (a double, a Shape, a Var
+//   created outside) is baked into the plan when fn is traced. Changing a captured double
+//   afterwards does not retrace; pass the value as a Var argument (e.g. a 0-d Var) to make it
+//   dynamic. Values fn reads while tracing (to_vector, item, eval) are likewise computed once,
+//   at trace time.
+// - Retracing warning: after more than METAJIT_RETRACE_WARN (default 8; 0 turns it off)
+//   traces of one jit function, one warning names it and what changed between the last two
+//   signatures. Name a function with jit(fn, "name"); the default name is "#N" with fn's type.
+// - Errors: a wrong number or type of arguments does not compile; an undefined
+//   (default-constructed) Var argument, or fn returning one, is a metajit::Error naming the
+//   function and the argument (or output) index.
+// - Calling a jit function while another one is being traced on the same thread simply calls
+//   its fn: the inner function becomes part of the outer trace.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <typeinfo>
+#include <utility>
+#include <vector>
+
+#include "meta_ops/var.h"
+
+namespace metajit {
+
+namespace detail {
+
+class JitCore;
+
+// Calls fn on the placeholders args[0..n) and returns its result(s) as a vector.
+using JitTraceFn = std::function<std::vector<Var>(const Var* args)>;
+
+std::shared_ptr<JitCore> make_jit_core(JitTraceFn trace, size_t num_args, std::string name,
+                                       const char* type_name);
+Var jit_call_one(JitCore& core, const Var* const* args);
+std::vector<Var> jit_call_many(JitCore& core, const Var* const* args);
+uint64_t jit_traces(const JitCore& core);
+const std::string& jit_name(const JitCore& core);
+
+// The call signature of a function, function pointer, or class with one non-template
+// operator() (lambdas, functors).
+template <class T>
+struct FnTraits;
+template <class R, class... A>
+struct FnTraits<R(A...)> {
+  using Return = R;
+  using Args = std::tuple<A...>;
+};
+template <class R, class... A>
+struct FnTraits<R(A...) noexcept> : FnTraits<R(A...)> {};
+template <class R, class... A>
+struct FnTraits<R (*)(A...)> : FnTraits<R(A...)> {};
+template <class R, class... A>
+struct FnTraits<R (*)(A...) noexcept> : FnTraits<R(A...)> {};
+template <class C, class R, class... A>
+struct FnTraits<R (C::*)(A...)> : FnTraits<R(A...)> {};
+template <class C, class R, class... A>
+struct FnTraits<R (C::*)(A...) const> : FnTraits<R(A...)> {};
+template <class C, class R, class... A>
+struct FnTraits<R (C::*)(A...) noexcept> : FnTraits<R(A...)> {};
+template <class C, class R, class... A>
+struct FnTraits<R (C::*)(A...) const noexcept> : FnTraits<R(A...)> {};
+
+template <class F>
+concept HasFixedCallOperator = requires {
+  &F::operator();
+};
+
+template <class F>
+constexpr bool has_fixed_signature() {
+  if constexpr (std::is_function_v<F> || std::is_pointer_v<F>)
+    return std::is_function_v<std::remove_pointer_t<F>>;
+  else if constexpr (std::is_class_v<F>)
+    return HasFixedCallOperator<F>;
+  else
+    return false;
+}
+
+template <class F>
+struct SignatureOf {
+  using type = FnTraits<F>;
+};
+template <class F>
+requires std::is_class_v<F>
+struct SignatureOf<F> {
+  using type = FnTraits<decltype(&F::operator())>;
+};
+
+template <class A>
+inline constexpr bool is_var_param_v =
+    std::is_same_v<A, Var> || std::is_same_v<A, const Var&> || std::is_same_v<A, const Var>;
+
+template <class R>
+inline constexpr bool is_var_result_v =
+    std::is_same_v<R, Var> || std::is_same_v<R, std::vector<Var>>;
+
+// The callable jit() returns, for fn of type R(A...).
+template <class R, class Args>
+class JitFunction;
+
+template <class R, class... A>
+class JitFunction<R, std::tuple<A...>> {
+ public:
+  explicit JitFunction(std::shared_ptr<JitCore> core) : core_(std::move(core)) {}
+
+  // Replays fn's plan for these arguments' signature, tracing fn first if it is new.
+  // (Arguments are taken by const reference whatever fn takes: the same calls compile.)
+  R operator()(const std::conditional_t<true, Var, A>&... args) const {
+    const Var* in[sizeof...(A) + 1] = {&args...};
+    if constexpr (std::is_same_v<R, Var>)
+      return jit_call_one(*core_, in);
+    else
+      return jit_call_many(*core_, in);
+  }
+
+  // How many times fn has been traced (one per distinct signature seen).
+  uint64_t traces() const { return jit_traces(*core_); }
+  // The name warnings and errors use: the one given to jit(fn, name), else "#N (type)".
+  const std::string& name() const { return jit_name(*core_); }
+
+ private:
+  std::shared_ptr<JitCore> core_;
+};
+
+template <class>
+inline constexpr bool always_false_v = false;
+
+template <class Args>
+struct AllVarParams;
+template <class... A>
+struct AllVarParams<std::tuple<A...>> : std::bool_constant<(is_var_param_v<A> && ...)> {};
+
+template <class F>
+auto make_jit(F fn, std::string name) {
+  if constexpr (!has_fixed_signature<F>()) {
+    static_assert(always_false_v<F>,
+                  "jit(fn): fn must be a function, a function pointer or a lambda/functor with "
+                  "one non-template operator(); write the parameters of a generic lambda as Var "
+                  "or const Var&");
+  } else {
+    using Traits = typename SignatureOf<F>::type;
+    using R = std::remove_cv_t<typename Traits::Return>;
+    using Args = typename Traits::Args;
+    if constexpr (!is_var_result_v<R>) {
+      static_assert(always_false_v<F>, "jit(fn): fn must return a Var or a std::vector<Var>");
+    } else if constexpr (!AllVarParams<Args>::value) {
+      static_assert(always_false_v<F>,
+                    "jit(fn): every parameter of fn must be a Var, taken by value or by const "
+                    "Var&");
+    } else {
+      constexpr size_t n = std::tuple_size_v<Args>;
+      JitTraceFn trace = [fn = std::move(fn)](const Var* args) mutable -> std::vector<Var> {
+        return [&]<size_t... I>(std::index_sequence<I...>)->std::vector<Var> {
+          if constexpr (std::is_same_v<R, Var>)
+            return {fn(args[I]...)};
+          else
+            return fn(args[I]...);
+        }
+        (std::make_index_sequence<n>{});
+      };
+      const char* type_name = std::is_class_v<F> ? typeid(F).name() : nullptr;
+      return JitFunction<R, Args>(make_jit_core(std::move(trace), n, std::move(name), type_name));
+    }
+  }
+}
+
+}  // namespace detail
+
+// Wraps fn (Vars -> Var or std::vector<Var>) into a callable with the same parameters that
+// traces fn once per input signature and replays the plan afterwards (see the file comment).
+template <class F>
+auto jit(F fn) {
+  return detail::make_jit(std::move(fn), std::string());
+}
+// The same, naming the function in warnings and errors.
+template <class F>
+auto jit(F fn, std::string name) {
+  return detail::make_jit(std::move(fn), std::move(name));
+}
+
+}  // namespace metajit
