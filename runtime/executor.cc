@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "runtime/profiler.h"
 #include "runtime/runtime_stats.h"
 
 namespace metajit {
@@ -60,8 +61,11 @@ std::vector<BufferPtr> execute_plan(const Graph& g, const FusionPlan& plan,
       ptrs.clear();
       for (int in : lk.input_nodes) ptrs.push_back(buffers[in]->data());
       ptrs.push_back(result->data());
+      const bool profiled = profiling_enabled();  // one relaxed load when off
+      const uint64_t start_ns = profiled ? profile_clock_ns() : 0;
       handles[k].fn(ptrs.data(), reinterpret_cast<const long long*>(lk.args.params.data()),
                     lk.args.scalars.data());
+      if (profiled) profile_launch(handles[k], lk, buffers, *result, start_ns);
       runtime_counters().kernels_launched++;
     }
     buffers[lk.output_node] = std::move(result);
