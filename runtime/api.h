@@ -1,4 +1,4 @@
-// Running graphs and looking inside: eval, plan, explain, stats (api.md "Running").
+// Running graphs and looking inside: eval, plan, explain, stats, profile (api.md "Running").
 #pragma once
 #include <cstdint>
 #include <string>
@@ -28,5 +28,12 @@ struct Stats {
 };
 Stats stats();
 void reset_stats();  // zeroes counters; peak_bytes restarts from bytes_in_use
+
+// Profiling (README "Profiling"): one row per kernel with calls, run time, compile time, bytes
+// moved and GB/s, sorted by total time. METAJIT_PROFILE=1 records from the first launch and
+// prints the table to stderr at exit; set_profiling() switches recording on or off at any time.
+std::string profile_report();  // works either way; says how to switch profiling on when it is off
+void set_profiling(bool on);
+void reset_profile();  // forgets what was recorded
 
 }  // namespace metajit

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "runtime/profiler.h"
 #include "runtime/runtime_stats.h"
 #include "runtime/small_buffer.h"
 
@@ -79,6 +80,11 @@ ExecProgram make_program(const Graph& g, const FusionPlan& plan,
     s.out_slot = slot[lk.output_node];
     s.out_bytes = size_t(out.numel()) * dtype_size(out.dtype);
     s.launch = out.numel() > 0;
+    s.bytes_moved = s.out_bytes;
+    for (int in : lk.input_nodes)
+      s.bytes_moved += uint64_t(g.nodes[in].numel()) * dtype_size(g.nodes[in].dtype);
+    p.handles.push_back(handles[k]);
+    p.ops.push_back(lk.ir.ops);
     s.frees_begin = uint32_t(p.free_slots.size());
     for (int in : lk.input_nodes) {
       const int32_t sl = slot[in];
@@ -108,7 +114,9 @@ void run_program(const ExecProgram& p, void* const* leaf_data, BufferPtr* output
     ptr[size_t(s.slot)] = owned[size_t(s.slot)]->data();
   }
   uint64_t launched = 0;
-  for (const ExecProgram::Step& s : p.steps) {
+  const bool profiled = profiling_enabled();  // one relaxed load when off
+  for (size_t step = 0; step < p.steps.size(); ++step) {
+    const ExecProgram::Step& s = p.steps[step];
     BufferPtr result = allocate_buffer(s.out_bytes);
     void* out = result->data();
     if (s.launch) {
@@ -116,7 +124,9 @@ void run_program(const ExecProgram& p, void* const* leaf_data, BufferPtr* output
       for (uint32_t j = s.inputs_begin; j < s.inputs_end; ++j)
         args[k++] = ptr[size_t(p.input_slots[j])];
       args[k] = out;
+      const uint64_t start_ns = profiled ? profile_clock_ns() : 0;
       s.fn(args.data(), p.params.data() + s.params, p.scalars.data() + s.scalars);
+      if (profiled) profile_launch(p.handles[step], p.ops[step], s.bytes_moved, start_ns);
       ++launched;
     }
     ptr[size_t(s.out_slot)] = out;

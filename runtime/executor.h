@@ -27,6 +27,7 @@ struct ExecProgram {
     int32_t out_slot = -1;
     size_t out_bytes = 0;
     bool launch = true;  // false when the output is empty (numel 0): allocated, never launched
+    uint64_t bytes_moved = 0;  // inputs' and output's sizes, for the profiler
   };
   struct StoredScalar {  // a requested 0-d constant, written on the host
     int32_t slot = -1;
@@ -45,9 +46,11 @@ struct ExecProgram {
   std::vector<Step> steps;           // in dependency order
   std::vector<int32_t> input_slots;  // per step, its kernel's input buffers in slot order
   std::vector<int32_t> free_slots;
-  std::vector<long long> params;  // every step's shape parameters, concatenated
-  std::vector<double> scalars;    // every step's scalar arguments, concatenated
-  std::vector<Output> outputs;    // one per Graph::outputs entry
+  std::vector<long long> params;              // every step's shape parameters, concatenated
+  std::vector<double> scalars;                // every step's scalar arguments, concatenated
+  std::vector<Output> outputs;                // one per Graph::outputs entry
+  std::vector<KernelHandle> handles;          // per step: key, origin, compile time (profiler)
+  std::vector<std::vector<std::string>> ops;  // per step: the fused ops (profiler)
 };
 
 // Flattens `kernels[k]` (lowered from plan.groups[k]) with `handles[k]` into a program.

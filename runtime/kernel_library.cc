@@ -146,6 +146,7 @@ struct Pending {
   std::vector<std::string> command;
   CacheKeyLock lock;  // held from the re-check after a miss until the entry is installed
   fs::path object;    // the installed (or staged) kernel.so once built
+  double compile_seconds = 0;
 };
 
 void write_source(const fs::path& dir, const std::string& src) {
@@ -234,6 +235,7 @@ std::optional<CompileError> compile_and_install(std::vector<Pending*>& todo,
       p.object = p.staging / "kernel.so";
     }
     p.lock.release();  // installed: waiters find the entry
+    p.compile_seconds = r.seconds;
     counters.kernels_compiled++;
     counters.compile_micros += uint64_t(r.seconds * 1e6);
     delta.compiles++;
@@ -319,7 +321,7 @@ std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs
   for (Pending& p : pending) {
     if (std::optional<fs::path> so = find_or_lock(store, p)) {
       try {
-        KernelHandle h{load_kernel(*so), p.key};
+        KernelHandle h{load_kernel(*so), p.key, KernelOrigin::Disk};
         for (size_t i : p.positions) out[i] = h;
         counters.disk_hits++;
         delta.disk_hits++;
@@ -346,7 +348,7 @@ std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs
     failure = compile_and_install(to_compile, store, tc, config().jobs, false, delta);
   for (Pending* p : to_compile) {
     if (p->object.empty()) continue;
-    KernelHandle h{load_kernel(p->object), p->key};
+    KernelHandle h{load_kernel(p->object), p->key, KernelOrigin::Compiled, p->compile_seconds};
     for (size_t i : p->positions) out[i] = h;
     recorder().record(p->key, *p->ir);
   }

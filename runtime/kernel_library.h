@@ -4,6 +4,7 @@
 // evaluation compiled in parallel, installed atomically, the cache then kept under its size
 // limit). With METAJIT_RECORD=FILE it also writes the manifest of the kernels used.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -11,9 +12,19 @@
 
 namespace metajit {
 
+// How this process obtained a kernel (the profiler's compile column). Ordered: a later value
+// tells more.
+enum class KernelOrigin : uint8_t {
+  Memory,    // no record of how it reached this process
+  Disk,      // loaded from the on-disk cache
+  Compiled,  // compiled by this process
+};
+
 struct KernelHandle {
   KernelFn fn = nullptr;
   std::string key;
+  KernelOrigin origin = KernelOrigin::Memory;  // memory hits keep the first lookup's origin
+  double compile_seconds = 0;                  // Compiled: the compiler's wall time
 };
 
 // Runnable kernels for `irs`, in order. Throws CompileError (nothing installed) when a

@@ -425,3 +425,16 @@ TEST_CASE("jit errors: undefined arguments and results", "[jit][errors]") {
   CHECK_THROWS_AS(bad(realized_rand({2}, 1), realized_rand({3}, 2)), ShapeError);
   CHECK(bad.traces() == 0);
 }
+
+TEST_CASE("jit replays are profiled like eval launches", "[jit][profile]") {
+  auto f = jit([](const Var& a, const Var& b) { return exp(a) * b - 0.5; }, "profiled");
+  Var a = realized_rand({3, 7}, 11), b = realized_rand({3, 7}, 12);
+  f(a, b);  // trace
+  set_profiling(true);
+  reset_profile();
+  for (int i = 0; i < 5; ++i) f(a, b);
+  set_profiling(false);
+  std::string report = profile_report();
+  INFO(report);
+  CHECK_THAT(report, Catch::Matchers::Contains("1 kernel, 5 launches"));
+}
