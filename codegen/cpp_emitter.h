@@ -1,7 +1,15 @@
 // The C++ emitter: KernelIR -> one self-contained C++17 translation unit with an
-// extern "C" metajit_kernel() (signature in kernel_ir.h). Outer loops are OpenMP-parallel,
-// the innermost loop is left plain and contiguous for the vectoriser. The source includes no
-// header at all: compile latency is a product feature (design.md §7).
+// extern "C" metajit_kernel() (signature in kernel_ir.h). It also schedules the loops:
+//  - every statement sits in the loop it depends on (loop_invariants.h), so a row's max and
+//    sum fused into softmax's output kernel run once per row;
+//  - outer loops are OpenMP-parallel, the innermost runs under `omp simd`; exp/log/sin/cos/
+//    tanh/pow vectorise through glibc's libmvec (declared `omp declare simd`);
+//  - reductions use OpenMP SIMD (and, outside every parallel loop, parallel) reductions,
+//    float32 sums accumulating in double; a reduction over outer axes (a column sum) is
+//    interchanged into strips that run along memory;
+//  - a sum of products whose operands each miss one output loop (matmul, conv2d) gets a
+//    register-blocked schedule: a packed panel of one operand, an 8x32 tile in registers.
+// The source includes no header at all: compile latency is a product feature (design.md §7).
 #pragma once
 #include <string>
 
