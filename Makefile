@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 
-.PHONY: all deps build run test bench install format clean
+.PHONY: all deps bench-deps build run test bench install format clean
 
 all: build
 
@@ -22,10 +22,21 @@ run: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
-bench: deps
+# `make bench`: metajit against Halide, Eigen, OpenBLAS, hand loops (C++), then numpy, PyTorch,
+# JAX, Jittor (bench/peers.py, whichever are installed), one JSON file. The bench's packages are
+# installed here only: `make build` and `make test` never need them.
+BENCH_JSON ?= bench/results.json
+BENCH_ARGS ?=
+bench-deps:
+	@bash scripts/install_bench_deps.sh
+
+bench: deps bench-deps
 	cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DMETAJIT_BENCH=ON
 	cmake --build $(BUILD) -j $(JOBS) --target metajit_bench
-	./$(BUILD)/bench/metajit_bench
+	./$(BUILD)/bench/metajit_bench --json $(BENCH_JSON) $(BENCH_ARGS)
+	@if command -v python3 >/dev/null 2>&1; then \
+	  python3 bench/peers.py --json $(BENCH_JSON); \
+	else echo "bench: python3 not found: Python peers skipped"; fi
 
 install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)

@@ -1,0 +1,59 @@
+// The peers metajit is measured against. Each function returns one Impl that computes the
+// workload from the given input (already filled, not copied) into its own output buffer,
+// which is allocated and first touched here, outside any timing. A peer whose library was not
+// found at configure time returns an Impl with `skipped` saying so.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "bench/buffer.h"
+#include "bench/timing.h"
+
+namespace bench {
+
+// Row-major [rows, cols] float32.
+struct Mat {
+  Buffer buf;
+  int64_t rows = 0, cols = 0;
+};
+
+// NCHW input and OIHW weights of a stride/padding convolution (dilation 1).
+struct ConvShape {
+  int64_t n, c, h, w, o, kh, kw, stride, pad;
+  int64_t oh() const { return (h + 2 * pad - kh) / stride + 1; }
+  int64_t ow() const { return (w + 2 * pad - kw) / stride + 1; }
+};
+
+// --- hand-written loops, one OpenMP pass per operation, like an eager framework ---
+Impl loops_selu(const Buffer& x);
+Impl loops_row_sums(const Mat& x);
+Impl loops_col_sums(const Mat& x);
+Impl loops_softmax(const Mat& x);  // 3 passes: row max, exp and row sum, divide
+
+// --- Eigen 3 (array expressions; OpenMP blocks around them, Eigen's own threads for GEMM) ---
+Impl eigen_selu(const Buffer& x);
+Impl eigen_row_sums(const Mat& x);
+Impl eigen_col_sums(const Mat& x);
+Impl eigen_softmax(const Mat& x);
+Impl eigen_matmul(const Mat& a, const Mat& b);
+
+// --- OpenBLAS ---
+Impl openblas_sgemm(const Mat& a, const Mat& b);
+Impl im2col_sgemm(const Buffer& x, const Buffer& w, const ConvShape& s);  // im2col is ours
+
+// --- Halide JIT (hand schedules) ---
+Impl halide_selu(const Buffer& x);
+Impl halide_row_sums(const Mat& x);
+Impl halide_col_sums(const Mat& x);
+Impl halide_softmax(const Mat& x);
+Impl halide_matmul(const Mat& a, const Mat& b);
+
+// Returns an Impl that is not run, for a peer that is not built.
+inline Impl not_built(std::string name, const std::string& package) {
+  Impl im;
+  im.name = std::move(name);
+  im.skipped = "not built: " + package + " not found at configure time";
+  return im;
+}
+
+}  // namespace bench

@@ -1,0 +1,350 @@
+#!/usr/bin/env python3
+"""Python peers of `make bench`: the same workloads in numpy, PyTorch eager, torch.compile,
+JAX jit and Jittor, whichever import. Rows are appended to the C++ bench's JSON file (and
+printed); each workload's floor and metajit time are read from the C++ rows of that file, so
+the Python rows get floor ratios and metajit ratios too.
+
+This script installs nothing: a framework that does not import prints
+"skipped: <pkg> not installed".
+
+    python3 bench/peers.py [--json bench/results.json] [--budget 1.5] [--only TEXT]
+                           [--frameworks numpy,torch,jax,jittor]
+
+Running it again (say, Jittor from another interpreter: Jittor 1.3 wants numpy<2, JAX 0.10
+wants numpy>=2) replaces only the rows of the frameworks it runs.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+# The same names as the C++ rows, so that the two halves line up.
+SELU = "selu 16M"
+ROW_SUMS = "row sums 4096x4096"
+COL_SUMS = "col sums 4096x4096"
+SOFTMAX = "softmax rows 4096x4096"
+MATMUL = "matmul 1024^3"
+CONV = "conv2d 8x64x56x56 * 64x3x3"
+CONV_SHAPE = (8, 64, 56, 56, 64, 3)  # N, C, H=W, -, O, K (stride 1, padding 1)
+
+FLOPS = {MATMUL: 2.0 * 1024**3, CONV: 2.0 * 8 * 64 * 56 * 56 * 64 * 3 * 3}
+TOLERANCE = {SELU: 1e-3, ROW_SUMS: 2e-3, COL_SUMS: 2e-3, SOFTMAX: 1e-3, MATMUL: 1e-3, CONV: 1e-3}
+
+
+def make_inputs(np):
+    rng = np.random.default_rng(7)
+    f32 = np.float32
+    return {
+        SELU: (rng.standard_normal(1 << 24, dtype=f32),),
+        ROW_SUMS: (rng.standard_normal((4096, 4096), dtype=f32),),
+        COL_SUMS: (rng.standard_normal((4096, 4096), dtype=f32),),
+        SOFTMAX: (rng.standard_normal((4096, 4096), dtype=f32),),
+        MATMUL: (rng.standard_normal((1024, 1024), dtype=f32),
+                 rng.standard_normal((1024, 1024), dtype=f32)),
+        CONV: (rng.standard_normal((8, 64, 56, 56), dtype=f32),
+               rng.standard_normal((64, 64, 3, 3), dtype=f32)),
+    }
+
+
+def reference(np, name, args):
+    """float64 results every framework is checked against."""
+    a = [x.astype(np.float64) for x in args]
+    if name == SELU:
+        x = a[0]
+        return 1.05 * np.where(x > 0, x, 1.67 * np.exp(x) - 1.67)
+    if name == ROW_SUMS:
+        return a[0].sum(axis=1)
+    if name == COL_SUMS:
+        return a[0].sum(axis=0)
+    if name == SOFTMAX:
+        e = np.exp(a[0] - a[0].max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+    if name == MATMUL:
+        return a[0] @ a[1]
+    if name == CONV:
+        return numpy_conv(np, a[0], a[1])
+    raise KeyError(name)
+
+
+def numpy_conv(np, x, w):
+    """3x3, stride 1, padding 1: sliding windows (a view) contracted with the weights (BLAS)."""
+    k = w.shape[2]
+    p = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    win = np.lib.stride_tricks.sliding_window_view(p, (k, k), axis=(2, 3))  # N,C,H,W,k,k
+    out = np.tensordot(win, w, axes=([1, 4, 5], [1, 2, 3]))  # N,H,W,O
+    return np.ascontiguousarray(out.transpose(0, 3, 1, 2))
+
+
+def max_rel_err(np, got, ref):
+    got = np.asarray(got, dtype=np.float64).reshape(ref.shape)
+    scale = 1e-2 * math.sqrt(float(np.mean(ref * ref)))
+    denom = np.maximum(np.abs(ref), max(scale, 1e-30))
+    return float(np.max(np.abs(got - ref) / denom))
+
+
+# ---- frameworks: each returns {workload: (run, result)}; run() is the timed call ----
+
+def numpy_impls(np, inputs):
+    x, r, c, s = inputs[SELU][0], inputs[ROW_SUMS][0], inputs[COL_SUMS][0], inputs[SOFTMAX][0]
+    a, b = inputs[MATMUL]
+    cx, cw = inputs[CONV]
+
+    def softmax(v):
+        e = np.exp(v - v.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    fns = {
+        SELU: lambda: 1.05 * np.where(x > 0, x, 1.67 * np.exp(x) - 1.67),
+        ROW_SUMS: lambda: r.sum(axis=1),
+        COL_SUMS: lambda: c.sum(axis=0),
+        SOFTMAX: lambda: softmax(s),
+        MATMUL: lambda: a @ b,
+        CONV: lambda: numpy_conv(np, cx, cw),
+    }
+    return {"numpy": {k: (f, f) for k, f in fns.items()}}
+
+
+def torch_impls(np, inputs):
+    import torch
+    t = {k: [torch.from_numpy(v) for v in vs] for k, vs in inputs.items()}
+
+    def selu(x):
+        return 1.05 * torch.where(x > 0, x, 1.67 * torch.exp(x) - 1.67)
+
+    fns = {
+        SELU: (selu, t[SELU]),
+        ROW_SUMS: (lambda v: v.sum(dim=1), t[ROW_SUMS]),
+        COL_SUMS: (lambda v: v.sum(dim=0), t[COL_SUMS]),
+        SOFTMAX: (lambda v: torch.softmax(v, dim=1), t[SOFTMAX]),
+        MATMUL: (torch.matmul, t[MATMUL]),
+        CONV: (lambda v, w: torch.nn.functional.conv2d(v, w, padding=1), t[CONV]),
+    }
+    out = {}
+    eager = {}
+    for k, (f, args) in fns.items():
+        eager[k] = (lambda f=f, args=args: f(*args),) * 2
+    out["PyTorch eager (%d threads)" % torch.get_num_threads()] = eager
+    try:
+        compiled = {}
+        for k, (f, args) in fns.items():
+            cf = torch.compile(f)
+            compiled[k] = (lambda cf=cf, args=args: cf(*args),) * 2
+        out["torch.compile"] = compiled
+    except Exception as e:  # noqa: BLE001 - report, do not stop the other peers
+        print("skipped: torch.compile unavailable: %s" % e)
+    return out
+
+
+def jax_impls(np, inputs):
+    import jax
+    import jax.numpy as jnp
+    jax.config.update("jax_platforms", "cpu")
+    d = {k: [jnp.asarray(v) for v in vs] for k, vs in inputs.items()}
+
+    def selu(x):
+        return 1.05 * jnp.where(x > 0, x, 1.67 * jnp.exp(x) - 1.67)
+
+    def conv(x, w):
+        return jax.lax.conv_general_dilated(x, w, (1, 1), ((1, 1), (1, 1)),
+                                            dimension_numbers=("NCHW", "OIHW", "NCHW"))
+
+    fns = {
+        SELU: selu,
+        ROW_SUMS: lambda v: v.sum(axis=1),
+        COL_SUMS: lambda v: v.sum(axis=0),
+        SOFTMAX: lambda v: jax.nn.softmax(v, axis=1),
+        MATMUL: jnp.matmul,
+        CONV: conv,
+    }
+    impls = {}
+    for k, f in fns.items():
+        jf, args = jax.jit(f), d[k]
+        impls[k] = (lambda jf=jf, args=args: jf(*args).block_until_ready(),
+                    lambda jf=jf, args=args: np.asarray(jf(*args)))
+    return {"JAX jit": impls}
+
+
+def jittor_impls(np, inputs):
+    # Jittor downloads oneDNN on first use unless use_mkl=0, and takes CUDA for present when
+    # the nvidia wheels PyTorch pulls in are installed: both off unless set by the caller.
+    os.environ.setdefault("use_mkl", "0")
+    os.environ.setdefault("nvcc_path", "")
+    os.environ.setdefault("log_silent", "1")
+    import jittor as jt
+    d = {k: [jt.array(v) for v in vs] for k, vs in inputs.items()}
+    for vs in d.values():
+        for v in vs:
+            v.sync()
+
+    def selu(x):
+        return 1.05 * jt.ternary(x > 0, x, 1.67 * jt.exp(x) - 1.67)
+
+    fns = {
+        SELU: selu,
+        ROW_SUMS: lambda v: v.sum(dim=1),
+        COL_SUMS: lambda v: v.sum(dim=0),
+        SOFTMAX: lambda v: jt.nn.softmax(v, dim=1),
+        MATMUL: jt.matmul,
+        CONV: lambda v, w: jt.nn.conv2d(v, w, padding=1),
+    }
+    impls = {}
+    for k, f in fns.items():
+        args = d[k]
+        impls[k] = (lambda f=f, args=args: f(*args).sync(),
+                    lambda f=f, args=args: f(*args).numpy())
+    return {"Jittor": impls}
+
+
+FRAMEWORKS = [("numpy", numpy_impls), ("torch", torch_impls), ("jax", jax_impls),
+              ("jittor", jittor_impls)]
+
+
+def time_call(run, budget):
+    run()  # warm-up: compiles where the framework compiles
+    run()
+    t0 = time.perf_counter()
+    run()
+    est = max(time.perf_counter() - t0, 1e-9)
+    reps = max(5, min(1000, int(budget / est)))
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        run()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples), reps
+
+
+def fmt_time(s):
+    if s is None or (isinstance(s, float) and math.isnan(s)):
+        return "-"
+    return "%.3f ms" % (s * 1e3) if s < 0.01 else "%.2f ms" % (s * 1e3)
+
+
+def fmt_x(v):
+    return "-" if v is None else "%.2fx" % v
+
+
+def print_row(row, first):
+    print("%-30s %-26s %15s %8s %9s %10s %8s  %-26s %-22s %s" % (
+        row["workload"] if first else "", row["impl"],
+        fmt_time(row["seconds"]) if row["seconds"] is not None else "n/a",
+        "-" if row["gflops"] is None else "%.1f" % row["gflops"],
+        fmt_x(row["metajit_over_impl"]),
+        fmt_time(row["floor_seconds"]) if first else "",
+        fmt_x(row["over_floor"]), row["target"], row["measured"],
+        "-" if row["met"] is None and row["target"] else
+        ("" if row["met"] is None else ("yes" if row["met"] else "NO"))).rstrip())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--json", default=os.path.join(here, "results.json"))
+    ap.add_argument("--budget", type=float, default=1.5, help="timed seconds per row")
+    ap.add_argument("--only", default="", help="run only workloads whose name contains this")
+    ap.add_argument("--frameworks", default=",".join(p for p, _ in FRAMEWORKS),
+                    help="comma-separated subset of: %(default)s")
+    args = ap.parse_args()
+    wanted = [f.strip() for f in args.frameworks.split(",") if f.strip()]
+
+    doc = {"meta": {}, "rows": []}
+    if os.path.exists(args.json):
+        with open(args.json) as f:
+            doc = json.load(f)
+    doc["rows"] = [r for r in doc.get("rows", [])
+                   if r.get("source") != "python" or r.get("framework") not in wanted]
+    cpp = {r["workload"]: r for r in doc["rows"] if r.get("impl") == "metajit"}
+    if not cpp:
+        print("note: no C++ rows in %s: Python rows get no floor or metajit ratios" % args.json)
+
+    try:
+        import numpy as np
+    except ImportError:
+        print("skipped: numpy not installed (every Python peer needs it)")
+        return 0
+
+    inputs = make_inputs(np)
+    names = [n for n in inputs if args.only in n]
+    refs = {n: reference(np, n, inputs[n]) for n in names}
+    skipped, rows = [], []
+    for pkg, make in FRAMEWORKS:
+        if pkg not in wanted:
+            continue
+        try:
+            impls = make(np, inputs)
+        except ImportError:
+            print("skipped: %s not installed" % pkg)
+            skipped.append("%s not installed" % pkg)
+            continue
+        except Exception as e:  # noqa: BLE001
+            print("skipped: %s failed to set up: %s" % (pkg, e))
+            skipped.append("%s failed to set up: %s" % (pkg, e))
+            continue
+        for impl, per_workload in impls.items():
+            for name in names:
+                run, result = per_workload[name]
+                print("bench.py: %s / %s ..." % (name, impl), file=sys.stderr, flush=True)
+                row = {"source": "python", "framework": pkg, "workload": name, "impl": impl, "seconds": None,
+                       "unit": "ms", "gflops": None, "metajit_over_impl": None,
+                       "floor_seconds": None, "over_floor": None, "target": "", "measured": "",
+                       "met": None, "note": "", "max_rel_err": None, "reps": 0}
+                base = cpp.get(name, {})
+                row["floor_seconds"] = base.get("floor_seconds")
+                try:
+                    err = max_rel_err(np, result(), refs[name])
+                    row["max_rel_err"] = err
+                    if not err <= TOLERANCE[name]:
+                        row["note"] = "wrong result: max rel err %.3g (tolerance %.0e); not timed" % (
+                            err, TOLERANCE[name])
+                        rows.append(row)
+                        continue
+                    row["seconds"], row["reps"] = time_call(run, args.budget)
+                except Exception as e:  # noqa: BLE001
+                    row["note"] = "failed: %s" % (str(e).splitlines() or ["?"])[0][:200]
+                    rows.append(row)
+                    continue
+                s = row["seconds"]
+                if name in FLOPS:
+                    row["gflops"] = FLOPS[name] / s / 1e9
+                if base.get("seconds"):
+                    row["metajit_over_impl"] = base["seconds"] / s
+                if row["floor_seconds"]:
+                    row["over_floor"] = s / row["floor_seconds"]
+                if name == SELU and impl == "numpy":
+                    row["target"] = "metajit faster"
+                    if base.get("seconds"):
+                        row["measured"] = "%.2fx faster" % (s / base["seconds"])
+                        row["met"] = s > base["seconds"]
+                rows.append(row)
+
+    print()
+    print("Python peers (floor and metajit times from the C++ rows of %s)" % args.json)
+    last = None
+    for name in names:
+        for row in [r for r in rows if r["workload"] == name]:
+            print_row(row, row["workload"] != last)
+            last = row["workload"]
+        print()
+    for row in rows:
+        if row["note"]:
+            print("  %s / %s: %s" % (row["workload"], row["impl"], row["note"]))
+
+    doc["rows"].extend(rows)
+    py = doc.setdefault("meta", {}).setdefault("python", {})
+    for pkg in wanted:
+        mod = sys.modules.get(pkg)
+        py[pkg] = {"python": sys.version.split()[0], "numpy": np.__version__,
+                   "version": getattr(mod, "__version__", None),
+                   "status": next((s for s in skipped if s.startswith(pkg + " ")), "measured")}
+    with open(args.json, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+    print("appended %d Python rows to %s" % (len(rows), args.json))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,374 @@
+// Throughput workloads: metajit (impls[0], the reference every peer is checked against) and
+// its peers, timed together with the copy/triad floor over buffers of the same size.
+#include "bench/workloads.h"
+
+#include <metajit/metajit.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+
+#include "bench/floor.h"
+#include "bench/peers.h"
+#include "runtime/config.h"
+
+namespace bench {
+
+void set_opt_level(int level) {
+  setenv("METAJIT_OPT_LEVEL", level ? "1" : "0", 1);
+  metajit::reload_config();
+}
+
+namespace {
+
+using metajit::Var;
+
+struct Workload {
+  std::string name;
+  std::vector<Impl> impls;      // impls[0]: metajit at O1, the reference
+  double compulsory_bytes = 0;  // inputs read once + output written once; 0: compute-bound
+  int64_t floor_elems = 0;      // size of the copy/triad buffers
+  double flops = 0;             // > 0: report GFLOP/s
+  double tol = 1e-3;            // max rel err a peer may show against metajit
+  std::string base;             // variants: the workload whose x-floor ratio this one should hold
+  std::function<void(std::vector<Row>&)> targets;  // fills target / measured / met
+};
+
+// metajit: the graph is built inside the timed call (users pay for it), inputs are realized
+// outside it. `opt_level` 0 runs one kernel per meta-op.
+Impl metajit_impl(std::function<Var()> build, int opt_level = 1) {
+  Impl im;
+  im.name = opt_level ? "metajit" : "metajit O0";
+  im.run = [build] {
+    Var y = build();
+    metajit::eval({y});
+  };
+  im.result = [build] { return build().to_vector<float>(); };
+  if (opt_level == 0) {
+    im.prepare = [] { set_opt_level(0); };
+    im.finish = [] { set_opt_level(1); };
+  }
+  return im;
+}
+
+// A realized metajit input and the same values in a peer buffer.
+struct Input {
+  Var var;
+  Buffer host;
+};
+Input make_input(metajit::Shape shape, uint64_t seed) {
+  Input in;
+  in.var = metajit::randn(std::move(shape), seed);
+  metajit::eval({in.var});
+  in.host = Buffer::from(in.var.to_vector<float>());
+  return in;
+}
+
+Row* find(std::vector<Row>& rows, const std::string& impl) {
+  for (Row& r : rows)
+    if (r.impl == impl && !std::isnan(r.seconds)) return &r;
+  return nullptr;
+}
+
+std::string x(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, v < 0.1 ? "%.3fx" : "%.2fx", v);
+  return buf;
+}
+
+// Target on metajit's row: time <= limit x floor.
+std::function<void(std::vector<Row>&)> floor_target(double limit) {
+  return [limit](std::vector<Row>& rows) {
+    if (Row* m = find(rows, "metajit")) {
+      char t[64];
+      std::snprintf(t, sizeof t, "<= %.2gx floor", limit);
+      m->target = t;
+      m->measured = x(m->over_floor) + " floor";
+      m->met = m->over_floor <= limit;
+    }
+  };
+}
+
+// Target on metajit's row: GFLOP/s >= fraction x the peer's.
+void throughput_target(std::vector<Row>& rows, const std::string& peer, const std::string& label,
+                       double fraction) {
+  Row* m = find(rows, "metajit");
+  if (!m) return;
+  char t[96];
+  std::snprintf(t, sizeof t, ">= %.0f%% of %s", fraction * 100, label.c_str());
+  m->target = t;
+  Row* p = find(rows, peer);
+  if (!p) {
+    m->measured = peer + " not measured";
+    return;
+  }
+  double r = m->gflops / p->gflops;
+  m->measured = x(r) + " its GFLOP/s";
+  m->met = r >= fraction;
+}
+
+std::vector<Row> run_workload(Workload& w, const Options& opt, Report& report) {
+  std::cerr << "bench: " << w.name << " ..." << std::endl;
+  std::vector<Impl> impls = w.impls;
+  FloorProbe floor;
+  if (w.compulsory_bytes > 0) {
+    floor.elems = w.floor_elems;
+    floor.add_to(impls);
+  }
+  std::vector<Timing> t = measure(impls, opt.schedule, w.tol);
+  double floor_s = kNaN;
+  if (w.compulsory_bytes > 0) {
+    floor.read(t);
+    floor_s = floor.floor_seconds(w.compulsory_bytes);
+    report.floors.push_back(FloorInfo{w.name, (long long)w.floor_elems,
+                                      floor.copy_bytes_per_s / 1e9, floor.triad_bytes_per_s / 1e9,
+                                      w.compulsory_bytes});
+  }
+  const double mj = t[0].ok() ? t[0].median_s : kNaN;
+  std::vector<Row> rows;
+  for (size_t i = 0; i < w.impls.size(); ++i) {
+    Row r;
+    r.workload = w.name;
+    r.impl = w.impls[i].name;
+    r.reps = t[i].reps;
+    r.max_rel_err = t[i].max_rel_err;
+    r.floor_seconds = floor_s;
+    if (!w.impls[i].skipped.empty()) {
+      r.note = "skipped: " + w.impls[i].skipped;
+    } else if (!t[i].ok()) {
+      r.note = t[i].error.empty() ? "not measured" : t[i].error;
+    } else {
+      r.seconds = t[i].median_s;
+      r.metajit_over_impl = mj / r.seconds;
+      r.over_floor = r.seconds / floor_s;
+      if (w.flops > 0) r.gflops = w.flops / r.seconds / 1e9;
+    }
+    rows.push_back(r);
+  }
+  std::string errs;
+  for (const Row& r : rows)
+    if (!std::isnan(r.max_rel_err)) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%s%s %.1e", errs.empty() ? "" : ", ", r.impl.c_str(),
+                    r.max_rel_err);
+      errs += buf;
+    }
+  if (!errs.empty()) {
+    std::cerr << "  max rel err vs metajit: " << errs << std::endl;
+    report.notes.push_back(w.name + ": max rel err vs metajit: " + errs);
+  }
+  if (w.targets) w.targets(rows);
+  if (!w.base.empty()) {  // a variant: its metajit/floor ratio should stay within 20% of base's
+    Row* m = find(rows, "metajit");
+    double base_ratio = kNaN;
+    for (const Row& r : report.rows)
+      if (r.workload == w.base && r.impl == "metajit") base_ratio = r.over_floor;
+    if (m) {
+      m->target = "x floor within 20% of base";
+      if (std::isnan(base_ratio)) {
+        m->measured = "base not run";
+      } else {
+        double d = m->over_floor / base_ratio - 1;
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%.2fx vs %.2fx (%+.0f%%)", m->over_floor, base_ratio,
+                      d * 100);
+        m->measured = buf;
+        m->met = std::abs(d) <= 0.2;
+      }
+    }
+  }
+  for (const Row& r : rows) report.rows.push_back(r);
+  return rows;
+}
+
+// ---- the workloads ----
+
+Workload selu(const std::string& name, metajit::Shape shape) {
+  Input in = make_input(shape, 11);
+  const Var xv = in.var;
+  auto build = [xv] { return 1.05 * metajit::where(xv > 0.0, xv, 1.67 * metajit::exp(xv) - 1.67); };
+  Workload w;
+  w.name = name;
+  w.impls = {metajit_impl(build), metajit_impl(build, 0), halide_selu(in.host), eigen_selu(in.host),
+             loops_selu(in.host)};
+  w.compulsory_bytes = 2.0 * in.host.size() * sizeof(float);
+  w.floor_elems = in.host.size();
+  w.targets = [](std::vector<Row>& rows) {
+    floor_target(1.5)(rows);
+    Row* m = find(rows, "metajit");
+    if (!m) return;
+    if (Row* o0 = find(rows, "metajit O0")) {
+      o0->target = "metajit >= 3x faster";
+      o0->measured = x(o0->seconds / m->seconds) + " faster";
+      o0->met = o0->seconds / m->seconds >= 3;
+    }
+    if (Row* e = find(rows, "Eigen")) {
+      e->target = "metajit faster";
+      e->measured = x(e->seconds / m->seconds) + " faster";
+      e->met = e->seconds > m->seconds;
+    }
+    if (Row* h = find(rows, "Halide JIT")) {
+      h->target = "ratio reported";
+      h->measured = "metajit/Halide " + x(m->seconds / h->seconds);
+    }
+  };
+  return w;
+}
+
+// Sums over the last axis of `shape` (row sums when 2-D), peers see [rows, cols].
+Workload row_sums(const std::string& name, metajit::Shape shape) {
+  Input in = make_input(shape, 12);
+  const int64_t cols = shape.back(), rows = in.host.size() / cols;
+  const Var xv = in.var;
+  const int64_t axis = int64_t(shape.size()) - 1;
+  Mat m{in.host, rows, cols};
+  Workload w;
+  w.name = name;
+  w.impls = {metajit_impl([xv, axis] { return metajit::sum(xv, {axis}); }), halide_row_sums(m),
+             eigen_row_sums(m), loops_row_sums(m)};
+  w.compulsory_bytes = (double(rows) * cols + rows) * sizeof(float);
+  w.floor_elems = rows * cols;
+  w.tol = 2e-3;
+  w.targets = floor_target(1.3);
+  return w;
+}
+
+Workload col_sums(const std::string& name, int64_t rows, int64_t cols) {
+  Input in = make_input({rows, cols}, 13);
+  const Var xv = in.var;
+  Mat m{in.host, rows, cols};
+  Workload w;
+  w.name = name;
+  w.impls = {metajit_impl([xv] { return metajit::sum(xv, {0}); }), halide_col_sums(m),
+             eigen_col_sums(m), loops_col_sums(m)};
+  w.compulsory_bytes = (double(rows) * cols + cols) * sizeof(float);
+  w.floor_elems = rows * cols;
+  w.tol = 2e-3;
+  w.targets = floor_target(1.3);
+  return w;
+}
+
+Workload softmax(const std::string& name, int64_t rows, int64_t cols) {
+  Input in = make_input({rows, cols}, 14);
+  const Var xv = in.var;
+  Mat m{in.host, rows, cols};
+  Workload w;
+  w.name = name;
+  w.impls = {metajit_impl([xv] { return metajit::softmax(xv, 1); }), halide_softmax(m),
+             eigen_softmax(m), loops_softmax(m)};
+  w.compulsory_bytes = 2.0 * rows * cols * sizeof(float);
+  w.floor_elems = rows * cols;
+  w.targets = floor_target(2.5);
+  return w;
+}
+
+Workload matmul(int64_t n) {
+  Input a = make_input({n, n}, 15), b = make_input({n, n}, 16);
+  const Var av = a.var, bv = b.var;
+  Mat ma{a.host, n, n}, mb{b.host, n, n};
+  Workload w;
+  w.name = "matmul " + std::to_string(n) + "^3";
+  w.impls = {metajit_impl([av, bv] { return metajit::matmul(av, bv); }), openblas_sgemm(ma, mb),
+             halide_matmul(ma, mb), eigen_matmul(ma, mb)};
+  w.flops = 2.0 * n * n * n;
+  w.tol = 1e-3;
+  w.targets = [](std::vector<Row>& rows) {
+    throughput_target(rows, "OpenBLAS sgemm", "OpenBLAS", 0.5);
+  };
+  return w;
+}
+
+Workload conv2d() {
+  const ConvShape s{8, 64, 56, 56, 64, 3, 3, 1, 1};
+  Input x = make_input({s.n, s.c, s.h, s.w}, 17), wt = make_input({s.o, s.c, s.kh, s.kw}, 18);
+  const Var xv = x.var, wv = wt.var;
+  auto build = [xv, wv] { return metajit::conv2d(xv, wv, 1, 1); };
+  Workload w;
+  w.name = "conv2d 8x64x56x56 * 64x3x3";
+  // O0 runs one kernel per meta-op, so it materialises the reindexed input, the broadcast
+  // weights and their product: each [N,O,OH,OW,C,KH,KW].
+  const double product_gib =
+      double(s.n) * s.o * s.oh() * s.ow() * s.c * s.kh * s.kw * sizeof(float) / (1 << 30);
+  Impl o0 = metajit_impl(build, 0);
+  set_opt_level(0);
+  const size_t o0_kernels = metajit::plan({build()}).size();
+  set_opt_level(1);
+  char why[256];
+  std::snprintf(why, sizeof why,
+                "O0 plans %zu kernels whose intermediates include [8,64,56,56,64,3,3] tensors of "
+                "%.1f GiB each (more than a few seconds and GiB per call)",
+                o0_kernels, product_gib);
+  o0.skipped = why;
+  w.impls = {metajit_impl(build), im2col_sgemm(x.host, wt.host, s), o0};
+  w.flops = 2.0 * s.n * s.o * s.oh() * s.ow() * s.c * s.kh * s.kw;
+  w.tol = 1e-3;
+  w.targets = [](std::vector<Row>& rows) {
+    throughput_target(rows, "im2col + OpenBLAS sgemm", "im2col+sgemm", 0.5);
+  };
+  return w;
+}
+
+}  // namespace
+
+void run_throughput(Report& report, const Options& opt) {
+  // Each workload is made (inputs, peers' buffers, Halide compiles), run and dropped in turn.
+  std::vector<std::pair<std::string, std::function<Workload()>>> all = {
+      {"selu 16M", [] { return selu("selu 16M", {int64_t(1) << 24}); }},
+      {"row sums 4096x4096",
+       [] {
+         return row_sums("row sums 4096x4096", {4096, 4096});
+       }},
+      {"col sums 4096x4096", [] { return col_sums("col sums 4096x4096", 4096, 4096); }},
+      {"softmax rows 4096x4096", [] { return softmax("softmax rows 4096x4096", 4096, 4096); }},
+      {"matmul 1024^3", [] { return matmul(1024); }},
+      {"conv2d 8x64x56x56 * 64x3x3", [] { return conv2d(); }},
+  };
+  if (opt.variants) {
+    auto variant = [](Workload w, const std::string& base) {
+      w.base = base;
+      return w;
+    };
+    std::vector<std::pair<std::string, std::function<Workload()>>> more = {
+        {"selu 16M+13",
+         [=] { return variant(selu("selu 16M+13", {(int64_t(1) << 24) + 13}), "selu 16M"); }},
+        {"selu 3-D 64x256x1024",
+         [=] {
+           return variant(selu("selu 3-D 64x256x1024", {64, 256, 1024}), "selu 16M");
+         }},
+        {"row sums 4095x4097",
+         [=] {
+           return variant(row_sums("row sums 4095x4097", {4095, 4097}), "row sums 4096x4096");
+         }},
+        {"col sums 4095x4097",
+         [=] { return variant(col_sums("col sums 4095x4097", 4095, 4097), "col sums 4096x4096"); }},
+        {"sum last axis 64x256x1024",
+         [=] {
+           return variant(row_sums("sum last axis 64x256x1024", {64, 256, 1024}),
+                          "row sums 4096x4096");
+         }},
+        {"softmax rows 4093x4099",
+         [=] {
+           return variant(softmax("softmax rows 4093x4099", 4093, 4099), "softmax rows 4096x4096");
+         }},
+    };
+    all.insert(all.end(), more.begin(), more.end());
+  }
+  for (auto& [name, make] : all) {
+    if (!opt.wanted(name)) continue;
+    try {
+      Workload w = make();
+      run_workload(w, opt, report);
+    } catch (const std::exception& e) {
+      Row r;
+      r.workload = name;
+      r.impl = "metajit";
+      r.note = std::string("failed: ") + e.what();
+      report.rows.push_back(r);
+      std::cerr << "bench: " << name << " failed: " << e.what() << std::endl;
+    }
+  }
+}
+
+}  // namespace bench

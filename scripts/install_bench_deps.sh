@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian packages `make bench` compares metajit against (Halide, Eigen, OpenBLAS,
+# Google Benchmark), only when one is missing. `make run` and `make test` never call this.
+# Safe to run repeatedly. Set METAJIT_BENCH_NO_INSTALL=1 to skip (the bench then builds
+# without whichever peer is missing and says so).
+set -euo pipefail
+[ "${METAJIT_BENCH_NO_INSTALL:-0}" = "1" ] && exit 0
+pkgs=(libhalide14-0-dev libeigen3-dev libopenblas-dev libbenchmark-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "metajit bench: installing missing packages: ${missing[*]}" >&2
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+if ! $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"; then
+  $SUDO apt-get update -q
+  # A peer that will not install is not fatal: bench/CMakeLists.txt builds without it.
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" ||
+    echo "metajit bench: could not install ${missing[*]}; building without the missing peers" >&2
+fi
