@@ -27,6 +27,9 @@ test: build
 # installed here only: `make build` and `make test` never need them.
 BENCH_JSON ?= bench/results.json
 BENCH_ARGS ?=
+# Jittor 1.3 needs numpy<2 (JAX 0.10 needs numpy>=2): name an interpreter that has it to add
+# Jittor's rows, e.g. make bench BENCH_JITTOR_PYTHON=~/jittor-venv/bin/python
+BENCH_JITTOR_PYTHON ?=
 bench-deps:
 	@bash scripts/install_bench_deps.sh
 
@@ -37,6 +40,8 @@ bench: deps bench-deps
 	@if command -v python3 >/dev/null 2>&1; then \
 	  python3 bench/peers.py --json $(BENCH_JSON); \
 	else echo "bench: python3 not found: Python peers skipped"; fi
+	@if [ -n "$(BENCH_JITTOR_PYTHON)" ]; then \
+	  $(BENCH_JITTOR_PYTHON) bench/peers.py --json $(BENCH_JSON) --frameworks jittor; fi
 
 install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)

@@ -169,10 +169,18 @@ Impl im2col_sgemm(const Buffer& x, const Buffer& w, const ConvShape& s) {
                 std::fill(d, d + ow, 0.0f);
                 continue;
               }
-              for (int64_t ox = 0; ox < ow; ++ox) {
-                const int64_t ix = ox * s.stride + j - s.pad;
-                d[ox] = ix >= 0 && ix < s.w ? plane[iy * s.w + ix] : 0.0f;
+              // Columns whose input lies inside the image: [lo, hi); zeros around them.
+              const int64_t off = j - s.pad;
+              const int64_t lo = std::clamp<int64_t>((-off + s.stride - 1) / s.stride, 0, ow);
+              const int64_t hi = std::clamp<int64_t>((s.w - off + s.stride - 1) / s.stride, lo, ow);
+              std::fill(d, d + lo, 0.0f);
+              const float* src = plane + iy * s.w + off;
+              if (s.stride == 1) {
+                std::copy(src + lo, src + hi, d + lo);
+              } else {
+                for (int64_t ox = lo; ox < hi; ++ox) d[ox] = src[ox * s.stride];
               }
+              std::fill(d + hi, d + ow, 0.0f);
             }
           }
       }
