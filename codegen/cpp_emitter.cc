@@ -616,10 +616,14 @@ class CppEmitter {
       if (st.kind == KOp::Reduce) w += " * " + work(st.loops);
     if (strips) {
       const std::string ext = ix(*ir.loops[size_t(k - 1)].extent);
-      line(base, "const i64 mj_w0 = ((" + ext + " + omp_get_max_threads() - 1) / " +
-                     "omp_get_max_threads() + 15) / 16 * 16;");
-      line(base, "const i64 mj_jw = mj_w0 < 64 ? 64 : mj_w0 > " + std::to_string(kStrip) + " ? " +
-                     std::to_string(kStrip) + " : mj_w0;");
+      // As many strips as a multiple of the threads, each at most kStrip wide: 4097 columns
+      // on 2 threads are 6 strips of 688, not 5 of 1024 with a last one of 1.
+      const std::string K = std::to_string(kStrip);
+      line(base, "const i64 mj_nt = omp_get_max_threads();");
+      line(base, "const i64 mj_ns = mj_nt * ((" + ext + " + mj_nt * " + K + " - 1) / (mj_nt * " +
+                     K + "));");
+      line(base, "const i64 mj_w0 = ((" + ext + " + mj_ns - 1) / mj_ns + 15) / 16 * 16;");
+      line(base, "const i64 mj_jw = mj_w0 < 16 ? 16 : mj_w0 > " + K + " ? " + K + " : mj_w0;");
     }
     // One loop only: it is both the parallel and the SIMD loop.
     const bool single_simd = k == 1 && !strips && simd_friendly(ir, levels, 0);

@@ -9,7 +9,7 @@
 namespace metajit {
 
 // Bump when the emitted source for the same IR changes.
-inline constexpr const char* kCodegenVersion = "cpp-4";
+inline constexpr const char* kCodegenVersion = "cpp-5";
 
 class KernelKeyBuilder {
  public:
