@@ -361,6 +361,10 @@ class CppEmitter {
   void stmt(const KStmt& st, int depth) {
     const std::string T = ctype(st.dtype);
     dtypes_[st.id] = st.dtype;
+    if (row_reuse_ && row_reuse_->outer_value == st.id) {
+      line(depth, "const " + T + " " + v(st.id) + " = mj_row[" + row_reuse_->index + "];");
+      return;
+    }
     std::string expr;
     switch (st.kind) {
       case KOp::Load:
@@ -469,6 +473,9 @@ class CppEmitter {
       ++d;
     }
     block(*st.body, d);
+    if (row_reuse_ && row_reuse_->reduce_id == st.id)
+      line(d, "mj_row[i" + std::to_string(st.loops[0].var) + "] = " + v(row_reuse_->inner_value) +
+                  ";");
     line(d, acc + " = " + combine(op, at, acc, v(st.body->result)) + ";");
     for (size_t k = 0; k < st.loops.size(); ++k) line(--d, "}");
     line(depth, "const " + T + " " + v(st.id) + " = (" + T + ")" + acc + ";");
@@ -585,7 +592,116 @@ class CppEmitter {
       line(1, "}");
       return;
     }
+    if (std::optional<RowReuse> rr = find_row_reuse(ir, levels)) {
+      // One scratch row per thread; without it, the plain schedule.
+      line(1, "const i64 mj_rowlen = " + rr->extent + ";");
+      line(1, ctype(rr->dtype) + "* mj_rows = " + rr->same_length + " ? (" + ctype(rr->dtype) +
+                  "*)malloc(sizeof(" + ctype(rr->dtype) +
+                  ") * (mj_rowlen > 0 ? mj_rowlen : 1) * omp_get_max_threads()) : 0;");
+      line(1, "if (mj_rows) {");
+      row_reuse_ = rr;
+      generic_map(ir, levels, level_of_value, store, 2);
+      row_reuse_.reset();
+      line(2, "free(mj_rows);");
+      line(1, "} else {");
+      generic_map(ir, levels, level_of_value, store, 2);
+      line(1, "}");
+      return;
+    }
     generic_map(ir, levels, level_of_value, store, 1);
+  }
+
+  // A value of the innermost loop that a row reduction just outside it already computed for
+  // every element of the row (softmax: exp(x - max) in the row sum and in the output): the
+  // reduction keeps it in a per-thread scratch row and the inner loop reads it back, instead
+  // of computing (an exp) twice per element.
+  struct RowReuse {
+    int reduce_id = -1, inner_value = -1;  // the Reduce, and the value inside its body
+    int outer_value = -1;                  // the innermost loop's value that equals it
+    std::string index;                     // the innermost loop variable, "i<k>"
+    std::string extent, same_length;
+    DType dtype = DType::Float32;
+  };
+
+  // Structural text of value `id` within `b` with loop variable `var` written as "#":
+  // equal texts compute equal values. Values defined outside `b` appear by id. Empty when the
+  // value is not a plain expression (Guard, Reduce, scalar arguments: slots differ by use).
+  static std::string canon(const KBlock& b, int id, int var, const std::set<int>& local,
+                           std::map<int, std::string>& memo) {
+    if (auto it = memo.find(id); it != memo.end()) return it->second;
+    const KStmt* st = nullptr;
+    for (const KStmt& x : b.stmts)
+      if (x.id == id && local.count(id)) st = &x;
+    if (!st) return "v" + std::to_string(id);  // computed outside the loop: the same value
+    std::string out;
+    std::vector<IndexExprPtr> sub(size_t(var) + 1);
+    for (int k = 0; k <= var; ++k) sub[size_t(k)] = ix_var(k);
+    sub[size_t(var)] = ix_param(1 << 20);  // a name no kernel uses
+    switch (st->kind) {
+      case KOp::Load:
+      case KOp::Iota:
+        out = std::string(st->kind == KOp::Load ? "load" : "iota") + std::to_string(st->buffer);
+        for (const IndexExprPtr& e : st->index)
+          out += "[" + ix_to_string(*ix_substitute(e, sub)) + "]";
+        break;
+      case KOp::Unary:
+      case KOp::Binary:
+      case KOp::Where:
+      case KOp::Cast:
+        out = std::to_string(int(st->kind)) + "." + std::to_string(st->op) + "(";
+        for (int a : st->args) {
+          std::string c = canon(b, a, var, local, memo);
+          if (c.empty()) return memo[id] = "";
+          out += c + ",";
+        }
+        out += ")";
+        break;
+      default:
+        return memo[id] = "";
+    }
+    out += dtype_name(st->dtype);
+    return memo[id] = out;
+  }
+
+  std::optional<RowReuse> find_row_reuse(const KernelIR& ir, const std::vector<int>& levels) {
+    const int k = int(ir.loops.size());
+    if (k < 2) return std::nullopt;
+    const KLoop& inner = ir.loops[size_t(k - 1)];
+    std::map<int, std::string> outer_memo;
+    std::set<int> inner_ids;
+    for (size_t s = 0; s < ir.body.stmts.size(); ++s)
+      if (levels[s] == k - 1) inner_ids.insert(ir.body.stmts[s].id);
+    // The innermost loop's values, latest (the most work saved) first.
+    for (size_t s = ir.body.stmts.size(); s-- > 0;) {
+      const KStmt& x = ir.body.stmts[s];
+      if (levels[s] != k - 1 || x.kind == KOp::Load) continue;
+      std::string want = canon(ir.body, x.id, inner.var, inner_ids, outer_memo);
+      if (want.empty()) continue;
+      for (size_t r = 0; r < ir.body.stmts.size(); ++r) {
+        const KStmt& red = ir.body.stmts[r];
+        if (red.kind != KOp::Reduce || levels[r] != k - 2 || red.loops.size() != 1) continue;
+        std::map<int, std::string> memo;
+        std::set<int> body_ids;
+        for (const KStmt& y : red.body->stmts) body_ids.insert(y.id);
+        for (const KStmt& y : red.body->stmts) {
+          if (y.dtype != x.dtype ||
+              canon(*red.body, y.id, red.loops[0].var, body_ids, memo) != want)
+            continue;
+          RowReuse rr;
+          rr.reduce_id = red.id;
+          rr.inner_value = y.id;
+          rr.outer_value = x.id;
+          rr.index = "i" + std::to_string(inner.var);
+          rr.extent = ix(*inner.extent);
+          // Shapes are per-node parameters: that the two loops have one length is checked
+          // when the kernel runs.
+          rr.same_length = "(" + ix(*red.loops[0].extent) + " == " + ix(*inner.extent) + ")";
+          rr.dtype = x.dtype;
+          return rr;
+        }
+      }
+    }
+    return std::nullopt;
   }
 
   std::string reduction_extent(const KStmt& r) {
@@ -642,8 +758,13 @@ class CppEmitter {
       if (innermost && k > 1 && simd_friendly(ir, levels, k - 1)) line(d, "#pragma omp simd");
       line(d, "for (i64 " + i + " = 0; " + i + " < " + ix(*l.extent) + "; ++" + i + ") {");
       ++d;
-      for (size_t s = 0; s < ir.body.stmts.size(); ++s)
-        if (levels[s] == lv) stmt(ir.body.stmts[s], d);
+      for (size_t s = 0; s < ir.body.stmts.size(); ++s) {
+        if (levels[s] != lv) continue;
+        if (row_reuse_ && row_reuse_->reduce_id == ir.body.stmts[s].id)
+          line(d, ctype(row_reuse_->dtype) + "* const mj_row = mj_rows + " +
+                      "(i64)omp_get_thread_num() * (mj_rowlen > 0 ? mj_rowlen : 1);");
+        stmt(ir.body.stmts[s], d);
+      }
       if (innermost) line(d, store);
     }
     for (; d > base; --d) line(d - 1, "}");
@@ -954,6 +1075,7 @@ class CppEmitter {
   const KernelIR& ir_;
   std::string out_;
   std::map<int, DType> dtypes_;
+  std::optional<RowReuse> row_reuse_;  // set while emitting the scratch-row variant
 };
 
 }  // namespace

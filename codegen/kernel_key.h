@@ -9,7 +9,7 @@
 namespace metajit {
 
 // Bump when the emitted source for the same IR changes.
-inline constexpr const char* kCodegenVersion = "cpp-5";
+inline constexpr const char* kCodegenVersion = "cpp-6";
 
 class KernelKeyBuilder {
  public:

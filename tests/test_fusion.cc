@@ -127,3 +127,21 @@ TEST_CASE("a value several consumers need is computed once when it is expensive"
   CHECK(plan({z}).size() == 2);
   check_against_reference({x - max(x, {1}, true), x - max(x, {0}, true)});
 }
+
+TEST_CASE("softmax keeps each row's exponentials instead of computing them twice", "[fusion]") {
+  Var x = rand({6, 300}, 9);
+  eval({x});
+  std::vector<KernelInfo> k = plan({softmax(x, 1)});
+  REQUIRE(k.size() == 1);
+  // One exp in the row-sum pass of the scratch-row variant (the fallback keeps its own two).
+  const std::string& src = k[0].source;
+  const size_t fast = src.find("if (mj_rows) {"), slow = src.find("} else {", fast);
+  REQUIRE(fast != std::string::npos);
+  REQUIRE(slow != std::string::npos);
+  const std::string variant = src.substr(fast, slow - fast);
+  size_t exps = 0;
+  for (size_t at = variant.find("expf("); at != std::string::npos; at = variant.find("expf(", at + 1))
+    ++exps;
+  CHECK(exps == 1);
+  check_against_reference({softmax(x, 1), softmax(x * 3.0 - 1.0, -1)});
+}
