@@ -89,6 +89,12 @@ std::string unique_name(const std::string& prefix) {
 // True when `name` (after its prefix) was made by unique_name() in a process of this host
 // that no longer runs. Names from other hosts, or not of that form, are never "dead": only
 // their age can make them stale.
+bool made_by_dead_process(const std::string& name);
+
+// A directory in v1/tmp that nobody will finish: a half-removed entry, one made by a process
+// of this host that no longer runs, or one older than `max_age_seconds` (whoever made it).
+bool is_stale_staging(const fs::path& dir, int64_t now, double max_age_seconds);
+
 bool made_by_dead_process(const std::string& name) {
   size_t at = name.rfind('@');
   if (at == std::string::npos || name.compare(at + 1, std::string::npos, host_name()) != 0)
@@ -260,6 +266,12 @@ bool remove_atomically(const fs::path& version_dir, const fs::path& dir) {
 int64_t mtime_of(const fs::path& p) {
   struct stat st;
   return ::lstat(p.c_str(), &st) == 0 ? int64_t(st.st_mtime) : 0;
+}
+
+bool is_stale_staging(const fs::path& dir, int64_t now, double max_age_seconds) {
+  const std::string name = dir.filename().string();
+  return name.rfind("rm-", 0) == 0 || made_by_dead_process(name) ||
+         double(now - mtime_of(dir)) > max_age_seconds;
 }
 
 // Entry directories below root/v1: <2 hex>/<key>, real directories only.
@@ -628,9 +640,7 @@ uint64_t CacheStore::sweep_stale_staging(double older_than_seconds) {
   // Staging directories of dead (or long gone) processes, and half-removed entries.
   for (const fs::directory_entry& e : fs::directory_iterator(version_dir() / kStagingDir, ec)) {
     std::string name = e.path().filename().string();
-    bool half_removed = name.rfind("rm-", 0) == 0;
-    bool old = double(now - mtime_of(e.path())) > older_than_seconds;
-    if (half_removed || old || made_by_dead_process(name)) {
+    if (is_stale_staging(e.path(), now, older_than_seconds)) {
       std::error_code rm;
       if (fs::remove_all(e.path(), rm) > 0) ++removed;
     }
@@ -746,9 +756,7 @@ std::vector<CacheProblem> CacheStore::verify(double debris_age_seconds) const {
   }
   const int64_t now = int64_t(std::time(nullptr));
   for (const fs::directory_entry& e : fs::directory_iterator(version_dir() / kStagingDir, ec)) {
-    std::string name = e.path().filename().string();
-    if (name.rfind("rm-", 0) == 0 || made_by_dead_process(name) ||
-        double(now - mtime_of(e.path())) > debris_age_seconds)
+    if (is_stale_staging(e.path(), now, debris_age_seconds))
       problems.push_back({"", e.path(), "staging directory left by a dead process"});
   }
   for (const fs::directory_entry& e : fs::directory_iterator(version_dir() / kLocksDir, ec)) {

@@ -846,12 +846,12 @@ class CppEmitter {
       return out;
     };
     std::set<int> va = vars_of(c.a_stmts), vb = vars_of(c.b_stmts);
-    auto uses_mul_args = [&](int arg) {  // an operand defined outside the body: level -1
+    auto defined_in_body = [&](int arg) {  // operands from outside the body: not blocked
       for (const KStmt& st : body.stmts)
         if (st.id == arg) return true;
       return false;
     };
-    if (!uses_mul_args(c.a) || !uses_mul_args(c.b)) return std::nullopt;
+    if (!defined_in_body(c.a) || !defined_in_body(c.b)) return std::nullopt;
     // j: the innermost output loop, read by b only; i: the innermost other loop read by a only.
     // Swapping the operands covers b*a.
     for (int swap = 0; swap < 2; ++swap) {

@@ -246,6 +246,29 @@ std::optional<CompileError> compile_and_install(std::vector<Pending*>& todo,
   return failure;
 }
 
+// One Pending per distinct key among `irs[i]` for i in `which` (texts[i] = serialize_ir), in key
+// order: locks are taken in key order, so processes needing overlapping sets never deadlock.
+std::vector<Pending> group_by_key(const std::vector<const KernelIR*>& irs,
+                                  const std::vector<std::string>& texts,
+                                  const std::vector<size_t>& which, const std::string& identity) {
+  std::vector<Pending> pending;
+  std::unordered_map<std::string, size_t> by_key;
+  for (size_t i : which) {
+    std::string key = kernel_key("cpu", texts[i], identity);
+    auto [it, fresh] = by_key.emplace(key, pending.size());
+    if (fresh) {
+      Pending p;
+      p.key = key;
+      p.ir = irs[i];
+      pending.push_back(std::move(p));
+    }
+    pending[it->second].positions.push_back(i);
+  }
+  std::sort(pending.begin(), pending.end(),
+            [](const Pending& a, const Pending& b) { return a.key < b.key; });
+  return pending;
+}
+
 // Looks `p` up on disk; on a miss waits for the key's lock (another process may be compiling
 // it) and looks again. Returns the verified kernel.so, or nullopt with the lock held.
 std::optional<fs::path> find_or_lock(CacheStore& store, Pending& p) {
@@ -295,29 +318,13 @@ std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs
   flush_memory_hits_at_exit();
 
   const Toolchain& tc = host_toolchain();
-  const std::string identity = tc.identity();
-  std::vector<Pending> pending;
-  std::unordered_map<std::string, size_t> by_key;
-  for (size_t i : misses) {
-    std::string key = kernel_key("cpu", texts[i], identity);
-    auto [it, fresh] = by_key.emplace(key, pending.size());
-    if (fresh) {
-      Pending p;
-      p.key = key;
-      p.ir = irs[i];
-      pending.push_back(std::move(p));
-    }
-    pending[it->second].positions.push_back(i);
-  }
+  std::vector<Pending> pending = group_by_key(irs, texts, misses, tc.identity());
 
   CacheStore store(config().cache_dir);
   sweep_once(store);
   CacheCounters delta;
   delta.memory_hits = unflushed_memory_hits.exchange(0);
   std::vector<Pending*> to_compile;
-  // Locks are taken in key order, so processes needing overlapping sets never deadlock.
-  std::sort(pending.begin(), pending.end(),
-            [](const Pending& a, const Pending& b) { return a.key < b.key; });
   for (Pending& p : pending) {
     if (std::optional<fs::path> so = find_or_lock(store, p)) {
       try {
@@ -366,18 +373,16 @@ WarmSummary warm_kernels(const std::vector<KernelIR>& irs, int jobs) {
   const auto start = std::chrono::steady_clock::now();
   WarmSummary summary;
   const Toolchain& tc = host_toolchain();
-  const std::string identity = tc.identity();
-  std::vector<Pending> pending;
-  std::set<std::string> seen;
+  std::vector<const KernelIR*> ptrs;
+  std::vector<std::string> texts;
+  std::vector<size_t> all;
   for (const KernelIR& ir : irs) {
-    Pending p;
-    p.key = kernel_key("cpu", serialize_ir(ir), identity);
-    p.ir = &ir;
-    if (seen.insert(p.key).second) pending.push_back(std::move(p));
+    all.push_back(ptrs.size());
+    ptrs.push_back(&ir);
+    texts.push_back(serialize_ir(ir));
   }
+  std::vector<Pending> pending = group_by_key(ptrs, texts, all, tc.identity());
   summary.total = pending.size();
-  std::sort(pending.begin(), pending.end(),
-            [](const Pending& a, const Pending& b) { return a.key < b.key; });
 
   CacheStore store(config().cache_dir);
   sweep_once(store);
