@@ -6,6 +6,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "codegen/c_family_emitter.h"
 #include "codegen/loop_invariants.h"
 
 namespace metajit {
@@ -64,9 +65,9 @@ static inline void mj_st(float* p, mj_v16 v) { __builtin_memcpy(p, &v, 64); }
 #pragma omp declare reduction(mj_mind : double : omp_out = (omp_in < omp_out || omp_in != omp_in) ? omp_in : omp_out) initializer(omp_priv = __builtin_inf())
 )";
 
-class CppEmitter {
+class CppEmitter : public CFamilyEmitter {
  public:
-  explicit CppEmitter(const KernelIR& ir) : ir_(ir) {}
+  explicit CppEmitter(const KernelIR& ir) : CFamilyEmitter(ir, Dialect::Cpp) {}
 
   std::string run() {
     out_ = "// metajit generated kernel: ";
@@ -99,328 +100,6 @@ class CppEmitter {
   }
 
  private:
-  static std::string ctype(DType t) {
-    switch (t) {
-      case DType::Bool:
-        return "bool";
-      case DType::Int32:
-        return "int";
-      case DType::Int64:
-        return "i64";
-      case DType::Float32:
-        return "float";
-      case DType::Float64:
-        return "double";
-    }
-    return "?";
-  }
-
-  void line(int depth, const std::string& s) { out_ += std::string(2 * depth, ' ') + s + "\n"; }
-
-  // Row-major strides of a buffer: name_s<k> = product of dims after k; the last is 1.
-  void strides(const std::string& name, const KBuffer& b) {
-    for (size_t k = 0; k + 1 < b.dims.size(); ++k) {
-      std::string s;
-      for (size_t j = k + 1; j < b.dims.size(); ++j) s += (s.empty() ? "" : " * ") + ix(*b.dims[j]);
-      line(1, "const i64 " + name + "_s" + std::to_string(k) + " = " + s + ";");
-    }
-  }
-
-  std::string offset(const std::string& name, const std::vector<IndexExprPtr>& idx) {
-    if (idx.empty()) return "0";
-    std::string s;
-    for (size_t k = 0; k < idx.size(); ++k) {
-      std::string term = ix(*idx[k]);
-      if (k + 1 < idx.size()) term = "(" + term + ") * " + name + "_s" + std::to_string(k);
-      s += (k ? " + " : "") + term;
-    }
-    return s;
-  }
-
-  static std::string ix(const IndexExpr& e) {
-    auto bin = [&](const char* op) { return "(" + ix(*e.a) + " " + op + " " + ix(*e.b) + ")"; };
-    switch (e.kind) {
-      case IxKind::Const:
-        // INT64_MIN has no literal: -9223372036854775808LL is unary minus on an overflowing one.
-        if (e.value == INT64_MIN) return "(-9223372036854775807LL - 1)";
-        return e.value < 0 ? "(" + std::to_string(e.value) + "LL)" : std::to_string(e.value) + "LL";
-      case IxKind::Var:
-        return "i" + std::to_string(e.value);
-      case IxKind::Param:
-        return "p" + std::to_string(e.value);
-      case IxKind::Neg:
-        return "(-" + ix(*e.a) + ")";
-      case IxKind::Not:
-        return "(!" + ix(*e.a) + ")";
-      case IxKind::Add:
-        return bin("+");
-      case IxKind::Sub:
-        return bin("-");
-      case IxKind::Mul:
-        return bin("*");
-      case IxKind::Div:
-      case IxKind::Mod: {
-        bool safe = e.b->kind == IxKind::Const && e.b->value != 0 && e.b->value != -1;
-        if (safe) return bin(e.kind == IxKind::Div ? "/" : "%");
-        return std::string(e.kind == IxKind::Div ? "mj_div(" : "mj_mod(") + ix(*e.a) + ", " +
-               ix(*e.b) + ")";
-      }
-      case IxKind::Lt:
-        return bin("<");
-      case IxKind::Le:
-        return bin("<=");
-      case IxKind::Gt:
-        return bin(">");
-      case IxKind::Ge:
-        return bin(">=");
-      case IxKind::Eq:
-        return bin("==");
-      case IxKind::Ne:
-        return bin("!=");
-      case IxKind::And:
-        return bin("&&");
-      case IxKind::Or:
-        return bin("||");
-      // Functions, not ?: with each operand printed twice: nested min/max would grow the
-      // source exponentially.
-      case IxKind::Min:
-        return "mj_min(" + ix(*e.a) + ", " + ix(*e.b) + ")";
-      case IxKind::Max:
-        return "mj_max(" + ix(*e.a) + ", " + ix(*e.b) + ")";
-      case IxKind::Select:
-        return "(" + ix(*e.a) + " ? " + ix(*e.b) + " : " + ix(*e.c) + ")";
-    }
-    return "0";
-  }
-
-  static std::string v(int id) { return "v" + std::to_string(id); }
-
-  static std::string identity(ReduceOp op, DType t) {
-    const bool f = t == DType::Float32;
-    switch (op) {
-      case ReduceOp::Add:
-      case ReduceOp::Mean:
-        return t == DType::Bool ? "false" : "0";
-      case ReduceOp::Mul:
-        return t == DType::Bool ? "true" : "1";
-      case ReduceOp::Max:
-        switch (t) {
-          case DType::Bool:
-            return "false";
-          case DType::Int32:
-            return "(-2147483647 - 1)";
-          case DType::Int64:
-            return "(-9223372036854775807LL - 1)";
-          default:
-            return f ? "(-__builtin_inff())" : "(-__builtin_inf())";
-        }
-      case ReduceOp::Min:
-        switch (t) {
-          case DType::Bool:
-            return "true";
-          case DType::Int32:
-            return "2147483647";
-          case DType::Int64:
-            return "9223372036854775807LL";
-          default:
-            return f ? "__builtin_inff()" : "__builtin_inf()";
-        }
-    }
-    return "0";
-  }
-
-  // acc <- op(acc, x), NaN-propagating for float max/min like numpy.
-  static std::string combine(ReduceOp op, DType t, const std::string& acc, const std::string& x) {
-    const std::string T = ctype(t);
-    switch (op) {
-      case ReduceOp::Add:
-      case ReduceOp::Mean:
-        return "(" + T + ")(" + acc + " + " + x + ")";
-      case ReduceOp::Mul:
-        return "(" + T + ")(" + acc + " * " + x + ")";
-      case ReduceOp::Max:
-        if (t == DType::Bool) return "(" + acc + " || " + x + ")";
-        if (is_float(t))
-          return "((" + x + " > " + acc + " || " + x + " != " + x + ") ? " + x + " : " + acc + ")";
-        return "(" + x + " > " + acc + " ? " + x + " : " + acc + ")";
-      case ReduceOp::Min:
-        if (t == DType::Bool) return "(" + acc + " && " + x + ")";
-        if (is_float(t))
-          return "((" + x + " < " + acc + " || " + x + " != " + x + ") ? " + x + " : " + acc + ")";
-        return "(" + x + " < " + acc + " ? " + x + " : " + acc + ")";
-    }
-    return acc;
-  }
-
-  std::string unary(UnaryOp op, DType t, const std::string& x) {
-    const bool f32 = t == DType::Float32;
-    const std::string T = ctype(t);
-    auto fn = [&](const char* name) {
-      return std::string(name) + (f32 ? "f" : "") + "(" + x + ")";
-    };
-    auto builtin = [&](const char* name) {
-      return std::string("__builtin_") + name + (f32 ? "f" : "") + "(" + x + ")";
-    };
-    if (is_float(t)) {
-      switch (op) {
-        case UnaryOp::Neg:
-          return "(-" + x + ")";
-        case UnaryOp::Abs:
-          return builtin("fabs");
-        case UnaryOp::Exp:
-          return fn("exp");
-        case UnaryOp::Log:
-          return fn("log");
-        case UnaryOp::Sqrt:
-          return builtin("sqrt");
-        case UnaryOp::Sin:
-          return fn("sin");
-        case UnaryOp::Cos:
-          return fn("cos");
-        case UnaryOp::Tanh:
-          return fn("tanh");
-        case UnaryOp::Floor:
-          return builtin("floor");
-        case UnaryOp::Sigmoid:
-          return "((" + T + ")1 / ((" + T + ")1 + exp" + (f32 ? "f" : "") + "(-" + x + ")))";
-        case UnaryOp::Relu:
-          return "(" + x + " > 0 ? " + x + " : (" + T + ")0)";
-        case UnaryOp::LogicalNot:
-          return "(!" + x + ")";
-      }
-    }
-    switch (op) {
-      case UnaryOp::Neg:
-        return "(" + T + ")(-" + x + ")";
-      case UnaryOp::Abs:
-        return "(" + T + ")(" + x + " < 0 ? -" + x + " : " + x + ")";
-      case UnaryOp::Relu:
-        return "(" + x + " > 0 ? " + x + " : (" + T + ")0)";
-      case UnaryOp::LogicalNot:
-        return "(!" + x + ")";
-      case UnaryOp::Floor:
-        return x;
-      default:
-        throw std::logic_error(std::string("emit: unary ") + unary_op_name(op) + " on " +
-                               dtype_name(t));
-    }
-  }
-
-  std::string binary(BinaryOp op, DType operand, const std::string& a, const std::string& b) {
-    const std::string T = ctype(operand);
-    const bool flt = is_float(operand);
-    switch (op) {
-      case BinaryOp::Add:
-        return "(" + T + ")(" + a + " + " + b + ")";
-      case BinaryOp::Sub:
-        return "(" + T + ")(" + a + " - " + b + ")";
-      case BinaryOp::Mul:
-        return "(" + T + ")(" + a + " * " + b + ")";
-      case BinaryOp::Div:
-        if (flt) return "(" + a + " / " + b + ")";
-        return "(" + T + ")mj_div(" + a + ", " + b + ")";
-      case BinaryOp::Pow:
-        if (operand == DType::Float32) return "powf(" + a + ", " + b + ")";
-        if (operand == DType::Float64) return "pow(" + a + ", " + b + ")";
-        return std::string(operand == DType::Int64 ? "mj_pow_i64" : "(" + T + ")mj_pow_i32") +
-               "((double)" + a + ", (double)" + b + ")";
-      case BinaryOp::Maximum:
-        if (operand == DType::Bool) return "(" + a + " || " + b + ")";
-        if (flt)
-          return "((" + a + " > " + b + " || " + a + " != " + a + ") ? " + a + " : " + b + ")";
-        return "(" + a + " > " + b + " ? " + a + " : " + b + ")";
-      case BinaryOp::Minimum:
-        if (operand == DType::Bool) return "(" + a + " && " + b + ")";
-        if (flt)
-          return "((" + a + " < " + b + " || " + a + " != " + a + ") ? " + a + " : " + b + ")";
-        return "(" + a + " < " + b + " ? " + a + " : " + b + ")";
-      case BinaryOp::Eq:
-        return "(" + a + " == " + b + ")";
-      case BinaryOp::Ne:
-        return "(" + a + " != " + b + ")";
-      case BinaryOp::Lt:
-        return "(" + a + " < " + b + ")";
-      case BinaryOp::Le:
-        return "(" + a + " <= " + b + ")";
-      case BinaryOp::Gt:
-        return "(" + a + " > " + b + ")";
-      case BinaryOp::Ge:
-        return "(" + a + " >= " + b + ")";
-      case BinaryOp::LogicalAnd:
-        return "(" + a + " && " + b + ")";
-      case BinaryOp::LogicalOr:
-        return "(" + a + " || " + b + ")";
-    }
-    return "0";
-  }
-
-  void block(const KBlock& b, int depth) {
-    for (const KStmt& st : b.stmts) stmt(st, depth);
-  }
-
-  void stmt(const KStmt& st, int depth) {
-    const std::string T = ctype(st.dtype);
-    dtypes_[st.id] = st.dtype;
-    if (row_reuse_ && row_reuse_->outer_value == st.id) {
-      line(depth, "const " + T + " " + v(st.id) + " = mj_row[" + row_reuse_->index + "];");
-      return;
-    }
-    std::string expr;
-    switch (st.kind) {
-      case KOp::Load:
-        expr = "in" + std::to_string(st.buffer) + "[" +
-               offset("in" + std::to_string(st.buffer), st.index) + "]";
-        break;
-      case KOp::Scalar:
-        expr = st.dtype == DType::Bool ? "(S[" + std::to_string(st.slot) + "] != 0)"
-                                       : "(" + T + ")S[" + std::to_string(st.slot) + "]";
-        break;
-      case KOp::Iota:
-        expr = "(" + T + ")" + ix(*st.index[0]);
-        break;
-      case KOp::Unary:
-        expr = unary(UnaryOp(st.op), st.dtype, v(st.args[0]));
-        break;
-      case KOp::Binary:
-        expr = binary(BinaryOp(st.op), dtypes_.at(st.args[0]), v(st.args[0]), v(st.args[1]));
-        break;
-      case KOp::Where:
-        expr = "(" + v(st.args[0]) + " ? " + v(st.args[1]) + " : " + v(st.args[2]) + ")";
-        break;
-      case KOp::Cast:
-        expr = st.dtype == DType::Bool ? "(" + v(st.args[0]) + " != 0)"
-                                       : "(" + T + ")" + v(st.args[0]);
-        break;
-      case KOp::Guard: {
-        line(depth, T + " " + v(st.id) + ";");
-        line(depth, "if (" + ix(*st.cond) + ") {");
-        block(*st.body, depth + 1);
-        line(depth + 1, v(st.id) + " = " + v(st.body->result) + ";");
-        line(depth, "} else {");
-        line(depth + 1,
-             v(st.id) + " = " +
-                 (st.dtype == DType::Bool ? "(S[" + std::to_string(st.slot) + "] != 0)"
-                                          : "(" + T + ")S[" + std::to_string(st.slot) + "]") +
-                 ";");
-        line(depth, "}");
-        return;
-      }
-      case KOp::Reduce:
-        reduce_stmt(st, depth, /*parallel=*/false);
-        return;
-    }
-    line(depth, "const " + T + " " + v(st.id) + " = " + expr + ";");
-  }
-
-  // float32 sums and products accumulate in double: the result is then the correctly rounded
-  // value of a far more accurate sum, whatever the order the vector lanes and threads add in.
-  static DType acc_dtype(ReduceOp op, DType t) {
-    return t == DType::Float32 &&
-                   (op == ReduceOp::Add || op == ReduceOp::Mul || op == ReduceOp::Mean)
-               ? DType::Float64
-               : t;
-  }
-
   // The OpenMP reduction clause for an accumulator `acc` of `op` over dtype `t`.
   static std::string reduction_clause(ReduceOp op, DType t, const std::string& acc) {
     std::string id;
@@ -451,34 +130,38 @@ class CppEmitter {
   // A Reduce statement: its loops with a SIMD reduction on the innermost one; with `parallel`
   // (a statement outside every parallel loop, e.g. a sum over everything) the outermost loop is
   // split across threads too.
-  void reduce_stmt(const KStmt& st, int depth, bool parallel) {
-    dtypes_[st.id] = st.dtype;
-    const ReduceOp op = ReduceOp(st.op);
-    const DType at = acc_dtype(op, st.dtype);
-    const std::string T = ctype(st.dtype), A = ctype(at);
-    std::string acc = "acc" + std::to_string(st.id);
-    line(depth, A + " " + acc + " = " + identity(op, at) + ";");
-    int d = depth;
-    const std::string clause = reduction_clause(op, at, acc);
-    for (size_t k = 0; k < st.loops.size(); ++k) {
-      const KLoop& l = st.loops[k];
-      const bool inner = k + 1 == st.loops.size();
-      if (parallel && k == 0)
-        line(d, std::string("#pragma omp parallel for") + (inner ? " simd " : " ") + clause +
-                    " schedule(static) if(" + work(st.loops) + " > 32768)");
-      else if (inner)
-        line(d, "#pragma omp simd " + clause);
-      std::string i = "i" + std::to_string(l.var);
-      line(d, "for (i64 " + i + " = 0; " + i + " < " + ix(*l.extent) + "; ++" + i + ") {");
-      ++d;
+
+  // A row's value that the innermost loop reads back from the scratch row (see RowReuse).
+  void stmt(const KStmt& st, int depth) override {
+    if (row_reuse_ && row_reuse_->outer_value == st.id) {
+      dtypes_[st.id] = st.dtype;
+      line(depth, "const " + ctype(st.dtype) + " " + v(st.id) + " = mj_row[" + row_reuse_->index +
+                      "];");
+      return;
     }
-    block(*st.body, d);
+    CFamilyEmitter::stmt(st, depth);
+  }
+
+  void reduce_stmt(const KStmt& st, int depth) override { reduce_stmt(st, depth, false); }
+
+  // A Reduce statement: its loops with a SIMD reduction on the innermost one; with `parallel`
+  // (a statement outside every parallel loop, e.g. a sum over everything) the outermost loop is
+  // split across threads too.
+  void reduce_stmt(const KStmt& st, int depth, bool parallel) {
+    const DType at = acc_dtype(ReduceOp(st.op), st.dtype);
+    const std::string clause =
+        reduction_clause(ReduceOp(st.op), at, "acc" + std::to_string(st.id));
+    std::string outer;
+    if (parallel)
+      outer = std::string("#pragma omp parallel for") + (st.loops.size() == 1 ? " simd " : " ") +
+              clause + " schedule(static) if(" + work(st.loops) + " > 32768)";
+    sequential_reduce(st, depth, "#pragma omp simd " + clause, outer);
+  }
+
+  void reduce_body_extra(const KStmt& st, int d) override {
     if (row_reuse_ && row_reuse_->reduce_id == st.id)
       line(d, "mj_row[i" + std::to_string(st.loops[0].var) + "] = " + v(row_reuse_->inner_value) +
                   ";");
-    line(d, acc + " = " + combine(op, at, acc, v(st.body->result)) + ";");
-    for (size_t k = 0; k < st.loops.size(); ++k) line(--d, "}");
-    line(depth, "const " + T + " " + v(st.id) + " = (" + T + ")" + acc + ";");
   }
 
   // Product of loop extents, as an expression; used to keep tiny kernels single-threaded.
@@ -1072,9 +755,6 @@ class CppEmitter {
     close_loops(ir_.loops.size(), 1);
   }
 
-  const KernelIR& ir_;
-  std::string out_;
-  std::map<int, DType> dtypes_;
   std::optional<RowReuse> row_reuse_;  // set while emitting the scratch-row variant
 };
 

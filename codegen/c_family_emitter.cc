@@ -1,0 +1,353 @@
+#include "codegen/c_family_emitter.h"
+
+#include <cstdint>
+#include <stdexcept>
+
+namespace metajit {
+
+std::string CFamilyEmitter::ctype(DType t) {
+  switch (t) {
+    case DType::Bool:
+      return "bool";
+    case DType::Int32:
+      return "int";
+    case DType::Int64:
+      return "i64";
+    case DType::Float32:
+      return "float";
+    case DType::Float64:
+      return "double";
+  }
+  return "?";
+}
+
+DType CFamilyEmitter::acc_dtype(ReduceOp op, DType t) {
+  return t == DType::Float32 && (op == ReduceOp::Add || op == ReduceOp::Mul || op == ReduceOp::Mean)
+             ? DType::Float64
+             : t;
+}
+
+void CFamilyEmitter::strides(const std::string& name, const KBuffer& b, int depth) {
+  for (size_t k = 0; k + 1 < b.dims.size(); ++k) {
+    std::string s;
+    for (size_t j = k + 1; j < b.dims.size(); ++j) s += (s.empty() ? "" : " * ") + ix(*b.dims[j]);
+    line(depth, "const i64 " + name + "_s" + std::to_string(k) + " = " + s + ";");
+  }
+}
+
+std::string CFamilyEmitter::offset(const std::string& name,
+                                   const std::vector<IndexExprPtr>& idx) const {
+  if (idx.empty()) return "0";
+  std::string s;
+  for (size_t k = 0; k < idx.size(); ++k) {
+    std::string term = ix(*idx[k]);
+    if (k + 1 < idx.size()) term = "(" + term + ") * " + name + "_s" + std::to_string(k);
+    s += (k ? " + " : "") + term;
+  }
+  return s;
+}
+
+std::string CFamilyEmitter::ix(const IndexExpr& e) {
+  auto bin = [&](const char* op) { return "(" + ix(*e.a) + " " + op + " " + ix(*e.b) + ")"; };
+  switch (e.kind) {
+    case IxKind::Const:
+      // INT64_MIN has no literal: -9223372036854775808LL is unary minus on an overflowing one.
+      if (e.value == INT64_MIN) return "(-9223372036854775807LL - 1)";
+      return e.value < 0 ? "(" + std::to_string(e.value) + "LL)" : std::to_string(e.value) + "LL";
+    case IxKind::Var:
+      return "i" + std::to_string(e.value);
+    case IxKind::Param:
+      return "p" + std::to_string(e.value);
+    case IxKind::Neg:
+      return "(-" + ix(*e.a) + ")";
+    case IxKind::Not:
+      return "(!" + ix(*e.a) + ")";
+    case IxKind::Add:
+      return bin("+");
+    case IxKind::Sub:
+      return bin("-");
+    case IxKind::Mul:
+      return bin("*");
+    case IxKind::Div:
+    case IxKind::Mod: {
+      bool safe = e.b->kind == IxKind::Const && e.b->value != 0 && e.b->value != -1;
+      if (safe) return bin(e.kind == IxKind::Div ? "/" : "%");
+      return std::string(e.kind == IxKind::Div ? "mj_div(" : "mj_mod(") + ix(*e.a) + ", " +
+             ix(*e.b) + ")";
+    }
+    case IxKind::Lt:
+      return bin("<");
+    case IxKind::Le:
+      return bin("<=");
+    case IxKind::Gt:
+      return bin(">");
+    case IxKind::Ge:
+      return bin(">=");
+    case IxKind::Eq:
+      return bin("==");
+    case IxKind::Ne:
+      return bin("!=");
+    case IxKind::And:
+      return bin("&&");
+    case IxKind::Or:
+      return bin("||");
+    // Functions, not ?: with each operand printed twice: nested min/max would grow the
+    // source exponentially.
+    case IxKind::Min:
+      return "mj_min(" + ix(*e.a) + ", " + ix(*e.b) + ")";
+    case IxKind::Max:
+      return "mj_max(" + ix(*e.a) + ", " + ix(*e.b) + ")";
+    case IxKind::Select:
+      return "(" + ix(*e.a) + " ? " + ix(*e.b) + " : " + ix(*e.c) + ")";
+  }
+  return "0";
+}
+
+std::string CFamilyEmitter::identity(ReduceOp op, DType t) const {
+  const bool f = t == DType::Float32;
+  const bool cuda = dialect_ == Dialect::Cuda;
+  switch (op) {
+    case ReduceOp::Add:
+    case ReduceOp::Mean:
+      return t == DType::Bool ? "false" : "0";
+    case ReduceOp::Mul:
+      return t == DType::Bool ? "true" : "1";
+    case ReduceOp::Max:
+      switch (t) {
+        case DType::Bool:
+          return "false";
+        case DType::Int32:
+          return "(-2147483647 - 1)";
+        case DType::Int64:
+          return "(-9223372036854775807LL - 1)";
+        default:
+          if (cuda) return f ? "(-MJ_INFF)" : "(-MJ_INF)";
+          return f ? "(-__builtin_inff())" : "(-__builtin_inf())";
+      }
+    case ReduceOp::Min:
+      switch (t) {
+        case DType::Bool:
+          return "true";
+        case DType::Int32:
+          return "2147483647";
+        case DType::Int64:
+          return "9223372036854775807LL";
+        default:
+          if (cuda) return f ? "MJ_INFF" : "MJ_INF";
+          return f ? "__builtin_inff()" : "__builtin_inf()";
+      }
+  }
+  return "0";
+}
+
+std::string CFamilyEmitter::combine(ReduceOp op, DType t, const std::string& acc,
+                                    const std::string& x) const {
+  const std::string T = ctype(t);
+  switch (op) {
+    case ReduceOp::Add:
+    case ReduceOp::Mean:
+      return "(" + T + ")(" + acc + " + " + x + ")";
+    case ReduceOp::Mul:
+      return "(" + T + ")(" + acc + " * " + x + ")";
+    case ReduceOp::Max:
+      if (t == DType::Bool) return "(" + acc + " || " + x + ")";
+      if (is_float(t))
+        return "((" + x + " > " + acc + " || " + x + " != " + x + ") ? " + x + " : " + acc + ")";
+      return "(" + x + " > " + acc + " ? " + x + " : " + acc + ")";
+    case ReduceOp::Min:
+      if (t == DType::Bool) return "(" + acc + " && " + x + ")";
+      if (is_float(t))
+        return "((" + x + " < " + acc + " || " + x + " != " + x + ") ? " + x + " : " + acc + ")";
+      return "(" + x + " < " + acc + " ? " + x + " : " + acc + ")";
+  }
+  return acc;
+}
+
+std::string CFamilyEmitter::unary(UnaryOp op, DType t, const std::string& x) const {
+  const bool f32 = t == DType::Float32;
+  const std::string T = ctype(t);
+  auto fn = [&](const char* name) { return std::string(name) + (f32 ? "f" : "") + "(" + x + ")"; };
+  // CUDA's device math library has these under their libm names.
+  auto builtin = [&](const char* name) {
+    return std::string(dialect_ == Dialect::Cuda ? "" : "__builtin_") + name + (f32 ? "f" : "") +
+           "(" + x + ")";
+  };
+  if (is_float(t)) {
+    switch (op) {
+      case UnaryOp::Neg:
+        return "(-" + x + ")";
+      case UnaryOp::Abs:
+        return builtin("fabs");
+      case UnaryOp::Exp:
+        return fn("exp");
+      case UnaryOp::Log:
+        return fn("log");
+      case UnaryOp::Sqrt:
+        return builtin("sqrt");
+      case UnaryOp::Sin:
+        return fn("sin");
+      case UnaryOp::Cos:
+        return fn("cos");
+      case UnaryOp::Tanh:
+        return fn("tanh");
+      case UnaryOp::Floor:
+        return builtin("floor");
+      case UnaryOp::Sigmoid:
+        return "((" + T + ")1 / ((" + T + ")1 + exp" + (f32 ? "f" : "") + "(-" + x + ")))";
+      case UnaryOp::Relu:
+        return "(" + x + " > 0 ? " + x + " : (" + T + ")0)";
+      case UnaryOp::LogicalNot:
+        return "(!" + x + ")";
+    }
+  }
+  switch (op) {
+    case UnaryOp::Neg:
+      return "(" + T + ")(-" + x + ")";
+    case UnaryOp::Abs:
+      return "(" + T + ")(" + x + " < 0 ? -" + x + " : " + x + ")";
+    case UnaryOp::Relu:
+      return "(" + x + " > 0 ? " + x + " : (" + T + ")0)";
+    case UnaryOp::LogicalNot:
+      return "(!" + x + ")";
+    case UnaryOp::Floor:
+      return x;
+    default:
+      throw std::logic_error(std::string("emit: unary ") + unary_op_name(op) + " on " +
+                             dtype_name(t));
+  }
+}
+
+std::string CFamilyEmitter::binary(BinaryOp op, DType operand, const std::string& a,
+                                   const std::string& b) const {
+  const std::string T = ctype(operand);
+  const bool flt = is_float(operand);
+  switch (op) {
+    case BinaryOp::Add:
+      return "(" + T + ")(" + a + " + " + b + ")";
+    case BinaryOp::Sub:
+      return "(" + T + ")(" + a + " - " + b + ")";
+    case BinaryOp::Mul:
+      return "(" + T + ")(" + a + " * " + b + ")";
+    case BinaryOp::Div:
+      if (flt) return "(" + a + " / " + b + ")";
+      return "(" + T + ")mj_div(" + a + ", " + b + ")";
+    case BinaryOp::Pow:
+      if (operand == DType::Float32) return "powf(" + a + ", " + b + ")";
+      if (operand == DType::Float64) return "pow(" + a + ", " + b + ")";
+      return std::string(operand == DType::Int64 ? "mj_pow_i64" : "(" + T + ")mj_pow_i32") +
+             "((double)" + a + ", (double)" + b + ")";
+    case BinaryOp::Maximum:
+      if (operand == DType::Bool) return "(" + a + " || " + b + ")";
+      if (flt) return "((" + a + " > " + b + " || " + a + " != " + a + ") ? " + a + " : " + b + ")";
+      return "(" + a + " > " + b + " ? " + a + " : " + b + ")";
+    case BinaryOp::Minimum:
+      if (operand == DType::Bool) return "(" + a + " && " + b + ")";
+      if (flt) return "((" + a + " < " + b + " || " + a + " != " + a + ") ? " + a + " : " + b + ")";
+      return "(" + a + " < " + b + " ? " + a + " : " + b + ")";
+    case BinaryOp::Eq:
+      return "(" + a + " == " + b + ")";
+    case BinaryOp::Ne:
+      return "(" + a + " != " + b + ")";
+    case BinaryOp::Lt:
+      return "(" + a + " < " + b + ")";
+    case BinaryOp::Le:
+      return "(" + a + " <= " + b + ")";
+    case BinaryOp::Gt:
+      return "(" + a + " > " + b + ")";
+    case BinaryOp::Ge:
+      return "(" + a + " >= " + b + ")";
+    case BinaryOp::LogicalAnd:
+      return "(" + a + " && " + b + ")";
+    case BinaryOp::LogicalOr:
+      return "(" + a + " || " + b + ")";
+  }
+  return "0";
+}
+
+std::string CFamilyEmitter::scalar_arg(DType t, int slot) const {
+  return t == DType::Bool ? "(S[" + std::to_string(slot) + "] != 0)"
+                          : "(" + ctype(t) + ")S[" + std::to_string(slot) + "]";
+}
+
+void CFamilyEmitter::block(const KBlock& b, int depth) {
+  for (const KStmt& st : b.stmts) stmt(st, depth);
+}
+
+void CFamilyEmitter::stmt(const KStmt& st, int depth) {
+  const std::string T = ctype(st.dtype);
+  dtypes_[st.id] = st.dtype;
+  std::string expr;
+  switch (st.kind) {
+    case KOp::Load:
+      expr = "in" + std::to_string(st.buffer) + "[" +
+             offset("in" + std::to_string(st.buffer), st.index) + "]";
+      break;
+    case KOp::Scalar:
+      expr = scalar_arg(st.dtype, st.slot);
+      break;
+    case KOp::Iota:
+      expr = "(" + T + ")" + ix(*st.index[0]);
+      break;
+    case KOp::Unary:
+      expr = unary(UnaryOp(st.op), st.dtype, v(st.args[0]));
+      break;
+    case KOp::Binary:
+      expr = binary(BinaryOp(st.op), dtypes_.at(st.args[0]), v(st.args[0]), v(st.args[1]));
+      break;
+    case KOp::Where:
+      expr = "(" + v(st.args[0]) + " ? " + v(st.args[1]) + " : " + v(st.args[2]) + ")";
+      break;
+    case KOp::Cast:
+      expr = st.dtype == DType::Bool ? "(" + v(st.args[0]) + " != 0)"
+                                     : "(" + T + ")" + v(st.args[0]);
+      break;
+    case KOp::Guard: {
+      line(depth, T + " " + v(st.id) + ";");
+      line(depth, "if (" + ix(*st.cond) + ") {");
+      block(*st.body, depth + 1);
+      line(depth + 1, v(st.id) + " = " + v(st.body->result) + ";");
+      line(depth, "} else {");
+      line(depth + 1, v(st.id) + " = " + scalar_arg(st.dtype, st.slot) + ";");
+      line(depth, "}");
+      return;
+    }
+    case KOp::Reduce:
+      reduce_stmt(st, depth);
+      return;
+  }
+  line(depth, "const " + T + " " + v(st.id) + " = " + expr + ";");
+}
+
+void CFamilyEmitter::reduce_stmt(const KStmt& st, int depth) {
+  sequential_reduce(st, depth, "", "");
+}
+
+void CFamilyEmitter::sequential_reduce(const KStmt& st, int depth,
+                                       const std::string& innermost_pragma,
+                                       const std::string& outermost_pragma) {
+  dtypes_[st.id] = st.dtype;
+  const ReduceOp op = ReduceOp(st.op);
+  const DType at = acc_dtype(op, st.dtype);
+  const std::string T = ctype(st.dtype), A = ctype(at);
+  std::string acc = "acc" + std::to_string(st.id);
+  line(depth, A + " " + acc + " = " + identity(op, at) + ";");
+  int d = depth;
+  for (size_t k = 0; k < st.loops.size(); ++k) {
+    const KLoop& l = st.loops[k];
+    const bool inner = k + 1 == st.loops.size();
+    if (k == 0 && !outermost_pragma.empty())
+      line(d, outermost_pragma);
+    else if (inner && !innermost_pragma.empty())
+      line(d, innermost_pragma);
+    std::string i = "i" + std::to_string(l.var);
+    line(d, "for (i64 " + i + " = 0; " + i + " < " + ix(*l.extent) + "; ++" + i + ") {");
+    ++d;
+  }
+  block(*st.body, d);
+  reduce_body_extra(st, d);
+  line(d, acc + " = " + combine(op, at, acc, v(st.body->result)) + ";");
+  for (size_t k = 0; k < st.loops.size(); ++k) line(--d, "}");
+  line(depth, "const " + T + " " + v(st.id) + " = (" + T + ")" + acc + ";");
+}
+
+}  // namespace metajit

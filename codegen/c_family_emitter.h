@@ -1,0 +1,60 @@
+// What the C++ and CUDA emitters share: KernelIR expressions and statements printed as C-family
+// source (C++17 and CUDA C++ read them alike). Types, index expressions, element-wise ops,
+// reduction identities and combiners, and one statement of a kernel body; the emitters add
+// their own schedules (loops, threads, blocks) around these.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "codegen/kernel_ir.h"
+
+namespace metajit {
+
+class CFamilyEmitter {
+ public:
+  // The two dialects differ only in how a few math builtins and infinities are written.
+  enum class Dialect { Cpp, Cuda };
+
+  CFamilyEmitter(const KernelIR& ir, Dialect dialect) : ir_(ir), dialect_(dialect) {}
+  virtual ~CFamilyEmitter() = default;
+
+  static std::string ctype(DType t);
+  // An index expression as C (i<k> loop variables, p<k> shape parameters); division and
+  // modulo by anything but a non-zero constant go through mj_div/mj_mod (never trap).
+  static std::string ix(const IndexExpr& e);
+  static std::string v(int id) { return "v" + std::to_string(id); }
+  // float32 sums and products accumulate in double (see the emitters' headers).
+  static DType acc_dtype(ReduceOp op, DType t);
+
+ protected:
+  void line(int depth, const std::string& s) { out_ += std::string(2 * depth, ' ') + s + "\n"; }
+  // Row-major strides of a buffer: name_s<k> = product of dims after k; the last is 1.
+  void strides(const std::string& name, const KBuffer& b, int depth = 1);
+  std::string offset(const std::string& name, const std::vector<IndexExprPtr>& idx) const;
+
+  std::string identity(ReduceOp op, DType t) const;
+  // acc <- op(acc, x), NaN-propagating for float max/min like numpy.
+  std::string combine(ReduceOp op, DType t, const std::string& acc, const std::string& x) const;
+  std::string unary(UnaryOp op, DType t, const std::string& x) const;
+  std::string binary(BinaryOp op, DType operand, const std::string& a, const std::string& b) const;
+  std::string scalar_arg(DType t, int slot) const;
+
+  void block(const KBlock& b, int depth);
+  // One statement: `const T v<id> = ...;` (Guard: an if/else; Reduce: reduce_stmt()).
+  virtual void stmt(const KStmt& st, int depth);
+  // A Reduce statement as loops run by one thread (the emitters override or call it).
+  virtual void reduce_stmt(const KStmt& st, int depth);
+  // The loops of a sequential Reduce: `pragma` (may be empty) goes before the innermost one.
+  void sequential_reduce(const KStmt& st, int depth, const std::string& innermost_pragma,
+                         const std::string& outermost_pragma);
+  // Hook inside a sequential Reduce's innermost loop, after its body (CPU: scratch rows).
+  virtual void reduce_body_extra(const KStmt& st, int depth) {}
+
+  const KernelIR& ir_;
+  Dialect dialect_;
+  std::string out_;
+  std::map<int, DType> dtypes_;  // value id -> dtype of the values emitted so far
+};
+
+}  // namespace metajit
