@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "codegen/c_family_emitter.h"
+#include "codegen/kernel_patterns.h"
 #include "codegen/loop_invariants.h"
 
 namespace metajit {
@@ -175,62 +176,6 @@ class CppEmitter : public CFamilyEmitter {
     for (size_t k = n; k-- > 0;) line(depth + int(k), "}");
   }
 
-  // Value ids a block uses that it does not define itself (its statements' args and result,
-  // recursively).
-  static void outside_uses(const KBlock& b, std::set<int>& defined, std::set<int>& used) {
-    for (const KStmt& st : b.stmts) {
-      for (int a : st.args)
-        if (!defined.count(a)) used.insert(a);
-      if (st.body) outside_uses(*st.body, defined, used);
-      defined.insert(st.id);
-    }
-    if (!defined.count(b.result)) used.insert(b.result);
-  }
-
-  static void loads_in(const KBlock& b, std::vector<const KStmt*>& out) {
-    for (const KStmt& st : b.stmts) {
-      if (st.kind == KOp::Load) out.push_back(&st);
-      if (st.body) loads_in(*st.body, out);
-    }
-  }
-
-  // A reduction over outer axes whose values are contiguous along the innermost output loop
-  // (a column sum): worth interchanging, so that the innermost loop runs along memory and
-  // vectorises, accumulating a strip of outputs at once.
-  bool wants_interchange(const KStmt& st, const std::vector<int>& level_of_value, int inner_var,
-                         int inner_level) {
-    if (st.kind != KOp::Reduce) return false;
-    std::set<int> own;
-    for (const KLoop& l : st.loops) own.insert(l.var);
-    std::vector<const KStmt*> loads;
-    loads_in(*st.body, loads);
-    bool contiguous_inner = false;
-    for (const KStmt* ld : loads) {
-      if (ld->index.empty()) continue;
-      std::set<int> last;
-      std::vector<const IndexExpr*> todo{ld->index.back().get()};
-      while (!todo.empty()) {
-        const IndexExpr* e = todo.back();
-        todo.pop_back();
-        if (!e) continue;
-        if (e->kind == IxKind::Var) last.insert(int(e->value));
-        todo.push_back(e->a.get());
-        todo.push_back(e->b.get());
-        todo.push_back(e->c.get());
-      }
-      for (int v : own)
-        if (last.count(v)) return false;  // reads along the reduced axis: not a column case
-      if (last.count(inner_var)) contiguous_inner = true;
-    }
-    if (!contiguous_inner) return false;
-    std::set<int> defined, used;
-    outside_uses(*st.body, defined, used);
-    for (int u : used)
-      if (u >= 0 && size_t(u) < level_of_value.size() && level_of_value[size_t(u)] >= inner_level)
-        return false;  // needs a value computed per output element: keep the simple form
-    return true;
-  }
-
   // Map kernels: every top-level statement is placed in the loop it depends on (loop-invariant
   // work such as a row's max and sum runs once per row); the outer loops run in parallel, the
   // innermost under `omp simd`; a column reduction is interchanged to run along memory.
@@ -239,12 +184,7 @@ class CppEmitter : public CFamilyEmitter {
     hoist_reduce_invariants(ir);
     const std::vector<int> levels = statement_levels(ir);
     const int k = int(ir.loops.size());
-    std::vector<int> level_of_value;
-    for (size_t s = 0; s < ir.body.stmts.size(); ++s) {
-      int id = ir.body.stmts[s].id;
-      if (size_t(id) >= level_of_value.size()) level_of_value.resize(size_t(id) + 1, -1);
-      level_of_value[size_t(id)] = levels[s];
-    }
+    const std::vector<int> level_of_value = levels_by_value(ir, levels);
     std::vector<IndexExprPtr> out_idx;
     for (const KLoop& l : ir.loops) out_idx.push_back(ix_var(l.var));
     const std::string store = "out[" + offset("out", out_idx) + "] = " + v(ir.body.result) + ";";
@@ -399,7 +339,7 @@ class CppEmitter : public CFamilyEmitter {
     std::vector<size_t> interchanged;
     for (size_t s = 0; s < ir.body.stmts.size(); ++s)
       if (levels[s] == k - 1 &&
-          wants_interchange(ir.body.stmts[s], level_of_value, ir.loops[size_t(k - 1)].var, k - 1))
+          is_column_reduction(ir.body.stmts[s], level_of_value, ir.loops[size_t(k - 1)].var, k - 1))
         interchanged.push_back(s);
 
     // Loops 0..c-1 are collapsed into one parallel loop: only while nothing sits between them.
@@ -451,109 +391,6 @@ class CppEmitter : public CFamilyEmitter {
       if (innermost) line(d, store);
     }
     for (; d > base; --d) line(d - 1, "}");
-  }
-
-  // A sum of products a*b over reduction loops where `a` does not depend on the output loop
-  // `j_var` and `b` not on `i_var`: a matrix product (matmul: i, j = rows, columns; conv2d:
-  // i = output channel, j = output column). Such kernels get a register-blocked schedule.
-  struct Contraction {
-    size_t reduce_index = 0;      // the Reduce among ir.body.stmts
-    int i_var = -1, j_var = -1;   // loop variables of the two blocked output loops
-    std::vector<size_t> a_stmts;  // statements of the Reduce body computing `a`, in order
-    std::vector<size_t> b_stmts;  // ... and `b`
-    int a = -1, b = -1;           // their value ids
-  };
-
-  static void collect_needed(const KBlock& body, int id, std::set<int>& need) {
-    for (size_t s = body.stmts.size(); s-- > 0;) {
-      const KStmt& st = body.stmts[s];
-      if (st.id != id) continue;
-      if (!need.insert(st.id).second) return;
-      for (int a : st.args) collect_needed(body, a, need);
-      if (st.body) {
-        std::set<int> defined, used;
-        outside_uses(*st.body, defined, used);
-        for (int u : used) collect_needed(body, u, need);
-      }
-      return;
-    }
-  }
-
-  std::optional<Contraction> find_contraction(const KernelIR& ir, const std::vector<int>& levels,
-                                              const std::vector<int>& level_of_value) {
-    const int k = int(ir.loops.size());
-    if (k < 2 || ir.output.dtype != DType::Float32) return std::nullopt;
-    Contraction c;
-    int reduces = 0;
-    for (size_t s = 0; s < ir.body.stmts.size(); ++s)
-      if (ir.body.stmts[s].kind == KOp::Reduce) ++reduces, c.reduce_index = s;
-    if (reduces != 1) return std::nullopt;
-    const KStmt& r = ir.body.stmts[c.reduce_index];
-    if (levels[c.reduce_index] < 0 || ReduceOp(r.op) != ReduceOp::Add ||
-        r.dtype != DType::Float32 || r.loops.empty())
-      return std::nullopt;
-    const KBlock& body = *r.body;
-    const KStmt* mul = nullptr;
-    for (const KStmt& st : body.stmts)
-      if (st.id == body.result) mul = &st;
-    if (!mul || mul->kind != KOp::Binary || BinaryOp(mul->op) != BinaryOp::Mul ||
-        mul->dtype != DType::Float32)
-      return std::nullopt;
-    c.a = mul->args[0];
-    c.b = mul->args[1];
-    std::set<int> need_a, need_b;
-    collect_needed(body, c.a, need_a);
-    collect_needed(body, c.b, need_b);
-    for (int id : need_a)
-      if (need_b.count(id)) return std::nullopt;  // shared work: keep the plain schedule
-    for (size_t s = 0; s < body.stmts.size(); ++s) {
-      const KStmt& st = body.stmts[s];
-      if (need_a.count(st.id))
-        c.a_stmts.push_back(s);
-      else if (need_b.count(st.id))
-        c.b_stmts.push_back(s);
-      else if (st.id != mul->id)
-        return std::nullopt;
-    }
-    // Values from outside the body must be computed once per launch.
-    std::set<int> defined, used;
-    outside_uses(body, defined, used);
-    for (int u : used)
-      if (u < 0 || size_t(u) >= level_of_value.size() || level_of_value[size_t(u)] >= 0)
-        return std::nullopt;
-    std::vector<std::set<int>> vars = value_variables(ir);
-    auto vars_of = [&](const std::vector<size_t>& stmts) {
-      std::set<int> out;
-      for (size_t s : stmts)
-        out.insert(vars[size_t(body.stmts[s].id)].begin(), vars[size_t(body.stmts[s].id)].end());
-      return out;
-    };
-    std::set<int> va = vars_of(c.a_stmts), vb = vars_of(c.b_stmts);
-    auto defined_in_body = [&](int arg) {  // operands from outside the body: not blocked
-      for (const KStmt& st : body.stmts)
-        if (st.id == arg) return true;
-      return false;
-    };
-    if (!defined_in_body(c.a) || !defined_in_body(c.b)) return std::nullopt;
-    // j: the innermost output loop, read by b only; i: the innermost other loop read by a only.
-    // Swapping the operands covers b*a.
-    for (int swap = 0; swap < 2; ++swap) {
-      const int j = ir.loops[size_t(k - 1)].var;
-      if (vb.count(j) && !va.count(j)) {
-        for (int p = k - 2; p >= 0; --p) {
-          const int i = ir.loops[size_t(p)].var;
-          if (va.count(i) && !vb.count(i)) {
-            c.i_var = i;
-            c.j_var = j;
-            return c;
-          }
-        }
-      }
-      std::swap(c.a, c.b);
-      std::swap(c.a_stmts, c.b_stmts);
-      std::swap(va, vb);
-    }
-    return std::nullopt;
   }
 
   static constexpr int kMR = 8;   // rows of the register tile

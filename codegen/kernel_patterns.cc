@@ -1,0 +1,163 @@
+#include "codegen/kernel_patterns.h"
+
+#include "codegen/loop_invariants.h"
+
+namespace metajit {
+namespace {
+
+void loads_in(const KBlock& b, std::vector<const KStmt*>& out) {
+  for (const KStmt& st : b.stmts) {
+    if (st.kind == KOp::Load) out.push_back(&st);
+    if (st.body) loads_in(*st.body, out);
+  }
+}
+
+void collect_needed(const KBlock& body, int id, std::set<int>& need) {
+  for (size_t s = body.stmts.size(); s-- > 0;) {
+    const KStmt& st = body.stmts[s];
+    if (st.id != id) continue;
+    if (!need.insert(st.id).second) return;
+    for (int a : st.args) collect_needed(body, a, need);
+    if (st.body) {
+      std::set<int> defined, used;
+      outside_uses(*st.body, defined, used);
+      for (int u : used) collect_needed(body, u, need);
+    }
+    return;
+  }
+}
+
+}  // namespace
+
+void outside_uses(const KBlock& b, std::set<int>& defined, std::set<int>& used) {
+  for (const KStmt& st : b.stmts) {
+    for (int a : st.args)
+      if (!defined.count(a)) used.insert(a);
+    if (st.body) outside_uses(*st.body, defined, used);
+    defined.insert(st.id);
+  }
+  if (!defined.count(b.result)) used.insert(b.result);
+}
+
+bool is_column_reduction(const KStmt& st, const std::vector<int>& level_of_value, int inner_var,
+                         int inner_level) {
+  if (st.kind != KOp::Reduce) return false;
+  std::set<int> own;
+  for (const KLoop& l : st.loops) own.insert(l.var);
+  std::vector<const KStmt*> loads;
+  loads_in(*st.body, loads);
+  bool contiguous_inner = false;
+  for (const KStmt* ld : loads) {
+    if (ld->index.empty()) continue;
+    std::set<int> last;
+    std::vector<const IndexExpr*> todo{ld->index.back().get()};
+    while (!todo.empty()) {
+      const IndexExpr* e = todo.back();
+      todo.pop_back();
+      if (!e) continue;
+      if (e->kind == IxKind::Var) last.insert(int(e->value));
+      todo.push_back(e->a.get());
+      todo.push_back(e->b.get());
+      todo.push_back(e->c.get());
+    }
+    for (int v : own)
+      if (last.count(v)) return false;  // reads along the reduced axis: not a column case
+    if (last.count(inner_var)) contiguous_inner = true;
+  }
+  if (!contiguous_inner) return false;
+  std::set<int> defined, used;
+  outside_uses(*st.body, defined, used);
+  for (int u : used)
+    if (u >= 0 && size_t(u) < level_of_value.size() && level_of_value[size_t(u)] >= inner_level)
+      return false;  // needs a value computed per output element: keep the simple form
+  return true;
+}
+
+std::optional<Contraction> find_contraction(const KernelIR& ir, const std::vector<int>& levels,
+                                            const std::vector<int>& level_of_value) {
+  const int k = int(ir.loops.size());
+  if (k < 2 || ir.output.dtype != DType::Float32) return std::nullopt;
+  Contraction c;
+  int reduces = 0;
+  for (size_t s = 0; s < ir.body.stmts.size(); ++s)
+    if (ir.body.stmts[s].kind == KOp::Reduce) ++reduces, c.reduce_index = s;
+  if (reduces != 1) return std::nullopt;
+  const KStmt& r = ir.body.stmts[c.reduce_index];
+  if (levels[c.reduce_index] < 0 || ReduceOp(r.op) != ReduceOp::Add ||
+      r.dtype != DType::Float32 || r.loops.empty())
+    return std::nullopt;
+  const KBlock& body = *r.body;
+  const KStmt* mul = nullptr;
+  for (const KStmt& st : body.stmts)
+    if (st.id == body.result) mul = &st;
+  if (!mul || mul->kind != KOp::Binary || BinaryOp(mul->op) != BinaryOp::Mul ||
+      mul->dtype != DType::Float32)
+    return std::nullopt;
+  c.a = mul->args[0];
+  c.b = mul->args[1];
+  std::set<int> need_a, need_b;
+  collect_needed(body, c.a, need_a);
+  collect_needed(body, c.b, need_b);
+  for (int id : need_a)
+    if (need_b.count(id)) return std::nullopt;  // shared work: keep the plain schedule
+  for (size_t s = 0; s < body.stmts.size(); ++s) {
+    const KStmt& st = body.stmts[s];
+    if (need_a.count(st.id))
+      c.a_stmts.push_back(s);
+    else if (need_b.count(st.id))
+      c.b_stmts.push_back(s);
+    else if (st.id != mul->id)
+      return std::nullopt;
+  }
+  // Values from outside the body must be computed once per launch.
+  std::set<int> defined, used;
+  outside_uses(body, defined, used);
+  for (int u : used)
+    if (u < 0 || size_t(u) >= level_of_value.size() || level_of_value[size_t(u)] >= 0)
+      return std::nullopt;
+  std::vector<std::set<int>> vars = value_variables(ir);
+  auto vars_of = [&](const std::vector<size_t>& stmts) {
+    std::set<int> out;
+    for (size_t s : stmts)
+      out.insert(vars[size_t(body.stmts[s].id)].begin(), vars[size_t(body.stmts[s].id)].end());
+    return out;
+  };
+  std::set<int> va = vars_of(c.a_stmts), vb = vars_of(c.b_stmts);
+  auto defined_in_body = [&](int arg) {  // operands from outside the body: not blocked
+    for (const KStmt& st : body.stmts)
+      if (st.id == arg) return true;
+    return false;
+  };
+  if (!defined_in_body(c.a) || !defined_in_body(c.b)) return std::nullopt;
+  // j: the innermost output loop, read by b only; i: the innermost other loop read by a only.
+  // Swapping the operands covers b*a.
+  for (int swap = 0; swap < 2; ++swap) {
+    const int j = ir.loops[size_t(k - 1)].var;
+    if (vb.count(j) && !va.count(j)) {
+      for (int p = k - 2; p >= 0; --p) {
+        const int i = ir.loops[size_t(p)].var;
+        if (va.count(i) && !vb.count(i)) {
+          c.i_var = i;
+          c.j_var = j;
+          return c;
+        }
+      }
+    }
+    std::swap(c.a, c.b);
+    std::swap(c.a_stmts, c.b_stmts);
+    std::swap(va, vb);
+  }
+  return std::nullopt;
+}
+
+std::vector<int> levels_by_value(const KernelIR& ir, const std::vector<int>& levels) {
+  std::vector<int> out;
+  for (size_t s = 0; s < ir.body.stmts.size(); ++s) {
+    int id = ir.body.stmts[s].id;
+    if (size_t(id) >= out.size()) out.resize(size_t(id) + 1, -1);
+    out[size_t(id)] = levels[s];
+  }
+  return out;
+}
+
+}  // namespace metajit

@@ -1,0 +1,45 @@
+// Pattern detectors the emitters choose schedules with (analyses only; they print nothing):
+// a reduction over outer axes that reads along the innermost output loop (a column sum), and
+// a sum of products whose operands each miss one output loop (a matrix product: matmul,
+// conv2d). Both the C++ and the CUDA emitter ask the same questions of a kernel's IR.
+#pragma once
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "codegen/kernel_ir.h"
+
+namespace metajit {
+
+// Value ids a block uses that it does not define itself (its statements' args and result,
+// recursively). `defined` collects the ids it does define.
+void outside_uses(const KBlock& b, std::set<int>& defined, std::set<int>& used);
+
+// A reduction over outer axes whose values are contiguous along the innermost output loop
+// (loop variable `inner_var`, at `inner_level`): a column sum. Its loads never index the last
+// axis with the reduction's own variables, some load does with `inner_var`, and its body reads
+// no value computed per output element (`level_of_value[id]` >= inner_level).
+bool is_column_reduction(const KStmt& st, const std::vector<int>& level_of_value, int inner_var,
+                         int inner_level);
+
+// A sum of products a*b over reduction loops where `a` does not depend on the output loop
+// `j_var` and `b` not on `i_var`: a matrix product (matmul: i, j = rows, columns; conv2d:
+// i = output channel, j = output column).
+struct Contraction {
+  size_t reduce_index = 0;      // the Reduce among ir.body.stmts
+  int i_var = -1, j_var = -1;   // loop variables of the two blocked output loops
+  std::vector<size_t> a_stmts;  // statements of the Reduce body computing `a`, in order
+  std::vector<size_t> b_stmts;  // ... and `b`
+  int a = -1, b = -1;           // their value ids
+};
+
+// The contraction of a float32 Map kernel (one Reduce, an add of a float32 product, values from
+// outside its body computed once per launch), or nullopt. `levels` and `level_of_value` are
+// statement_levels(ir) and the same per value id.
+std::optional<Contraction> find_contraction(const KernelIR& ir, const std::vector<int>& levels,
+                                            const std::vector<int>& level_of_value);
+
+// statement_levels() by value id (-1 for ids that are not top-level statements).
+std::vector<int> levels_by_value(const KernelIR& ir, const std::vector<int>& levels);
+
+}  // namespace metajit
