@@ -41,5 +41,11 @@ class CacheError : public Error {
  public:
   using Error::Error;
 };
+// A CUDA runtime failure: a kernel that did not launch or faulted (the message names its key
+// and ops), device memory exhausted, a failed copy.
+class CudaError : public Error {
+ public:
+  using Error::Error;
+};
 
 }  // namespace metajit

@@ -75,6 +75,7 @@ NodePtr new_node(OpKind kind, DType dtype, Shape shape, std::vector<NodePtr> inp
 
 void realize(Node& n, BufferPtr data) {
   n.data = std::move(data);
+  n.mirror.reset();
   n.inputs.clear();
   n.indexes.clear();
   n.conditions.clear();

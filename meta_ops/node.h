@@ -87,7 +87,10 @@ struct Node {
   std::vector<BroadcastAxis> bcast;      // BroadcastTo
   std::vector<IndexExprPtr> indexes;     // Reindex / ReindexReduce
   std::vector<IndexExprPtr> conditions;  // Reindex / ReindexReduce overflow conditions
-  BufferPtr data;                        // Leaf: the value (host memory, row-major contiguous)
+  BufferPtr data;                        // Leaf: the value (row-major) on data->device()
+  // Leaf: a copy on the other device, made on first use there (runtime/residency.h); guarded
+  // by graph_mutex().
+  BufferPtr mirror;
   uint64_t id = 0;                       // creation order, unique per process
 
   int64_t numel() const { return numel_of(shape); }

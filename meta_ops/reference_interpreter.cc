@@ -15,6 +15,8 @@
 // - Maximum/minimum, and max/min reductions, propagate NaN like numpy.
 #include "meta_ops/reference_interpreter.h"
 
+#include "runtime/residency.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -364,9 +366,10 @@ void check_same_shape(const Node& n, const HostTensor& in) {
 HostTensor eval_leaf(const Node& n) {
   HostTensor out = make_tensor(n.dtype, n.shape);
   if (out.bytes.empty()) return out;
-  if (!n.data || n.data->bytes() < out.bytes.size())
+  const BufferPtr host = n.data ? buffer_on(n, Device::CPU) : nullptr;
+  if (!host || host->bytes() < out.bytes.size())
     fail(n, "missing or short buffer for shape " + shape_str(n.shape));
-  std::memcpy(out.bytes.data(), n.data->data(), out.bytes.size());
+  std::memcpy(out.bytes.data(), host->data(), out.bytes.size());
   // Bool must be 0/1 to be read as bool; normalise anything else that was stored.
   if (n.dtype == DType::Bool)
     for (unsigned char& b : out.bytes) b = b != 0;

@@ -2,6 +2,7 @@
 
 #include "meta_ops/error.h"
 #include "runtime/api.h"
+#include "runtime/residency.h"
 
 namespace metajit {
 
@@ -12,7 +13,7 @@ const void* Var::realized_data(DType want, const char* what) const {
                      " but " + dtype_name(want) + " was requested (use the C++ type of " +
                      dtype_name(node_->dtype) + ")");
   if (!realized_acquire(*node_)) eval({*this});
-  return node_->data->data();
+  return buffer_on(*node_, Device::CPU)->data();
 }
 
 void Var::check_item() const {

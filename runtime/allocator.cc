@@ -7,6 +7,9 @@
 #include <new>
 #include <vector>
 
+#include "meta_ops/error.h"
+#include "runtime/cuda_runtime.h"
+
 namespace metajit {
 namespace {
 
@@ -25,28 +28,44 @@ struct State {
   std::map<size_t, std::vector<void*>> free_lists;
   AllocatorStats stats;
 };
-State& state() {
-  static State* s = new State;  // leaked on purpose: buffers may die during static teardown
-  return *s;
+State& state(Device d) {
+  // Leaked on purpose: buffers may die during static teardown.
+  static State* s = new State[2];
+  return s[d == Device::CUDA ? 1 : 0];
+}
+
+void* system_alloc(size_t cap, Device d) {
+  if (d == Device::CPU) return std::aligned_alloc(64, cap);
+  CudaRuntime* rt = cuda_runtime();
+  if (!rt) throw Error("allocating device memory: CUDA cannot be used here: " +
+                       cuda_runtime_problem());
+  return rt->allocate(cap);
+}
+
+void system_free(void* p, Device d) noexcept {
+  if (d == Device::CPU)
+    std::free(p);
+  else if (CudaRuntime* rt = cuda_runtime())
+    rt->release(p);
 }
 
 }  // namespace
 
 Buffer::~Buffer() {
-  State& s = state();
+  State& s = state(device_);
   std::lock_guard<std::mutex> lock(s.mu);
   s.stats.bytes_in_use -= bytes_;
   if (s.stats.bytes_cached + capacity_ <= kMaxCached) {
     s.free_lists[capacity_].push_back(ptr_);
     s.stats.bytes_cached += capacity_;
   } else {
-    std::free(ptr_);
+    system_free(ptr_, device_);
   }
 }
 
-BufferPtr allocate_buffer(size_t bytes) {
+BufferPtr allocate_buffer(size_t bytes, Device device) {
   size_t cap = bin_size(bytes);
-  State& s = state();
+  State& s = state(device);
   void* p = nullptr;
   {
     std::lock_guard<std::mutex> lock(s.mu);
@@ -60,35 +79,45 @@ BufferPtr allocate_buffer(size_t bytes) {
     if (s.stats.bytes_in_use > s.stats.peak_bytes) s.stats.peak_bytes = s.stats.bytes_in_use;
   }
   if (!p) {
-    p = std::aligned_alloc(64, cap);
+    try {
+      p = system_alloc(cap, device);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.stats.bytes_in_use -= bytes;
+      throw;
+    }
     if (!p) {
       std::lock_guard<std::mutex> lock(s.mu);
       s.stats.bytes_in_use -= bytes;
       throw std::bad_alloc();
     }
   }
-  return std::make_shared<Buffer>(p, bytes, cap);
+  return std::make_shared<Buffer>(p, bytes, cap, device);
 }
 
-AllocatorStats allocator_stats() {
-  State& s = state();
+AllocatorStats allocator_stats(Device device) {
+  State& s = state(device);
   std::lock_guard<std::mutex> lock(s.mu);
   return s.stats;
 }
 
 void reset_allocator_peak() {
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  s.stats.peak_bytes = s.stats.bytes_in_use;
+  for (Device d : {Device::CPU, Device::CUDA}) {
+    State& s = state(d);
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.stats.peak_bytes = s.stats.bytes_in_use;
+  }
 }
 
 void release_cached_buffers() {
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  for (auto& [cap, list] : s.free_lists)
-    for (void* p : list) std::free(p);
-  s.free_lists.clear();
-  s.stats.bytes_cached = 0;
+  for (Device d : {Device::CPU, Device::CUDA}) {
+    State& s = state(d);
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (auto& [cap, list] : s.free_lists)
+      for (void* p : list) system_free(p, d);
+    s.free_lists.clear();
+    s.stats.bytes_cached = 0;
+  }
 }
 
 }  // namespace metajit

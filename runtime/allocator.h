@@ -1,39 +1,45 @@
-// Caching host allocator: size-binned free lists reused before malloc (design.md §8), with
-// bytes-in-use and peak counters for stats(). Buffers return themselves on destruction.
+// Caching allocators, one per device: size-binned free lists reused before malloc / cudaMalloc
+// (design.md §8; device memory is never managed memory), with bytes-in-use and peak counters
+// per device for stats(). Buffers return themselves to their device's lists on destruction.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
+#include "runtime/device.h"
+
 namespace metajit {
 
 class Buffer {
  public:
-  Buffer(void* ptr, size_t bytes, size_t capacity)
-      : ptr_(ptr), bytes_(bytes), capacity_(capacity) {}
+  Buffer(void* ptr, size_t bytes, size_t capacity, Device device = Device::CPU)
+      : ptr_(ptr), bytes_(bytes), capacity_(capacity), device_(device) {}
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
   void* data() const { return ptr_; }
   size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }  // where data() points
 
  private:
   void* ptr_;
   size_t bytes_;
   size_t capacity_;  // the bin size actually reserved
+  Device device_;
 };
 using BufferPtr = std::shared_ptr<Buffer>;
 
-// Returns a buffer of at least `bytes` bytes, 64-byte aligned (never null, even for 0 bytes).
-BufferPtr allocate_buffer(size_t bytes);
+// Returns a buffer of at least `bytes` bytes on `device`, 64-byte aligned (never null, even for
+// 0 bytes). CUDA: Error when no CUDA device can be used or its memory is exhausted.
+BufferPtr allocate_buffer(size_t bytes, Device device = Device::CPU);
 
 struct AllocatorStats {
   uint64_t bytes_in_use = 0;  // bytes handed out and not yet returned (requested sizes)
   uint64_t peak_bytes = 0;
   uint64_t bytes_cached = 0;  // held in free lists
 };
-AllocatorStats allocator_stats();
-void reset_allocator_peak();    // peak restarts from bytes_in_use
-void release_cached_buffers();  // returns free-list memory to the system
+AllocatorStats allocator_stats(Device device = Device::CPU);
+void reset_allocator_peak();    // peaks (every device) restart from bytes_in_use
+void release_cached_buffers();  // returns free-list memory (every device) to the system
 
 }  // namespace metajit

@@ -5,7 +5,6 @@
 #include <mutex>
 #include <unordered_set>
 
-#include "codegen/cpp_emitter.h"
 #include "meta_ops/error.h"
 #include "runtime/executor.h"
 #include "runtime/kernel_library.h"
@@ -24,27 +23,43 @@ std::vector<NodePtr> pending_nodes(const std::vector<Var>& vars, const char* wha
   return nodes;
 }
 
+// The current device, checked: CUDA requested where it cannot run is an error that says why.
+Device usable_device(const char* what) {
+  const Device d = device();
+  if (d == Device::CUDA && !cuda_available())
+    throw CudaError(std::string(what) + ": the current device is CUDA (set_device or "
+                    "METAJIT_DEVICE=cuda) but CUDA cannot be used here: " +
+                    cuda_unavailable_reason() + "; use the CPU with set_device(Device::CPU)");
+  return d;
+}
+
 }  // namespace
 
 void eval(const std::vector<Var>& vars) {
   std::lock_guard<std::recursive_mutex> lock(graph_mutex());
   std::vector<NodePtr> nodes = pending_nodes(vars, "eval");
   if (nodes.empty()) return;
+  const Device dev = usable_device("eval");
   PipelinePlan p = build_pipeline(nodes);
   std::vector<const KernelIR*> irs;
   for (const LoweredKernel& k : p.kernels) irs.push_back(&k.ir);
-  std::vector<KernelHandle> handles = obtain_kernels(irs);
-  std::vector<BufferPtr> results = execute_plan(p.graph, p.fusion, p.kernels, handles);
+  std::vector<KernelHandle> handles = obtain_kernels(irs, dev);
+  std::vector<BufferPtr> results = execute_plan(p.graph, p.fusion, p.kernels, handles, dev);
   for (size_t i = 0; i < nodes.size(); ++i) realize(*nodes[i], results[i]);
 }
 
 std::vector<KernelInfo> plan(const std::vector<Var>& vars) {
+  return plan(vars, device());
+}
+
+std::vector<KernelInfo> plan(const std::vector<Var>& vars, Device target) {
   std::lock_guard<std::recursive_mutex> lock(graph_mutex());
   std::vector<NodePtr> nodes = pending_nodes(vars, "plan");
   std::vector<KernelInfo> out;
   if (nodes.empty()) return out;
   PipelinePlan p = build_pipeline(nodes);
-  for (const LoweredKernel& k : p.kernels) out.push_back({key_of(k.ir), k.ir.ops, emit_cpp(k.ir)});
+  for (const LoweredKernel& k : p.kernels)
+    out.push_back({key_of(k.ir, target), k.ir.ops, kernel_source(k.ir, target)});
   return out;
 }
 
@@ -57,7 +72,7 @@ std::string explain(const std::vector<Var>& vars) {
                   std::to_string(p.graph.nodes.size()) + " graph node(s)\n" +
                   dump_plan(p.graph, p.fusion);
   for (size_t k = 0; k < p.kernels.size(); ++k)
-    s += "kernel " + std::to_string(k) + " key " + key_of(p.kernels[k].ir) + "\n";
+    s += "kernel " + std::to_string(k) + " key " + key_of(p.kernels[k].ir, device()) + "\n";
   return s;
 }
 

@@ -76,7 +76,22 @@ Config read_config() {
   if (std::string v = env("METAJIT_DEVICE"); !v.empty()) c.device = v;
   if (c.device != "cpu" && c.device != "cuda")
     throw Error("METAJIT_DEVICE=" + c.device + " is not valid; expected cpu or cuda");
-  if (std::string v = env("METAJIT_CUDA_ARCH"); !v.empty()) c.cuda_arch = v;
+  if (std::string v = env("METAJIT_CUDA_ARCH"); !v.empty()) {
+    bool ok = v.size() > 3 && v.compare(0, 3, "sm_") == 0;
+    size_t digits = 0;
+    while (ok && 3 + digits < v.size() && std::isdigit(static_cast<unsigned char>(v[3 + digits])))
+      ++digits;
+    const std::string suffix = ok ? v.substr(3 + digits) : "";
+    if (!ok || digits < 2 || !(suffix.empty() || suffix == "a" || suffix == "f"))
+      throw Error("METAJIT_CUDA_ARCH=" + v +
+                  " is not valid; expected a real architecture such as sm_80, sm_90 or sm_90a");
+    c.cuda_arch = v;
+  }
+  c.cuda_emulate = env_flag("METAJIT_CUDA_EMULATE");
+  {
+    std::istringstream in(env("METAJIT_NVCCFLAGS"));
+    for (std::string f; in >> f;) c.extra_nvccflags.push_back(f);
+  }
   if (std::string v = env("METAJIT_COMPILE_TIMEOUT");
       !v.empty() && !parse_duration(v, c.compile_timeout_seconds))
     throw Error("METAJIT_COMPILE_TIMEOUT=" + v + " is not a duration; expected e.g. 300, 90s, 5m");

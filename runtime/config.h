@@ -25,7 +25,9 @@ struct Config {
   int retrace_warn = 8;                         // METAJIT_RETRACE_WARN
   bool profile = false;                         // METAJIT_PROFILE=1
   std::string device = "cpu";                   // METAJIT_DEVICE
-  std::string cuda_arch = "sm_90";              // METAJIT_CUDA_ARCH
+  std::string cuda_arch = "sm_90";              // METAJIT_CUDA_ARCH (sm_<digits>[a|f])
+  bool cuda_emulate = false;                    // METAJIT_CUDA_EMULATE=1: CUDA on the host
+  std::vector<std::string> extra_nvccflags;     // METAJIT_NVCCFLAGS, split on whitespace
   double compile_timeout_seconds = 300;         // METAJIT_COMPILE_TIMEOUT
 };
 

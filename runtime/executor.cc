@@ -4,7 +4,10 @@
 #include <cmath>
 #include <cstring>
 
+#include "meta_ops/error.h"
+#include "runtime/cuda_runtime.h"
 #include "runtime/profiler.h"
+#include "runtime/residency.h"
 #include "runtime/runtime_stats.h"
 #include "runtime/small_buffer.h"
 
@@ -34,6 +37,20 @@ BufferPtr scalar_buffer(DType dtype, double v) {
   return b;
 }
 
+// A CUDA failure while steps [first, last) of `p` ran: which kernels, and how to pin it down.
+std::string cuda_failure(const ExecProgram& p, size_t first, size_t last, const std::string& e) {
+  auto describe = [&p](size_t k) {
+    std::string ops;
+    for (size_t j = 0; j < p.ops[k].size() && j < 4; ++j) ops += (j ? ", " : "") + p.ops[k][j];
+    if (p.ops[k].size() > 4) ops += ", ...";
+    return "kernel " + p.handles[k].key + " (" + ops + ")";
+  };
+  if (last == first + 1) return "CUDA: " + describe(first) + " failed: " + e;
+  std::string out = "CUDA: a kernel failed while these ran: ";
+  for (size_t k = first; k < last; ++k) out += (k > first ? "; " : "") + describe(k);
+  return out + ": " + e + " (run with CUDA_LAUNCH_BLOCKING=1 to stop at the failing kernel)";
+}
+
 // Scratch slots of one run; plans of up to this many stored values need no malloc for them.
 constexpr size_t kInlineSlots = 16;
 
@@ -41,8 +58,9 @@ constexpr size_t kInlineSlots = 16;
 
 ExecProgram make_program(const Graph& g, const FusionPlan& plan,
                          const std::vector<LoweredKernel>& kernels,
-                         const std::vector<KernelHandle>& handles) {
+                         const std::vector<KernelHandle>& handles, Device device) {
   ExecProgram p;
+  p.device = device;
   const size_t n = g.nodes.size();
   std::vector<int32_t> slot(n, -1);
   std::vector<bool> is_output(n, false);
@@ -107,17 +125,21 @@ void run_program(const ExecProgram& p, void* const* leaf_data, BufferPtr* output
   SmallBuffer<void*, kInlineSlots> ptr(p.num_slots);
   SmallBuffer<BufferPtr, kInlineSlots> owned(p.num_slots);
   SmallBuffer<void*, kInlineSlots> args(p.max_args);
+  CudaRuntime* rt = nullptr;
+  if (p.device == Device::CUDA && !(rt = cuda_runtime()))
+    throw CudaError("running kernels on CUDA: CUDA cannot be used here: " + cuda_runtime_problem());
   for (size_t i = 0; i < p.leaf_slots.size(); ++i)
     if (p.leaf_slots[i] >= 0) ptr[size_t(p.leaf_slots[i])] = leaf_data[i];
   for (const ExecProgram::StoredScalar& s : p.stored_scalars) {
     owned[size_t(s.slot)] = scalar_buffer(s.dtype, s.value);
+    if (rt) owned[size_t(s.slot)] = copy_buffer(*owned[size_t(s.slot)], Device::CUDA);
     ptr[size_t(s.slot)] = owned[size_t(s.slot)]->data();
   }
   uint64_t launched = 0;
   const bool profiled = profiling_enabled();  // one relaxed load when off
   for (size_t step = 0; step < p.steps.size(); ++step) {
     const ExecProgram::Step& s = p.steps[step];
-    BufferPtr result = allocate_buffer(s.out_bytes);
+    BufferPtr result = allocate_buffer(s.out_bytes, p.device);
     void* out = result->data();
     if (s.launch) {
       size_t k = 0;
@@ -126,6 +148,12 @@ void run_program(const ExecProgram& p, void* const* leaf_data, BufferPtr* output
       args[k] = out;
       const uint64_t start_ns = profiled ? profile_clock_ns() : 0;
       s.fn(args.data(), p.params.data() + s.params, p.scalars.data() + s.scalars);
+      if (rt) {
+        // Launch errors now; with profiling, the kernel's own time rather than its launch's.
+        std::string e = rt->launch_error();
+        if (e.empty() && profiled) e = rt->synchronize();
+        if (!e.empty()) throw CudaError(cuda_failure(p, step, step + 1, e));
+      }
       if (profiled) profile_launch(p.handles[step], p.ops[step], s.bytes_moved, start_ns);
       ++launched;
     }
@@ -136,6 +164,13 @@ void run_program(const ExecProgram& p, void* const* leaf_data, BufferPtr* output
       ptr[size_t(p.free_slots[j])] = nullptr;
     }
   }
+  if (rt && launched) {
+    // Freed intermediates went back to the allocator while kernels may still run; that is safe
+    // because every later kernel is on the same (default) stream. A fault shows up here.
+    if (std::string e = rt->synchronize(); !e.empty())
+      throw CudaError(cuda_failure(p, 0, p.steps.size(), e));
+    runtime_counters().cuda_kernels_launched.fetch_add(launched, std::memory_order_relaxed);
+  }
   if (launched) runtime_counters().kernels_launched.fetch_add(launched, std::memory_order_relaxed);
   for (size_t k = 0; k < p.outputs.size(); ++k)
     if (p.outputs[k].leaf < 0) outputs[k] = owned[size_t(p.outputs[k].slot)];
@@ -143,10 +178,15 @@ void run_program(const ExecProgram& p, void* const* leaf_data, BufferPtr* output
 
 std::vector<BufferPtr> execute_plan(const Graph& g, const FusionPlan& plan,
                                     const std::vector<LoweredKernel>& kernels,
-                                    const std::vector<KernelHandle>& handles) {
-  const ExecProgram p = make_program(g, plan, kernels, handles);
+                                    const std::vector<KernelHandle>& handles, Device device) {
+  const ExecProgram p = make_program(g, plan, kernels, handles, device);
   std::vector<void*> leaf_data(g.leaves.size());
-  for (size_t i = 0; i < g.leaves.size(); ++i) leaf_data[i] = g.leaves[i]->data->data();
+  std::vector<BufferPtr> leaf_buffers(g.leaves.size());  // alive for the run
+  for (size_t i = 0; i < g.leaves.size(); ++i) {
+    if (p.leaf_slots[i] < 0) continue;
+    leaf_buffers[i] = buffer_on(*g.leaves[i], device);
+    leaf_data[i] = leaf_buffers[i]->data();
+  }
   std::vector<BufferPtr> outputs(p.outputs.size());
   run_program(p, leaf_data.data(), outputs.data());
   for (size_t k = 0; k < p.outputs.size(); ++k)

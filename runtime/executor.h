@@ -39,6 +39,7 @@ struct ExecProgram {
     int32_t leaf = -1;  // >= 0: the output is Graph::leaves[leaf] itself (nothing computed)
   };
 
+  Device device = Device::CPU;      // where the kernels run and every slot's buffer lives
   uint32_t num_slots = 0;           // stored values: leaves read, stored scalars, kernel outputs
   uint32_t max_args = 1;            // the most buffers one kernel takes (inputs and output)
   std::vector<int32_t> leaf_slots;  // per Graph::leaves entry: its slot, -1 when nothing reads it
@@ -53,20 +54,25 @@ struct ExecProgram {
   std::vector<std::vector<std::string>> ops;  // per step: the fused ops (profiler)
 };
 
-// Flattens `kernels[k]` (lowered from plan.groups[k]) with `handles[k]` into a program.
+// Flattens `kernels[k]` (lowered from plan.groups[k]) with `handles[k]` into a program that
+// runs on `device`.
 ExecProgram make_program(const Graph& g, const FusionPlan& plan,
                          const std::vector<LoweredKernel>& kernels,
-                         const std::vector<KernelHandle>& handles);
+                         const std::vector<KernelHandle>& handles, Device device);
 
-// Runs `p`. `leaf_data[i]` is the data of Graph::leaves[i] (the caller keeps it alive for the
-// call; entries nothing reads may be null). Writes the buffer of each output into
+// Runs `p`. `leaf_data[i]` is the data of Graph::leaves[i] on p.device (the caller keeps it
+// alive for the call; entries nothing reads may be null). On CUDA the kernels are launched in
+// order on the default stream and waited for at the end; a kernel that fails to launch or
+// faults is a CudaError naming its key and ops (or, for a fault found at the end, every kernel
+// of the program: CUDA_LAUNCH_BLOCKING=1 pins it to one). Writes the buffer of each output into
 // `outputs[k]`, except outputs that are leaves (Output::leaf >= 0), which are left untouched.
 // Touches no shared state but the allocator and the stats counters.
 void run_program(const ExecProgram& p, void* const* leaf_data, BufferPtr* outputs);
 
-// make_program + run_program for a plan run once. Returns one buffer per entry of g.outputs.
+// make_program + run_program for a plan run once on `device` (leaves are moved there first).
+// Returns one buffer per entry of g.outputs.
 std::vector<BufferPtr> execute_plan(const Graph& g, const FusionPlan& plan,
                                     const std::vector<LoweredKernel>& kernels,
-                                    const std::vector<KernelHandle>& handles);
+                                    const std::vector<KernelHandle>& handles, Device device);
 
 }  // namespace metajit

@@ -22,6 +22,7 @@
 #include "runtime/config.h"
 #include "runtime/executor.h"
 #include "runtime/kernel_library.h"
+#include "runtime/residency.h"
 #include "runtime/log.h"
 #include "runtime/pipeline.h"
 #include "runtime/small_buffer.h"
@@ -104,7 +105,8 @@ class JitCore {
 
 namespace {
 
-bool matches(const JitPlan& p, const Var* const* args, size_t n) {
+bool matches(const JitPlan& p, const Var* const* args, size_t n, Device dev) {
+  if (p.program.device != dev) return false;
   const int64_t* s = p.signature.data();
   for (size_t i = 0; i < n; ++i) {
     const Node& node = *args[i]->node();
@@ -119,8 +121,9 @@ bool matches(const JitPlan& p, const Var* const* args, size_t n) {
 }
 
 const JitPlan* find_plan(const JitCore& c, const Var* const* args) {
+  const Device dev = device();
   for (const JitPlan* p = c.head.load(std::memory_order_acquire); p; p = p->next)
-    if (matches(*p, args, c.num_args)) return p;
+    if (matches(*p, args, c.num_args, dev)) return p;
   return nullptr;
 }
 
@@ -201,6 +204,7 @@ void note_trace(JitCore& c, const std::vector<int64_t>& sig) {
 const JitPlan& trace(JitCore& c, const Var* const* args) {
   std::lock_guard<std::mutex> lock(c.mu);
   if (const JitPlan* p = find_plan(c, args)) return *p;
+  const Device dev = device();
 
   // Placeholders: fresh leaves (one per argument, even for the same Var passed twice) holding
   // the arguments' values, so that fn may read them while it is traced.
@@ -228,7 +232,7 @@ const JitPlan& trace(JitCore& c, const Var* const* args) {
     plan->pipeline = build_pipeline(nodes);
     std::vector<const KernelIR*> irs;
     for (const LoweredKernel& k : plan->pipeline.kernels) irs.push_back(&k.ir);
-    plan->handles = obtain_kernels(irs);
+    plan->handles = obtain_kernels(irs, dev);
   }
   Graph& g = plan->pipeline.graph;
   plan->leaf_arg.assign(g.leaves.size(), -1);
@@ -239,9 +243,10 @@ const JitPlan& trace(JitCore& c, const Var* const* args) {
     if (plan->leaf_arg[l] >= 0)
       g.leaves[l].reset();  // the plan must not keep the first call's arguments alive
     else
-      plan->leaf_data[l] = g.leaves[l]->data->data();
+      plan->leaf_data[l] = buffer_on(*g.leaves[l], dev)->data();  // the node keeps a copy alive
   }
-  plan->program = make_program(g, plan->pipeline.fusion, plan->pipeline.kernels, plan->handles);
+  plan->program =
+      make_program(g, plan->pipeline.fusion, plan->pipeline.kernels, plan->handles, dev);
   for (size_t k = 0; k < g.outputs.size(); ++k) {
     const GNode& n = g.nodes[size_t(g.outputs[k])];
     JitPlan::Output o;
@@ -261,11 +266,18 @@ const JitPlan& trace(JitCore& c, const Var* const* args) {
   return *c.plans.back();
 }
 
+// An argument's data on `dev`: its own buffer without a lock when it lives there, else its copy
+// (made once, kept with the node, which the caller holds for the call).
+void* arg_data(const Node& n, Device dev) {
+  return n.data->device() == dev ? n.data->data() : buffer_on(n, dev)->data();
+}
+
 // Runs `p` for `args` (realized) and writes its outputs to out[0 .. p.outputs.size()).
 void replay(const JitPlan& p, const Var* const* args, Var* out) {
   SmallBuffer<void*, kInlineLeaves> leaf_data(p.leaf_data.size());
   for (size_t l = 0; l < p.leaf_data.size(); ++l)
-    leaf_data[l] = p.leaf_arg[l] >= 0 ? args[p.leaf_arg[l]]->node()->data->data() : p.leaf_data[l];
+    leaf_data[l] = p.leaf_arg[l] >= 0 ? arg_data(*args[p.leaf_arg[l]]->node(), p.program.device)
+                                      : p.leaf_data[l];
   SmallBuffer<BufferPtr, kInlineArgs> results(p.outputs.size());
   run_program(p.program, leaf_data.data(), results.data());
   for (size_t k = 0; k < p.outputs.size(); ++k) {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -16,10 +17,12 @@
 #include "cache/cache_store.h"
 #include "cache/manifest.h"
 #include "codegen/cpp_emitter.h"
+#include "codegen/cuda_emitter.h"
 #include "codegen/kernel_key.h"
 #include "codegen/kernel_spec.h"
 #include "meta_ops/error.h"
 #include "runtime/compiler_driver.h"
+#include "runtime/cuda_toolchain.h"
 #include "runtime/config.h"
 #include "runtime/loader.h"
 #include "runtime/log.h"
@@ -101,12 +104,12 @@ bool has_room(const CacheStore& store, std::string& why) {
 // each time a kernel is used for the first time, so a crash later still leaves a manifest.
 class KernelRecorder {
  public:
-  void record(const std::string& key, const KernelIR& ir) {
+  void record(const std::string& key, const KernelIR& ir, const std::string& backend) {
     const std::string& path = config().record_path;
     if (path.empty()) return;
     std::lock_guard<std::mutex> lock(mu_);
     if (!keys_.insert(key).second) return;
-    entries_.push_back({key, "cpu", ir.ops, kernel_spec_to_json(ir)});
+    entries_.push_back({key, backend, ir.ops, kernel_spec_to_json(ir)});
     try {
       write_manifest(path, entries_);
     } catch (const std::exception& e) {
@@ -137,6 +140,69 @@ void sweep_once(CacheStore& store) {
   });
 }
 
+// What differs between the C++ and the CUDA path through the cache: the source the emitter
+// writes, the compiler that builds it and the identity that goes into the key.
+struct Backend {
+  std::string name;         // "cpu" | "cuda" | "cuda-emu" (the key's backend field)
+  std::string identity;     // the toolchain's, hashed into every key
+  std::string source_file;  // kernel.cc | kernel.cu
+  std::string (*emit)(const KernelIR&) = nullptr;
+  std::function<std::vector<std::string>(const fs::path&, const fs::path&)> command;
+  nlohmann::json meta;  // compiler, compiler_version, target, flags: recorded in meta.json
+};
+
+std::string emit_cuda_for_gpu(const KernelIR& ir) {
+  return emit_cuda(ir, CudaTarget::Gpu);
+}
+std::string emit_cuda_for_emulation(const KernelIR& ir) {
+  return emit_cuda(ir, CudaTarget::HostEmulation);
+}
+
+// The backend of `device` for the current config (resolving its toolchain: CompileError when
+// the compiler is missing).
+Backend backend_for(Device device) {
+  Backend b;
+  if (device == Device::CPU) {
+    const Toolchain& tc = host_toolchain();
+    b.name = "cpu";
+    b.identity = tc.identity();
+    b.source_file = "kernel.cc";
+    b.emit = emit_cpp;
+    b.command = [&tc](const fs::path& src, const fs::path& so) {
+      return tc.compile_command(src, so);
+    };
+    b.meta = {{"compiler", tc.path.string()},
+              {"compiler_version", tc.version_line()},
+              {"target", tc.resolved_target},
+              {"flags", tc.flags}};
+    return b;
+  }
+  const CudaToolchain& tc = cuda_toolchain();
+  b.name = tc.backend();
+  b.identity = tc.identity();
+  b.source_file = "kernel.cu";
+  b.emit = tc.emulated ? emit_cuda_for_emulation : emit_cuda_for_gpu;
+  b.command = [&tc](const fs::path& src, const fs::path& so) {
+    return tc.compile_command(src, so);
+  };
+  b.meta = {{"compiler", tc.path.string()},
+            {"compiler_version", tc.version_line()},
+            {"target", tc.emulated ? "host emulation" : tc.arch},
+            {"flags", tc.flags}};
+  return b;
+}
+
+// The settings that choose `device`'s toolchain, cheap to compute: part of the memory table's
+// key, because reload_config() may change them.
+std::string memory_settings(Device device) {
+  const Config& c = config();
+  std::string s = device == Device::CPU ? "cpu " + c.cxx : "cuda " + c.nvcc + " " + c.cuda_arch +
+                                                               (c.cuda_emulate ? " emu" : "");
+  for (const std::string& f : device == Device::CPU ? c.extra_cxxflags : c.extra_nvccflags)
+    s += " " + f;
+  return s + "\n";
+}
+
 struct Pending {
   std::string key;
   const KernelIR* ir = nullptr;
@@ -145,12 +211,13 @@ struct Pending {
   fs::path staging;
   std::vector<std::string> command;
   CacheKeyLock lock;  // held from the re-check after a miss until the entry is installed
+  fs::path source;    // the staged source file
   fs::path object;    // the installed (or staged) kernel.so once built
   double compile_seconds = 0;
 };
 
-void write_source(const fs::path& dir, const std::string& src) {
-  fs::path path = dir / "kernel.cc";
+void write_source(const fs::path& dir, const std::string& file, const std::string& src) {
+  fs::path path = dir / file;
   std::ofstream f(path, std::ios::binary);
   f << src;
   f.close();
@@ -159,8 +226,8 @@ void write_source(const fs::path& dir, const std::string& src) {
 
 // Puts `p`'s source into a staging directory of `store`, or of the private fallback cache when
 // `store` cannot be written or is full (one warning per process).
-void stage(Pending& p, CacheStore& store, const Toolchain& tc) {
-  const std::string src = emit_cpp(*p.ir);
+void stage(Pending& p, CacheStore& store, const Backend& backend) {
+  const std::string src = backend.emit(*p.ir);
   if (log_enabled(LogLevel::Debug))
     log_message(LogLevel::Debug, "source of " + p.key + ":\n" + src);
   p.store = &store;
@@ -168,7 +235,7 @@ void stage(Pending& p, CacheStore& store, const Toolchain& tc) {
     std::string why;
     if (!has_room(store, why)) throw CacheError(why);
     p.staging = store.make_staging_dir();
-    write_source(p.staging, src);
+    write_source(p.staging, backend.source_file, src);
   } catch (const CacheError& e) {
     if (!p.staging.empty()) store.discard(p.staging);
     warn_once(
@@ -176,9 +243,10 @@ void stage(Pending& p, CacheStore& store, const Toolchain& tc) {
         std::string(e.what()) + "; kernels go to a private temporary directory for this process");
     p.store = &fallback_store();
     p.staging = p.store->make_staging_dir();
-    write_source(p.staging, src);
+    write_source(p.staging, backend.source_file, src);
   }
-  p.command = tc.compile_command(p.staging / "kernel.cc", p.staging / "kernel.so");
+  p.source = p.staging / backend.source_file;
+  p.command = backend.command(p.source, p.staging / "kernel.so");
 }
 
 CompileError compile_failure(const Pending& p, const CompileOutcome& r) {
@@ -189,16 +257,16 @@ CompileError compile_failure(const Pending& p, const CompileOutcome& r) {
                                   : "failed with exit status " + std::to_string(r.exit_code);
   std::string out_text = r.output.size() > 4000 ? r.output.substr(0, 4000) + "\n[...]" : r.output;
   return CompileError("compiling kernel " + p.key + ": the compiler " + why + "\n  command: " +
-                          r.command + "\n  source kept at: " + (p.staging / "kernel.cc").string() +
+                          r.command + "\n  source kept at: " + p.source.string() +
                           (out_text.empty() ? "" : "\n" + out_text),
-                      r.command, r.output, (p.staging / "kernel.cc").string());
+                      r.command, r.output, p.source.string());
 }
 
 // Compiles every staged kernel of `todo` in parallel and installs the good ones; sets each
 // one's `object` (empty where its compile failed). Returns the first failure, if any. Failed
 // kernels keep their staging directory (with the source) for inspection.
 std::optional<CompileError> compile_and_install(std::vector<Pending*>& todo,
-                                                const CacheStore& main_store, const Toolchain& tc,
+                                                const CacheStore& main_store, const Backend& backend,
                                                 int jobs, bool always_show_progress,
                                                 CacheCounters& delta) {
   std::vector<std::vector<std::string>> commands;
@@ -216,15 +284,13 @@ std::optional<CompileError> compile_and_install(std::vector<Pending*>& todo,
       p.lock.release();
       continue;
     }
-    nlohmann::json meta = {{"backend", "cpu"},
-                           {"ops", p.ir->ops},
-                           {"spec", kernel_spec_to_json(*p.ir)},
-                           {"compile_command", p.command},
-                           {"compiler", tc.path.string()},
-                           {"compiler_version", tc.version_line()},
-                           {"target", tc.resolved_target},
-                           {"flags", tc.flags},
-                           {"compile_seconds", r.seconds}};
+    nlohmann::json meta = backend.meta;
+    meta["backend"] = backend.name;
+    meta["source_file"] = backend.source_file;
+    meta["ops"] = p.ir->ops;
+    meta["spec"] = kernel_spec_to_json(*p.ir);
+    meta["compile_command"] = p.command;
+    meta["compile_seconds"] = r.seconds;
     uint64_t bytes = 0;
     try {
       p.object = p.store->install(p.key, p.staging, std::move(meta), &bytes);
@@ -250,11 +316,11 @@ std::optional<CompileError> compile_and_install(std::vector<Pending*>& todo,
 // order: locks are taken in key order, so processes needing overlapping sets never deadlock.
 std::vector<Pending> group_by_key(const std::vector<const KernelIR*>& irs,
                                   const std::vector<std::string>& texts,
-                                  const std::vector<size_t>& which, const std::string& identity) {
+                                  const std::vector<size_t>& which, const Backend& backend) {
   std::vector<Pending> pending;
   std::unordered_map<std::string, size_t> by_key;
   for (size_t i : which) {
-    std::string key = kernel_key("cpu", texts[i], identity);
+    std::string key = kernel_key(backend.name, texts[i], backend.identity);
     auto [it, fresh] = by_key.emplace(key, pending.size());
     if (fresh) {
       Pending p;
@@ -286,19 +352,22 @@ std::optional<fs::path> find_or_lock(CacheStore& store, Pending& p) {
 
 }  // namespace
 
-std::string key_of(const KernelIR& ir) {
-  return kernel_key("cpu", serialize_ir(ir), host_toolchain().identity());
+std::string key_of(const KernelIR& ir, Device device) {
+  const Backend b = backend_for(device);
+  return kernel_key(b.name, serialize_ir(ir), b.identity);
 }
 
-std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs) {
+std::string kernel_source(const KernelIR& ir, Device device) {
+  return backend_for(device).emit(ir);
+}
+
+std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs, Device device) {
   RuntimeCounters& counters = runtime_counters();
   std::vector<KernelHandle> out(irs.size());
   std::vector<std::string> texts(irs.size());
   std::vector<size_t> misses;
   // The compiler settings are part of the memory key: reload_config() may change them.
-  std::string settings = config().cxx;
-  for (const std::string& f : config().extra_cxxflags) settings += " " + f;
-  settings += "\n";
+  const std::string settings = memory_settings(device);
   {
     MemoryTable& t = table();
     std::lock_guard<std::mutex> lock(t.mu);
@@ -317,8 +386,8 @@ std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs
   if (misses.empty()) return out;
   flush_memory_hits_at_exit();
 
-  const Toolchain& tc = host_toolchain();
-  std::vector<Pending> pending = group_by_key(irs, texts, misses, tc.identity());
+  const Backend backend = backend_for(device);
+  std::vector<Pending> pending = group_by_key(irs, texts, misses, backend);
 
   CacheStore store(config().cache_dir);
   sweep_once(store);
@@ -333,7 +402,7 @@ std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs
         counters.disk_hits++;
         delta.disk_hits++;
         log_message(LogLevel::Debug, "disk hit " + p.key);
-        recorder().record(p.key, *p.ir);
+        recorder().record(p.key, *p.ir, backend.name);
         continue;
       } catch (const Error& e) {
         // Verified a moment ago but gone now (evicted or cleared by another process), or not
@@ -346,18 +415,18 @@ std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs
     log_message(LogLevel::Debug, "miss " + p.key + " (" + std::to_string(p.ir->ops.size()) +
                                      " ops: " + (p.ir->ops.empty() ? "" : p.ir->ops.front()) +
                                      (p.ir->ops.size() > 1 ? ", ..." : "") + ")");
-    stage(p, store, tc);
+    stage(p, store, backend);
     to_compile.push_back(&p);
   }
 
   std::optional<CompileError> failure;
   if (!to_compile.empty())
-    failure = compile_and_install(to_compile, store, tc, config().jobs, false, delta);
+    failure = compile_and_install(to_compile, store, backend, config().jobs, false, delta);
   for (Pending* p : to_compile) {
     if (p->object.empty()) continue;
     KernelHandle h{load_kernel(p->object), p->key, KernelOrigin::Compiled, p->compile_seconds};
     for (size_t i : p->positions) out[i] = h;
-    recorder().record(p->key, *p->ir);
+    recorder().record(p->key, *p->ir, backend.name);
   }
   store.add_counters(delta);
   if (!to_compile.empty()) store.maintain(config().cache_max_size);
@@ -369,10 +438,9 @@ std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs
   return out;
 }
 
-WarmSummary warm_kernels(const std::vector<KernelIR>& irs, int jobs) {
+WarmSummary warm_kernels(const std::vector<KernelIR>& irs, int jobs, Device device) {
   const auto start = std::chrono::steady_clock::now();
   WarmSummary summary;
-  const Toolchain& tc = host_toolchain();
   std::vector<const KernelIR*> ptrs;
   std::vector<std::string> texts;
   std::vector<size_t> all;
@@ -381,7 +449,8 @@ WarmSummary warm_kernels(const std::vector<KernelIR>& irs, int jobs) {
     ptrs.push_back(&ir);
     texts.push_back(serialize_ir(ir));
   }
-  std::vector<Pending> pending = group_by_key(ptrs, texts, all, tc.identity());
+  const Backend backend = backend_for(device);
+  std::vector<Pending> pending = group_by_key(ptrs, texts, all, backend);
   summary.total = pending.size();
 
   CacheStore store(config().cache_dir);
@@ -396,12 +465,12 @@ WarmSummary warm_kernels(const std::vector<KernelIR>& irs, int jobs) {
       continue;
     }
     delta.misses++;
-    stage(p, store, tc);
+    stage(p, store, backend);
     to_compile.push_back(&p);
   }
   if (!to_compile.empty()) {
     std::optional<CompileError> failure =
-        compile_and_install(to_compile, store, tc, jobs, true, delta);
+        compile_and_install(to_compile, store, backend, jobs, true, delta);
     for (Pending* p : to_compile) {
       if (!p->object.empty()) {
         summary.compiled++;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "codegen/kernel_ir.h"
+#include "runtime/device.h"
 
 namespace metajit {
 
@@ -27,12 +28,18 @@ struct KernelHandle {
   double compile_seconds = 0;                  // Compiled: the compiler's wall time
 };
 
-// Runnable kernels for `irs`, in order. Throws CompileError (nothing installed) when a
-// kernel fails to compile, CacheError/Error for unusable caches or objects.
-std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs);
+// Runnable kernels for `irs` on `device` (CPU: C++ by g++; CUDA: CUDA by nvcc, kernel.cu in
+// the same cache), in order. Throws CompileError (nothing installed) when a kernel fails to
+// compile, CacheError/Error for unusable caches or objects. Needs no GPU: loading a CUDA kernel
+// object does not touch the device.
+std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs,
+                                         Device device = Device::CPU);
 
-// The key `ir` would have in the cache with the current toolchain (no compile, no disk).
-std::string key_of(const KernelIR& ir);
+// The key `ir` would have in the cache for `device` with the current toolchain (no compile).
+std::string key_of(const KernelIR& ir, Device device = Device::CPU);
+// The source the emitter of `device` writes for `ir` (CUDA: for the GPU, or for the host
+// emulation under METAJIT_CUDA_EMULATE=1).
+std::string kernel_source(const KernelIR& ir, Device device);
 
 struct WarmSummary {
   size_t total = 0, cached = 0, compiled = 0, failed = 0;  // distinct kernels
@@ -43,6 +50,7 @@ struct WarmSummary {
 // `metajit cache warm`: makes sure every kernel of `irs` is in the cache, compiling the missing
 // ones (at most `jobs` at a time) with a progress line on stderr. Loads nothing. Compile
 // failures are counted, not thrown; an unusable cache is a CacheError.
-WarmSummary warm_kernels(const std::vector<KernelIR>& irs, int jobs);
+WarmSummary warm_kernels(const std::vector<KernelIR>& irs, int jobs,
+                         Device device = Device::CPU);
 
 }  // namespace metajit

@@ -7,7 +7,8 @@
 namespace metajit {
 
 struct RuntimeCounters {
-  std::atomic<uint64_t> kernels_launched{0};
+  std::atomic<uint64_t> kernels_launched{0};       // on every device
+  std::atomic<uint64_t> cuda_kernels_launched{0};  // of those, on CUDA
   std::atomic<uint64_t> kernels_compiled{0};
   std::atomic<uint64_t> memory_hits{0};
   std::atomic<uint64_t> disk_hits{0};

@@ -1,0 +1,36 @@
+// The CUDA emitter: KernelIR -> one .cu file holding the kernels of one fused group and an
+// extern "C" metajit_kernel() host launcher with the signature every backend has (kernel_ir.h;
+// buffers are device pointers, params and scalars host arrays passed by value in a struct).
+// Same IR as the C++ emitter, other schedules:
+//  - element-wise / broadcast / reindex: one thread per output element in a grid-stride loop,
+//    32-bit index arithmetic when the output has fewer than 2^31 elements, 64-bit otherwise;
+//  - a reduction fused with its row (softmax, layer norm, row sums): one block per row, every
+//    reduction of the row a block reduction (warp shuffles, then shared memory), the row's
+//    outputs shared by the block's threads;
+//  - a reduction over outer axes (column sums): 32 columns per block, the reduced axis split
+//    over the block's rows and, for tall inputs, over blocks whose partial results a second
+//    kernel combines in a fixed order (deterministic, no atomics);
+//  - a reduction over everything: per-block partials, then one block combines them;
+//  - a sum of products whose operands each miss one output loop (matmul, conv2d): 128x128 or
+//    64x64 output tiles, the operands staged through shared memory, 8x8 / 4x4 per thread;
+//  - reindex_reduce: the output filled with the identity, then every source element combined
+//    into its target with an atomic (atomicAdd where CUDA has it, a compare-and-swap loop
+//    otherwise, on the containing 32-bit word for bool).
+// The launcher picks among the kernels emitted for a group from the launch's shapes (shapes are
+// arguments, not part of the key): e.g. a row reduction over 3 elements runs one thread per
+// output instead of a block. Device scratch (partials) is static __device__ memory of the
+// module: kernels run on the default stream, one at a time.
+// With CudaTarget::HostEmulation the same kernels are preceded by the emulation prelude
+// (codegen/cuda_emulation.h) instead of the CUDA one, for g++.
+#pragma once
+#include <string>
+
+#include "codegen/kernel_ir.h"
+
+namespace metajit {
+
+enum class CudaTarget { Gpu, HostEmulation };
+
+std::string emit_cuda(const KernelIR& ir, CudaTarget target = CudaTarget::Gpu);
+
+}  // namespace metajit

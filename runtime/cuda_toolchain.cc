@@ -1,0 +1,162 @@
+#include "runtime/cuda_toolchain.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/process/search_path.hpp>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "meta_ops/error.h"
+#include "runtime/compiler_driver.h"
+#include "runtime/config.h"
+#include "runtime/cuda_runtime.h"
+#include "runtime/toolchain.h"
+
+namespace metajit {
+namespace {
+
+constexpr double kQueryTimeoutSeconds = 60;
+
+void add_field(std::string& out, const std::string& label, const std::string& value) {
+  out += label + "[" + std::to_string(value.size()) + "]=" + value + "\n";
+}
+
+std::string first_line(const std::string& text) {
+  size_t start = text.find_first_not_of("\r\n \t");
+  if (start == std::string::npos) return "";
+  size_t end = text.find_first_of("\r\n", start);
+  return text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+}
+
+// nvcc prints a banner first; the line naming the release is the one people recognise.
+std::string release_line(const std::string& text) {
+  size_t at = text.find("release");
+  if (at == std::string::npos) return first_line(text);
+  size_t start = text.rfind('\n', at);
+  start = start == std::string::npos ? 0 : start + 1;
+  size_t end = text.find('\n', at);
+  return text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+}
+
+void stat_binary(CudaToolchain& t) {
+  struct stat st;
+  if (::stat(t.path.c_str(), &st) != 0)
+    throw CompileError("'" + t.path.string() + "' cannot be examined", t.path.string());
+  t.binary_size = uint64_t(st.st_size);
+  t.binary_mtime = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+CudaToolchain resolve_emulated(const Config& c) {
+  const Toolchain& host = host_toolchain();
+  CudaToolchain t;
+  t.emulated = true;
+  t.path = host.path;
+  t.version_output = host.version_output;
+  t.binary_size = host.binary_size;
+  t.binary_mtime = host.binary_mtime;
+  t.host_identity = host.identity();
+  t.flags = {"-std=c++17", "-O2", "-fPIC", "-shared", "-x", "c++"};
+  return t;
+}
+
+CudaToolchain resolve_nvcc(const Config& c) {
+  CudaToolchain t;
+  t.path = locate_nvcc();
+  if (t.path.empty())
+    throw CompileError("nvcc '" + c.nvcc +
+                           "' not found (METAJIT_NVCC, PATH, /usr/local/cuda/bin); install the "
+                           "CUDA toolkit or set METAJIT_NVCC to its nvcc",
+                       c.nvcc);
+  stat_binary(t);
+  CompileOutcome v = run_compiler({t.path.string(), "--version"}, kQueryTimeoutSeconds);
+  if (!v.ok)
+    throw CompileError("nvcc '" + t.path.string() + "' does not work: `" + v.command + "` " +
+                           (v.failed_to_start ? "could not be started" : "failed") + ": " +
+                           first_line(v.output),
+                       v.command, v.output);
+  t.version_output = v.output;
+  const Toolchain& host = host_toolchain();
+  t.host_identity = host.identity();
+  // The device's architecture when there is one, else the configured one (a build machine
+  // warming a cache for GPU servers).
+  CudaRuntime* rt = c.cuda_emulate ? nullptr : cuda_runtime();
+  t.arch = rt && !rt->arch().empty() ? rt->arch() : c.cuda_arch;
+  t.library_dir = cuda_library_dir();
+  t.flags = {"-std=c++17", "-O3",      "-arch=" + t.arch, "-Xcompiler", "-fPIC",
+             "-shared",    "-cudart", "shared",          "-ccbin",     host.path.string(),
+             // Every kernel names all its arguments; unused ones are not worth a warning.
+             "-diag-suppress=177,550"};
+  if (!t.library_dir.empty()) {
+    t.flags.push_back("-Xlinker");
+    t.flags.push_back("-rpath," + t.library_dir);
+  }
+  t.flags.insert(t.flags.end(), c.extra_nvccflags.begin(), c.extra_nvccflags.end());
+  return t;
+}
+
+}  // namespace
+
+std::filesystem::path locate_nvcc() {
+  const std::string& nvcc = config().nvcc;
+  if (nvcc.empty()) return {};
+  if (nvcc.find('/') != std::string::npos)
+    return ::access(nvcc.c_str(), X_OK) == 0 ? std::filesystem::absolute(nvcc)
+                                             : std::filesystem::path();
+  boost::filesystem::path found = boost::process::search_path(nvcc);
+  if (!found.empty()) return found.string();
+  // The toolkit's default place, for environments whose PATH lacks it (CI, services).
+  const std::filesystem::path fallback = "/usr/local/cuda/bin/" + nvcc;
+  if (::access(fallback.c_str(), X_OK) == 0) return fallback;
+  return {};
+}
+
+std::string CudaToolchain::identity() const {
+  std::string out;
+  add_field(out, "emulated", emulated ? "1" : "0");
+  add_field(out, "path", path.string());
+  add_field(out, "version", version_output);
+  add_field(out, "size", std::to_string(binary_size));
+  add_field(out, "mtime", std::to_string(binary_mtime));
+  add_field(out, "host", host_identity);
+  add_field(out, "arch", arch);
+  std::string joined;
+  for (const std::string& f : flags) add_field(joined, "flag", f);
+  add_field(out, "flags", joined);
+  return out;
+}
+
+std::string CudaToolchain::version_line() const {
+  return emulated ? first_line(version_output) : release_line(version_output);
+}
+
+std::vector<std::string> CudaToolchain::compile_command(const std::filesystem::path& source,
+                                                        const std::filesystem::path& output) const {
+  std::vector<std::string> cmd;
+  cmd.push_back(path.string());
+  cmd.insert(cmd.end(), flags.begin(), flags.end());
+  cmd.push_back(source.string());
+  cmd.push_back("-o");
+  cmd.push_back(output.string());
+  return cmd;
+}
+
+const CudaToolchain& cuda_toolchain() {
+  static std::mutex mu;
+  static auto* resolved = new std::map<std::string, std::unique_ptr<CudaToolchain>>;
+  const Config& c = config();
+  std::string setting;
+  add_field(setting, "emulate", c.cuda_emulate ? "1" : "0");
+  add_field(setting, "nvcc", c.nvcc);
+  add_field(setting, "arch", c.cuda_arch);
+  add_field(setting, "cxx", c.cxx);
+  for (const std::string& f : c.extra_nvccflags) add_field(setting, "flag", f);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = resolved->find(setting);
+  if (it != resolved->end()) return *it->second;
+  auto t = std::make_unique<CudaToolchain>(c.cuda_emulate ? resolve_emulated(c) : resolve_nvcc(c));
+  return *resolved->emplace(setting, std::move(t)).first->second;
+}
+
+}  // namespace metajit

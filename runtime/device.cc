@@ -1,0 +1,41 @@
+#include "runtime/device.h"
+
+#include <atomic>
+
+#include "meta_ops/error.h"
+#include "runtime/config.h"
+#include "runtime/cuda_runtime.h"
+
+namespace metajit {
+namespace {
+std::atomic<int> chosen_device{-1};  // -1: METAJIT_DEVICE decides
+}
+
+bool cuda_available() {
+  return cuda_runtime() != nullptr;
+}
+
+std::string cuda_unavailable_reason() {
+  return cuda_runtime_problem();
+}
+
+void set_device(Device d) {
+  if (d == Device::CUDA && !cuda_available())
+    throw Error("set_device(cuda): CUDA cannot be used here: " + cuda_unavailable_reason());
+  chosen_device.store(int(d), std::memory_order_relaxed);
+}
+
+Device device() {
+  int d = chosen_device.load(std::memory_order_relaxed);
+  if (d >= 0) return Device(d);
+  // METAJIT_DEVICE is read once, at the first use; set_device() changes the device later.
+  int from_env = config().device == "cuda" ? int(Device::CUDA) : int(Device::CPU);
+  chosen_device.compare_exchange_strong(d, from_env, std::memory_order_relaxed);
+  return Device(chosen_device.load(std::memory_order_relaxed));
+}
+
+const char* device_name(Device d) {
+  return d == Device::CUDA ? "cuda" : "cpu";
+}
+
+}  // namespace metajit

@@ -1,0 +1,39 @@
+#include "runtime/residency.h"
+
+#include <cstring>
+#include <mutex>
+
+#include "meta_ops/error.h"
+#include "runtime/cuda_runtime.h"
+
+namespace metajit {
+
+BufferPtr copy_buffer(const Buffer& src, Device to) {
+  BufferPtr out = allocate_buffer(src.bytes(), to);
+  if (src.bytes() == 0) return out;
+  if (src.device() == Device::CPU && to == Device::CPU) {
+    std::memcpy(out->data(), src.data(), src.bytes());
+    return out;
+  }
+  CudaRuntime* rt = cuda_runtime();
+  if (!rt) throw CudaError("moving a value to the " + std::string(device_name(to)) +
+                           ": CUDA cannot be used here: " + cuda_runtime_problem());
+  if (to == Device::CUDA && src.device() == Device::CPU)
+    rt->to_device(out->data(), src.data(), src.bytes());
+  else if (to == Device::CPU && src.device() == Device::CUDA)
+    rt->to_host(out->data(), src.data(), src.bytes());
+  else
+    throw CudaError("moving a value between two CUDA buffers is not supported");
+  return out;
+}
+
+BufferPtr buffer_on(const Node& n, Device d) {
+  if (n.data && n.data->device() == d) return n.data;
+  std::lock_guard<std::recursive_mutex> lock(graph_mutex());
+  Node& node = const_cast<Node&>(n);  // the mirror is a cache of the same value
+  if (!node.data) throw Error("internal: reading the buffer of a value that was never computed");
+  if (!node.mirror || node.mirror->device() != d) node.mirror = copy_buffer(*node.data, d);
+  return node.mirror;
+}
+
+}  // namespace metajit
