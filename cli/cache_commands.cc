@@ -13,6 +13,7 @@
 #include "codegen/kernel_spec.h"
 #include "meta_ops/error.h"
 #include "runtime/config.h"
+#include "runtime/device.h"
 #include "runtime/kernel_library.h"
 
 namespace metajit::cli {
@@ -182,19 +183,59 @@ int cmd_prune(const std::string& max_size) {
   return 0;
 }
 
+// The device whose backend wrote an entry ("cpu", or "cuda" / "cuda-emu"), or nullopt.
+std::optional<Device> entry_device(const std::string& backend) {
+  if (backend == "cpu") return Device::CPU;
+  if (backend == "cuda" || backend == "cuda-emu") return Device::CUDA;
+  return std::nullopt;
+}
+
+struct Rebuildable {
+  KernelIR ir;
+  Device device;
+};
+
 // The kernel IR recorded in an entry's meta.json, or nullopt when it is unreadable or not this
 // toolchain's (its key would differ: rebuilding it here would make another entry).
-std::optional<KernelIR> rebuildable_spec(const CacheStore& store, const std::string& key) {
+std::optional<Rebuildable> rebuildable_spec(const CacheStore& store, const std::string& key) {
   try {
     nlohmann::json meta = store.read_meta(key);
-    if (!meta.contains("backend") || meta["backend"] != "cpu" || !meta.contains("spec"))
+    if (!meta.contains("backend") || !meta["backend"].is_string() || !meta.contains("spec"))
       return std::nullopt;
+    std::optional<Device> device = entry_device(meta["backend"].get<std::string>());
+    if (!device) return std::nullopt;
     KernelIR ir = kernel_spec_from_json(meta["spec"]);
-    if (key_of(ir) != key) return std::nullopt;
-    return ir;
+    if (key_of(ir, *device) != key) return std::nullopt;
+    return Rebuildable{std::move(ir), *device};
   } catch (const std::exception&) {
     return std::nullopt;
   }
+}
+
+// warm_kernels() per device, summed; a device whose toolchain is missing counts its kernels as
+// failed with the toolchain's error.
+WarmSummary warm_by_device(const std::vector<KernelIR>& cpu, const std::vector<KernelIR>& cuda,
+                           int jobs) {
+  WarmSummary total;
+  for (Device d : {Device::CPU, Device::CUDA}) {
+    const std::vector<KernelIR>& irs = d == Device::CPU ? cpu : cuda;
+    if (irs.empty() && d == Device::CUDA) continue;  // the CPU pass checks the cache even empty
+    WarmSummary w;
+    try {
+      w = warm_kernels(irs, jobs, d);
+    } catch (const CompileError& e) {
+      w.total = w.failed = irs.size();
+      w.first_failure = std::string(device_name(d)) + " kernels: " + e.what();
+    }
+    total.total += w.total;
+    total.cached += w.cached;
+    total.compiled += w.compiled;
+    total.failed += w.failed;
+    total.seconds += w.seconds;
+    total.failed_keys.insert(total.failed_keys.end(), w.failed_keys.begin(), w.failed_keys.end());
+    if (total.first_failure.empty()) total.first_failure = w.first_failure;
+  }
+  return total;
 }
 
 int cmd_verify(bool fix) {
@@ -216,11 +257,12 @@ int cmd_verify(bool fix) {
   }
   // Repairs: bad entries are rebuilt from their spec when meta.json still describes this
   // toolchain's kernel, else removed; debris is removed.
-  std::vector<KernelIR> rebuild;
+  std::vector<KernelIR> rebuild[2];  // per device
   size_t removed = 0, cleaned = 0;
   for (const CacheProblem& p : problems) {
     if (p.key.empty()) continue;
-    if (std::optional<KernelIR> ir = rebuildable_spec(store, p.key)) rebuild.push_back(*ir);
+    if (std::optional<Rebuildable> r = rebuildable_spec(store, p.key))
+      rebuild[r->device == Device::CUDA].push_back(std::move(r->ir));
     if (store.remove_entry(p.key)) ++removed;
   }
   cleaned = store.sweep_stale_staging(0);
@@ -230,8 +272,8 @@ int cmd_verify(bool fix) {
     if (fs::remove_all(p.path, ec) > 0) ++cleaned;
   }
   size_t rebuilt = 0;
-  if (!rebuild.empty()) {
-    WarmSummary w = warm_kernels(rebuild, config().jobs);
+  if (!rebuild[0].empty() || !rebuild[1].empty()) {
+    WarmSummary w = warm_by_device(rebuild[0], rebuild[1], config().jobs);
     rebuilt = w.compiled + w.cached;
     if (w.failed) std::fprintf(stderr, "metajit: %s\n", w.first_failure.c_str());
   }
@@ -252,7 +294,8 @@ int cmd_export(const std::string& output) {
       nlohmann::json meta = store.read_meta(e.key);
       if (!meta.contains("spec") || !meta["spec"].is_object()) throw CacheError("no spec");
       kernel_spec_from_json(meta["spec"]);  // only specs that a warm can use
-      kernels.push_back({e.key, e.backend, e.ops, meta["spec"]});
+      // A manifest names the device; the warming machine picks its own CUDA toolchain.
+      kernels.push_back({e.key, e.backend == "cuda-emu" ? "cuda" : e.backend, e.ops, meta["spec"]});
     } catch (const std::exception& ex) {
       ++skipped;
       std::fprintf(stderr, "metajit: skipping %s: %s\n", e.key.c_str(), ex.what());
@@ -282,25 +325,20 @@ int cmd_warm(const std::string& manifest_path, int jobs) {
   } catch (const CacheError& e) {
     throw UsageError(std::string("cache warm: ") + e.what());
   }
-  std::vector<KernelIR> irs;
-  size_t other_backend = 0;
+  std::vector<KernelIR> irs[2];  // per device
   for (size_t i = 0; i < entries.size(); ++i) {
-    if (entries[i].backend != "cpu") {
-      ++other_backend;  // the CUDA backend is not built into this metajit yet
-      continue;
-    }
     try {
-      irs.push_back(kernel_spec_from_json(entries[i].spec));
+      irs[entries[i].backend == "cuda"].push_back(kernel_spec_from_json(entries[i].spec));
     } catch (const Error& e) {
       throw UsageError("cache warm: manifest " + manifest_path + ": kernels[" + std::to_string(i) +
                        "]: " + e.what());
     }
   }
-  WarmSummary w = warm_kernels(irs, jobs > 0 ? jobs : config().jobs);
+  WarmSummary w = warm_by_device(irs[0], irs[1], jobs > 0 ? jobs : config().jobs);
   std::printf("warmed %s: %zu kernel%s in %.1f s: %zu compiled, %zu already cached, %zu failed",
               cache_root().string().c_str(), w.total, w.total == 1 ? "" : "s", w.seconds,
               w.compiled, w.cached, w.failed);
-  if (other_backend) std::printf(", %zu skipped (backend not available)", other_backend);
+  if (!irs[1].empty()) std::printf(" (%zu CUDA)", irs[1].size());
   std::printf("\n");
   if (w.failed) {
     std::fflush(stdout);

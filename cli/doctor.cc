@@ -1,5 +1,5 @@
 // `metajit doctor`: checks everything a first kernel compile depends on (compiler, target,
-// OpenMP, nvcc, the cache directory and its disk) and says how to fix what is wrong.
+// OpenMP, nvcc and the GPU, the cache directory and its disk) and says how to fix what is wrong.
 #include <dlfcn.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -20,6 +20,8 @@
 #include "meta_ops/error.h"
 #include "runtime/compiler_driver.h"
 #include "runtime/config.h"
+#include "runtime/cuda_runtime.h"
+#include "runtime/cuda_toolchain.h"
 #include "runtime/toolchain.h"
 
 namespace metajit::cli {
@@ -124,30 +126,38 @@ Check check_openmp(const Toolchain& tc) {
 
 Check check_nvcc() {
   Check c{"nvcc", Status::Info};
-  const std::string& nvcc = config().nvcc;
-  std::string path;
-  if (nvcc.find('/') != std::string::npos) {
-    if (::access(nvcc.c_str(), X_OK) == 0) path = nvcc;
-  } else {
-    path = boost::process::search_path(nvcc).string();
-  }
+  const fs::path path = locate_nvcc();
   if (path.empty()) {
-    c.detail = "'" + nvcc + "' not found; the CUDA backend is unavailable (set METAJIT_NVCC)";
+    c.detail = "'" + config().nvcc +
+               "' not found (METAJIT_NVCC, PATH, /usr/local/cuda/bin); the CUDA backend is "
+               "unavailable";
     return c;
   }
-  CompileOutcome r = run_compiler({path, "--version"}, 60);
-  std::string version;
-  std::istringstream in(r.output);
-  for (std::string line; std::getline(in, line);)
-    if (line.find("release") != std::string::npos) version = line;
-  if (!r.ok) {
+  try {
+    const CudaToolchain& tc = cuda_toolchain();
+    c.status = Status::Ok;
+    c.detail = tc.path.string() + " (" + tc.version_line() + "), kernels for " +
+               (tc.emulated ? "host emulation" : tc.arch) +
+               (tc.library_dir.empty() ? "" : ", libcudart in " + tc.library_dir);
+  } catch (const Error& e) {
     c.status = Status::Problem;
-    c.detail = path + " --version failed: " + first_line(r.output);
+    c.detail = e.what();
     c.fix = "reinstall the CUDA toolkit or point METAJIT_NVCC at a working nvcc";
-    return c;
   }
-  c.status = Status::Ok;
-  c.detail = path + " (" + (version.empty() ? first_line(r.output) : version) + ")";
+  return c;
+}
+
+// The GPU the CUDA backend would run on; its absence is information, not a problem: CUDA
+// kernels can still be compiled (cache warm) here.
+Check check_gpu() {
+  Check c{"gpu", Status::Info};
+  if (CudaRuntime* rt = cuda_runtime()) {
+    c.status = Status::Ok;
+    c.detail = rt->describe();
+  } else {
+    c.detail = "none usable: " + cuda_runtime_problem() +
+               "; metajit runs on the CPU (CUDA kernels can still be compiled and cached)";
+  }
   return c;
 }
 
@@ -274,6 +284,7 @@ int run_doctor(bool json) {
     checks.push_back({"openmp", Status::Info, "not checked: no working compiler"});
   }
   checks.push_back(check_nvcc());
+  checks.push_back(check_gpu());
   checks.push_back(check_cache_dir(root));
   std::optional<uint64_t> free_bytes;
   checks.push_back(check_free_space(root, free_bytes));

@@ -695,5 +695,3 @@ std::string emit_cuda(const KernelIR& ir, CudaTarget target) {
 }
 
 }  // namespace metajit
-// TEMP until cuda_emulation.cc lands
-namespace metajit { [[gnu::weak]] extern const char* const kCudaEmulationPrelude = ""; }

@@ -1,6 +1,8 @@
 #include "runtime/device.h"
 
 #include <atomic>
+#include <cstdlib>
+#include <thread>
 
 #include "meta_ops/error.h"
 #include "runtime/config.h"
@@ -36,6 +38,21 @@ Device device() {
 
 const char* device_name(Device d) {
   return d == Device::CUDA ? "cuda" : "cpu";
+}
+
+std::string describe_device(Device d) {
+  if (d == Device::CPU) {
+    unsigned n = std::thread::hardware_concurrency();
+    return "cpu: " + std::to_string(n ? n : 1) + " hardware threads";
+  }
+  if (CudaRuntime* rt = cuda_runtime()) return "cuda: " + rt->describe();
+  return "cuda: not usable here (" + cuda_runtime_problem() + ")";
+}
+
+Device use_best_device() {
+  const char* env = std::getenv("METAJIT_DEVICE");
+  if (!(env && *env) && cuda_available()) set_device(Device::CUDA);
+  return device();
 }
 
 }  // namespace metajit

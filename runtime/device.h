@@ -20,4 +20,12 @@ std::string cuda_unavailable_reason();
 
 const char* device_name(Device d);  // "cpu" | "cuda"
 
+// One line about `d`, e.g. "cuda: NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB; ...)" or
+// "cpu: 2 threads"; for CUDA without a usable device, why not.
+std::string describe_device(Device d);
+
+// The GPU when one can be used, else the CPU; an explicit METAJIT_DEVICE wins. What samples and
+// programs that want "the fastest device here" call first. Returns the device chosen.
+Device use_best_device();
+
 }  // namespace metajit

@@ -104,7 +104,7 @@ bool has_room(const CacheStore& store, std::string& why) {
 // each time a kernel is used for the first time, so a crash later still leaves a manifest.
 class KernelRecorder {
  public:
-  void record(const std::string& key, const KernelIR& ir, const std::string& backend) {
+  void record(const std::string& key, const KernelIR& ir, const char* backend) {
     const std::string& path = config().record_path;
     if (path.empty()) return;
     std::lock_guard<std::mutex> lock(mu_);
@@ -402,7 +402,7 @@ std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs
         counters.disk_hits++;
         delta.disk_hits++;
         log_message(LogLevel::Debug, "disk hit " + p.key);
-        recorder().record(p.key, *p.ir, backend.name);
+        recorder().record(p.key, *p.ir, device_name(device));
         continue;
       } catch (const Error& e) {
         // Verified a moment ago but gone now (evicted or cleared by another process), or not
@@ -426,7 +426,7 @@ std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs
     if (p->object.empty()) continue;
     KernelHandle h{load_kernel(p->object), p->key, KernelOrigin::Compiled, p->compile_seconds};
     for (size_t i : p->positions) out[i] = h;
-    recorder().record(p->key, *p->ir, backend.name);
+    recorder().record(p->key, *p->ir, device_name(device));
   }
   store.add_counters(delta);
   if (!to_compile.empty()) store.maintain(config().cache_max_size);

@@ -9,6 +9,11 @@
 using namespace metajit;
 
 int main() {
+  // The GPU when there is one (METAJIT_DEVICE=cpu|cuda chooses), else the CPU.
+  const Device dev = use_best_device();
+  std::printf("device: %s\n", describe_device(dev).c_str());
+  if (dev == Device::CPU && cuda_available() == false)
+    std::printf("        (%s)\n", describe_device(Device::CUDA).c_str());
   // A small layer: y = softmax(relu(x @ w + b)) over rows, and its row sums (which are 1).
   Var x = rand({4, 8}, 1);
   Var w = randn({8, 5}, 2);

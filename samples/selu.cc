@@ -24,6 +24,11 @@ static double run_ms(int64_t n, uint64_t seed, float* first_value) {
 }
 
 int main() {
+  // The GPU when there is one (METAJIT_DEVICE=cpu|cuda chooses), else the CPU.
+  const Device dev = use_best_device();
+  std::printf("device: %s\n", describe_device(dev).c_str());
+  if (dev == Device::CPU && cuda_available() == false)
+    std::printf("        (%s)\n", describe_device(Device::CUDA).c_str());
   const int64_t n = 1 << 20;
   float v;
   reset_stats();

@@ -1,0 +1,281 @@
+// CUDA code generation without a GPU: for every op kind and fusion pattern the emitted .cu is
+// compiled by the real nvcc through the kernel cache (kernel.cu, a "cuda" backend in meta.json,
+// checksums, the architecture in the key), and the objects load. Running them needs a GPU: that
+// is test_cuda_runtime and the suites registered again with METAJIT_DEVICE=cuda (CMakeLists).
+// This executable reports itself skipped (exit 77) where no nvcc is found.
+#include <dlfcn.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <metajit/metajit.h>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "cache/cache_store.h"
+#include "codegen/cuda_emitter.h"
+#include "runtime/config.h"
+#include "runtime/cuda_toolchain.h"
+#include "runtime/kernel_library.h"
+#include "runtime/pipeline.h"
+#include "test_support.h"
+
+using namespace metajit;
+using metajit_test::ScopedEnv;
+using metajit_test::TempDir;
+
+namespace {
+
+// The lowered kernels eval(vars) would run (the pipeline, no device involved).
+struct Planned {
+  PipelinePlan plan;
+  std::vector<const KernelIR*> irs() const {
+    std::vector<const KernelIR*> out;
+    for (const LoweredKernel& k : plan.kernels) out.push_back(&k.ir);
+    return out;
+  }
+};
+
+Planned planned(const std::vector<Var>& vars) {
+  std::vector<NodePtr> nodes;
+  for (const Var& v : vars) nodes.push_back(v.node());
+  std::lock_guard<std::recursive_mutex> lock(graph_mutex());
+  return Planned{build_pipeline(nodes)};
+}
+
+// One graph per op kind and fusion pattern the planner produces.
+std::vector<std::pair<std::string, std::vector<Var>>> every_pattern() {
+  std::vector<std::pair<std::string, std::vector<Var>>> out;
+  Var a = rand({24, 40}, 1), b = rand({24, 40}, 2), w = rand({40, 16}, 3);
+  Var ai = cast(a * 10.0, DType::Int32), bi = cast(b * 10.0, DType::Int64);
+  Var ad = cast(a, DType::Float64);
+  eval({a, b, w, ai, bi, ad});
+  std::vector<Var> unary;
+  for (Var x : {a, ad}) {
+    unary.push_back(-x + abs(x) + exp(x) + log(x) + sqrt(x) + sin(x) + cos(x) + tanh(x) +
+                    sigmoid(x) + relu(x) + floor(x));
+  }
+  unary.push_back(-ai + abs(ai) + relu(ai) + floor(ai));
+  unary.push_back(-bi + abs(bi));
+  unary.push_back(logical_not(a > 0.5));
+  out.push_back({"unary ops, float32/float64/int32/int64/bool", unary});
+  std::vector<Var> binary;
+  for (Var x : {a, ad}) {
+    Var y = x * 0.5 + 0.25;
+    binary.push_back(x + y - x * y / y + pow(x, y) + maximum(x, y) + minimum(x, y));
+    binary.push_back(logical_or(logical_and(x == y, x != y), logical_and(x < y, x <= y)));
+  }
+  binary.push_back(ai / (ai + 1.0) + pow(ai, 2.0) + maximum(ai, ai * 2.0) - minimum(ai, 3.0));
+  binary.push_back(bi / 3.0 + pow(bi, 2.0) + bi * 7.0);
+  binary.push_back(logical_or(a > b, a >= b));
+  out.push_back({"binary ops on every dtype, comparisons, logical ops", binary});
+  out.push_back({"where, cast between dtypes, numpy broadcasting",
+                 {where(a > b, a, b * 2.0), cast(ad, DType::Int32) + cast(ai, DType::Bool),
+                  a + sum(b, {0}, true), broadcast_to(sum(a, {1}), {3, 24}),
+                  cast(a > 0.5, DType::Float64)}});
+  out.push_back({"reindex with overflow value and conditions; iota",
+                 {reindex(a, {26, 42}, {"i0-1", "i1-1"}, -1.0, {"(i0+i1)%5==0"}),
+                  cast(arange(50), DType::Float32) * 0.5}});
+  std::vector<Var> scatter;
+  for (ReduceOp op : {ReduceOp::Add, ReduceOp::Mul, ReduceOp::Max, ReduceOp::Min}) {
+    scatter.push_back(reindex_reduce(a, op, {12}, {"i0/2"}));
+    scatter.push_back(reindex_reduce(ad, op, {12}, {"i0/2"}));
+    scatter.push_back(reindex_reduce(ai, op, {12}, {"i0/2"}));
+    scatter.push_back(reindex_reduce(bi, op, {12}, {"i0/2"}));
+    scatter.push_back(reindex_reduce(a > 0.5, op, {12}, {"i0/2"}));
+  }
+  out.push_back({"reindex_reduce: add/mul/max/min on every dtype (atomics)", scatter});
+  std::vector<Var> reduces;
+  for (ReduceOp op : {ReduceOp::Add, ReduceOp::Mul, ReduceOp::Max, ReduceOp::Min, ReduceOp::Mean})
+    for (std::vector<int64_t> dims : std::vector<std::vector<int64_t>>{{1}, {0}, {}})
+      reduces.push_back(reduce(a, op, dims));
+  reduces.push_back(sum(ai, {1}));
+  reduces.push_back(max(bi, {0}));
+  reduces.push_back(sum(a > 0.5));
+  out.push_back({"reduce over the inner axis, the outer axis and everything", reduces});
+  out.push_back({"fused row reductions (softmax, layer norm), a total fused into its consumer",
+                 {softmax(a, 1), softmax(a, 0),
+                  (a - mean(a, {1}, true)) / sqrt(mean(a * a, {1}, true) + 1e-5),
+                  a - mean(a), sum(exp(a * b + 1.0)) / 7.0}});
+  Var x = rand({2, 3, 9, 9}, 4), k = rand({4, 3, 3, 3}, 5);
+  out.push_back({"matmul (plain, batched, with epilogue), conv2d, max_pool2d",
+                 {matmul(a, w), relu(matmul(a, w) + 0.5), matmul(rand({3, 5, 7}, 6), rand({7, 4}, 7)),
+                  conv2d(x, k, 2, 1), max_pool2d(x, 3, 2, 1)}});
+  return out;
+}
+
+std::set<std::string> keys_of(const std::vector<KernelHandle>& hs) {
+  std::set<std::string> out;
+  for (const KernelHandle& h : hs) out.insert(h.key);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("every op kind and fusion pattern compiles with nvcc into the cache", "[cuda][nvcc]") {
+  const CudaToolchain& tc = cuda_toolchain();
+  REQUIRE_FALSE(tc.emulated);
+  CacheStore store(config().cache_dir);
+  for (auto& [what, vars] : every_pattern()) {
+    SECTION(what) {
+      Planned p = planned(vars);
+      REQUIRE(!p.plan.kernels.empty());
+      std::vector<KernelHandle> hs = obtain_kernels(p.irs(), Device::CUDA);
+      REQUIRE(hs.size() == p.plan.kernels.size());
+      for (size_t i = 0; i < hs.size(); ++i) {
+        INFO(what << ", kernel " << i << " (" << hs[i].key << ")");
+        CHECK(hs[i].fn != nullptr);  // the object loaded and exports metajit_kernel
+        CHECK(hs[i].key == key_of(*p.irs()[i], Device::CUDA));
+        CHECK(hs[i].key != key_of(*p.irs()[i], Device::CPU));
+        nlohmann::json meta = store.read_meta(hs[i].key);
+        CHECK(meta["backend"] == "cuda");
+        CHECK(meta["source_file"] == "kernel.cu");
+        CHECK(meta["target"] == tc.arch);
+        const std::filesystem::path dir = store.entry_dir(hs[i].key);
+        CHECK(std::filesystem::is_regular_file(dir / "kernel.cu"));
+        CHECK(std::filesystem::is_regular_file(dir / "kernel.so"));
+        CHECK_FALSE(std::filesystem::exists(dir / "kernel.cc"));
+        std::ifstream src(dir / "kernel.cu");
+        std::string text((std::istreambuf_iterator<char>(src)), std::istreambuf_iterator<char>());
+        CHECK(text.find("__global__") != std::string::npos);
+        CHECK(text.find("extern \"C\" void metajit_kernel(") != std::string::npos);
+        const bool has_arch = std::find(tc.flags.begin(), tc.flags.end(), "-arch=" + tc.arch) !=
+                              tc.flags.end();
+        CHECK(has_arch);
+      }
+      // A second request is a memory hit: no compile, the same objects.
+      reset_stats();
+      std::vector<KernelHandle> again = obtain_kernels(p.irs(), Device::CUDA);
+      CHECK(stats().kernels_compiled == 0);
+      CHECK(keys_of(again) == keys_of(hs));
+    }
+  }
+}
+
+TEST_CASE("each schedule of the CUDA emitter is used where it belongs", "[cuda][codegen]") {
+  Var a = rand({64, 48}, 1), w = rand({48, 32}, 2);
+  eval({a, w});
+  auto source_of = [](const Var& v) {
+    std::vector<KernelInfo> ks = plan({v}, Device::CUDA);
+    REQUIRE(ks.size() == 1);
+    return ks[0].source;
+  };
+  std::string ew = source_of(a * 2.0 + 1.0);
+  CHECK(ew.find("mj_map32") != std::string::npos);
+  CHECK(ew.find("mj_rows") == std::string::npos);
+  std::string rows = source_of(softmax(a, 1));
+  CHECK(rows.find("mj_rows") != std::string::npos);
+  CHECK(rows.find("mj_block_reduce") != std::string::npos);
+  CHECK(rows.find("__shfl_down_sync") != std::string::npos);
+  std::string cols = source_of(sum(a, {0}));
+  CHECK(cols.find("mj_cols") != std::string::npos);
+  CHECK(cols.find("mj_colfin") != std::string::npos);
+  std::string total = source_of(sum(a));
+  CHECK(total.find("mj_gpart") != std::string::npos);
+  CHECK(total.find("mj_gfin") != std::string::npos);
+  std::string mm = source_of(matmul(a, w));
+  CHECK(mm.find("mj_mm_large") != std::string::npos);
+  CHECK(mm.find("__shared__ float mj_as") != std::string::npos);
+  std::string sc = source_of(reindex_reduce(a, ReduceOp::Max, {8}, {"i0%8"}));
+  CHECK(sc.find("atomicCAS") != std::string::npos);
+  std::string sa = source_of(reindex_reduce(a, ReduceOp::Add, {8}, {"i0%8"}));
+  CHECK(sa.find("atomicAdd") != std::string::npos);
+  // No heavy headers in GPU sources: compile latency is a product feature.
+  CHECK(ew.find("#include") == std::string::npos);
+  // Host emulation: the same kernels behind another prelude.
+  std::string emu = emit_cuda(planned({a * 2.0 + 1.0}).plan.kernels[0].ir, CudaTarget::HostEmulation);
+  CHECK(emu.find("mj_map32") != std::string::npos);
+  CHECK(emu.find("MJ_LAUNCH") != std::string::npos);
+}
+
+TEST_CASE("the CUDA key follows the architecture, the nvcc flags and never the shapes",
+          "[cuda][key]") {
+  Var a = rand({8, 8}, 1);
+  eval({a});
+  const std::string base = plan({exp(a)}, Device::CUDA)[0].key;
+  Var big = rand({80, 3}, 2);
+  eval({big});
+  CHECK(plan({exp(big)}, Device::CUDA)[0].key == base);  // shapes are launch arguments
+  CHECK(plan({exp(a)}, Device::CPU)[0].key != base);     // another backend
+  {
+    ScopedEnv arch("METAJIT_CUDA_ARCH", "sm_80");
+    CHECK(plan({exp(a)}, Device::CUDA)[0].key != base);
+  }
+  {
+    ScopedEnv flags("METAJIT_NVCCFLAGS", "-lineinfo");
+    CHECK(plan({exp(a)}, Device::CUDA)[0].key != base);
+  }
+  CHECK(plan({exp(a)}, Device::CUDA)[0].key == base);
+}
+
+TEST_CASE("a bad METAJIT_CUDA_ARCH or a missing nvcc is a clear error", "[cuda][errors]") {
+  Var a = rand({4, 4}, 1);
+  eval({a});
+  {
+    setenv("METAJIT_CUDA_ARCH", "ampere", 1);
+    CHECK_THROWS_WITH(reload_config(), Catch::Contains("METAJIT_CUDA_ARCH=ampere") &&
+                                           Catch::Contains("sm_90"));
+    unsetenv("METAJIT_CUDA_ARCH");
+    reload_config();
+  }
+  {
+    ScopedEnv nvcc("METAJIT_NVCC", "/nonexistent/nvcc");
+    CHECK_THROWS_AS(plan({exp(a)}, Device::CUDA), CompileError);
+    CHECK_THROWS_WITH(plan({exp(a)}, Device::CUDA), Catch::Contains("nvcc") &&
+                                                        Catch::Contains("/nonexistent/nvcc"));
+  }
+}
+
+TEST_CASE("an nvcc failure is a CompileError naming the command and keeping the .cu",
+          "[cuda][errors]") {
+  Var a = rand({4, 4}, 3);
+  eval({a});
+  ScopedEnv flags("METAJIT_NVCCFLAGS", "--no-such-nvcc-flag");
+  Planned p = planned({a * 3.0});
+  try {
+    obtain_kernels(p.irs(), Device::CUDA);
+    FAIL("expected a CompileError");
+  } catch (const CompileError& e) {
+    CHECK_THAT(e.command(), Catch::Contains("--no-such-nvcc-flag"));
+    CHECK_THAT(e.source_path(), Catch::EndsWith("kernel.cu"));
+    CHECK(std::filesystem::exists(e.source_path()));
+  }
+}
+
+TEST_CASE("metajit cache warm compiles CUDA manifest entries without a GPU", "[cuda][cli]") {
+  TempDir src, dst;
+  Var a = rand({16, 16}, 9);
+  eval({a});
+  Planned p = planned({softmax(a, 1), sum(a, {0})});
+  std::vector<KernelIR> irs;
+  for (const KernelIR* ir : p.irs()) irs.push_back(*ir);
+  {
+    ScopedEnv dir("METAJIT_CACHE_DIR", src.path().string());
+    WarmSummary w = warm_kernels(irs, 2, Device::CUDA);
+    REQUIRE(w.failed == 0);
+  }
+  const std::string cli = metajit_test::cli_path().string();
+  auto exported = metajit_test::run_command(cli + " --cache-dir " + src.path().string() +
+                                            " cache export -o " + (src.path() / "m.json").string());
+  REQUIRE(exported.exit_code == 0);
+  std::ifstream m(src.path() / "m.json");
+  nlohmann::json manifest = nlohmann::json::parse(m);
+  REQUIRE(manifest["kernels"].size() == irs.size());
+  for (const auto& k : manifest["kernels"]) CHECK(k["backend"] == "cuda");
+  auto warm = metajit_test::run_command(cli + " --cache-dir " + dst.path().string() +
+                                        " cache warm " + (src.path() / "m.json").string());
+  INFO(warm.output);
+  REQUIRE(warm.exit_code == 0);
+  CHECK_THAT(warm.output, Catch::Contains(std::to_string(irs.size()) + " compiled") &&
+                              Catch::Contains("CUDA"));
+  auto list = metajit_test::run_command(cli + " --cache-dir " + dst.path().string() + " cache list");
+  CHECK_THAT(list.output, Catch::Contains("cuda"));
+  // The warmed entries are the ones this machine's program would look up.
+  std::set<std::string> want, have;
+  for (const KernelIR& ir : irs) want.insert(key_of(ir, Device::CUDA));
+  for (const CacheEntryInfo& e : CacheStore(dst.path()).list()) {
+    CHECK(e.backend == "cuda");
+    have.insert(e.key);
+  }
+  CHECK(have == want);
+}
