@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 
-.PHONY: all deps bench-deps build run test bench install format clean
+.PHONY: all deps bench-deps build run test bench bench-cuda install format clean
 
 all: build
 
@@ -42,6 +42,11 @@ bench: deps bench-deps
 	else echo "bench: python3 not found: Python peers skipped"; fi
 	@if [ -n "$(BENCH_JITTOR_PYTHON)" ]; then \
 	  $(BENCH_JITTOR_PYTHON) bench/peers.py --json $(BENCH_JSON) --frameworks jittor; fi
+
+# `make bench-cuda`: the GPU benchmark (copy floor, SELU 256M, row/column sums 16384^2, matmul
+# 4096^3 against cuBLAS) in one run; says it is skipped where no GPU can be used.
+bench-cuda: build
+	./$(BUILD)/metajit_cuda_bench --json bench/cuda_results.json
 
 install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)
