@@ -298,8 +298,8 @@ void CFamilyEmitter::stmt(const KStmt& st, int depth) {
       expr = "(" + v(st.args[0]) + " ? " + v(st.args[1]) + " : " + v(st.args[2]) + ")";
       break;
     case KOp::Cast:
-      expr = st.dtype == DType::Bool ? "(" + v(st.args[0]) + " != 0)"
-                                     : "(" + T + ")" + v(st.args[0]);
+      expr =
+          st.dtype == DType::Bool ? "(" + v(st.args[0]) + " != 0)" : "(" + T + ")" + v(st.args[0]);
       break;
     case KOp::Guard: {
       line(depth, T + " " + v(st.id) + ";");

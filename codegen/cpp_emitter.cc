@@ -136,8 +136,8 @@ class CppEmitter : public CFamilyEmitter {
   void stmt(const KStmt& st, int depth) override {
     if (row_reuse_ && row_reuse_->outer_value == st.id) {
       dtypes_[st.id] = st.dtype;
-      line(depth, "const " + ctype(st.dtype) + " " + v(st.id) + " = mj_row[" + row_reuse_->index +
-                      "];");
+      line(depth,
+           "const " + ctype(st.dtype) + " " + v(st.id) + " = mj_row[" + row_reuse_->index + "];");
       return;
     }
     CFamilyEmitter::stmt(st, depth);
@@ -150,8 +150,7 @@ class CppEmitter : public CFamilyEmitter {
   // split across threads too.
   void reduce_stmt(const KStmt& st, int depth, bool parallel) {
     const DType at = acc_dtype(ReduceOp(st.op), st.dtype);
-    const std::string clause =
-        reduction_clause(ReduceOp(st.op), at, "acc" + std::to_string(st.id));
+    const std::string clause = reduction_clause(ReduceOp(st.op), at, "acc" + std::to_string(st.id));
     std::string outer;
     if (parallel)
       outer = std::string("#pragma omp parallel for") + (st.loops.size() == 1 ? " simd " : " ") +

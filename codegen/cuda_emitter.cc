@@ -55,7 +55,7 @@ MJ_HD unsigned mj_blocks(i64 work, int threads, unsigned cap) { i64 b = (work + 
 )";
 
 constexpr int kThreads = 256;
-constexpr int kPartials = 1024;          // per-block partials of a reduction over everything
+constexpr int kPartials = 1024;           // per-block partials of a reduction over everything
 constexpr int64_t kColScratch = 1 << 18;  // partial column sums of tall column reductions
 
 class CudaEmitter : public CFamilyEmitter {
@@ -207,10 +207,9 @@ class CudaEmitter : public CFamilyEmitter {
     generic_kernel();
     std::optional<Contraction> mm = find_contraction(sched_, levels_, level_of_value_);
     if (mm) contraction_kernels(*mm);
-    const bool column =
-        !mm && cooperative.size() == 1 && row_level == k - 1 &&
-        is_column_reduction(sched_.body.stmts[cooperative[0]], level_of_value_,
-                            sched_.loops[size_t(k - 1)].var, k - 1);
+    const bool column = !mm && cooperative.size() == 1 && row_level == k - 1 &&
+                        is_column_reduction(sched_.body.stmts[cooperative[0]], level_of_value_,
+                                            sched_.loops[size_t(k - 1)].var, k - 1);
     if (column) column_kernels(cooperative[0]);
     if (!cooperative.empty() && !mm) row_kernel(row_level);
     launcher(globals, cooperative, row_level, mm, column);
@@ -245,13 +244,16 @@ class CudaEmitter : public CFamilyEmitter {
   // One thread per output element, every reduction run by that thread: correct for any map
   // kernel, the fastest for element-wise work; 32- and 64-bit index variants.
   void generic_kernel() {
-    out_ += "\ntemplate <class I> __device__ __forceinline__ void mj_map_body(const mj_args& a) {\n";
+    out_ +=
+        "\ntemplate <class I> __device__ __forceinline__ void mj_map_body(const mj_args& a) {\n";
     kernel_body_open();
     prologue(sched_.body.stmts.size(), 1);
     const std::vector<const KLoop*> loops = loop_ptrs(sched_.loops, 0, sched_.loops.size());
     line(1, "const I mj_n = (I)(" + product(loops) + ");");
-    line(1, "for (I mj_q = (I)blockIdx.x * blockDim.x + threadIdx.x; mj_q < mj_n; mj_q += (I)gridDim.x "
-            "* blockDim.x) {");
+    line(
+        1,
+        "for (I mj_q = (I)blockIdx.x * blockDim.x + threadIdx.x; mj_q < mj_n; mj_q += (I)gridDim.x "
+        "* blockDim.x) {");
     decompose(loops, "mj_q", 2, "I");
     for (size_t s = 0; s < sched_.body.stmts.size(); ++s)
       if (levels_[s] >= 0) stmt(sched_.body.stmts[s], 2);
@@ -260,8 +262,8 @@ class CudaEmitter : public CFamilyEmitter {
     out_ += "}\n";
     for (const char* w : {"32", "64"})
       out_ += "__global__ void __launch_bounds__(" + std::to_string(kThreads) + ") mj_map" + w +
-              "(const mj_args a) { mj_map_body<" +
-              (std::string(w) == "32" ? "unsigned" : "u64") + ">(a); }\n";
+              "(const mj_args a) { mj_map_body<" + (std::string(w) == "32" ? "unsigned" : "u64") +
+              ">(a); }\n";
   }
 
   // Names the kernel's arguments as the C++ emitter does (p<k>, S, in<k> with strides, out);
@@ -287,7 +289,8 @@ class CudaEmitter : public CFamilyEmitter {
     kernel_open("mj_rows");
     prologue(sched_.body.stmts.size(), 1);
     const std::vector<const KLoop*> outer = loop_ptrs(sched_.loops, 0, size_t(row_level) + 1);
-    const std::vector<const KLoop*> inner = loop_ptrs(sched_.loops, size_t(row_level) + 1, size_t(k));
+    const std::vector<const KLoop*> inner =
+        loop_ptrs(sched_.loops, size_t(row_level) + 1, size_t(k));
     line(1, "const i64 mj_rows_n = " + product(outer) + ";");
     line(1, "const i64 mj_inner = " + product(inner) + ";");
     line(1, "for (i64 mj_o = blockIdx.x; mj_o < mj_rows_n; mj_o += gridDim.x) {");
@@ -357,8 +360,8 @@ class CudaEmitter : public CFamilyEmitter {
     line(3, "for (int y = 1; y < (int)blockDim.y; ++y) mj_acc = " +
                 combine(op, at, "mj_acc", "mj_col[y][threadIdx.x]") + ";");
     line(3, "if (gridDim.y > 1) {");
-    line(4, "mj_cpart" + id + "[(i64)blockIdx.y * mj_on * mj_c + mj_o * mj_c + " + jv +
-                "] = mj_acc;");
+    line(4,
+         "mj_cpart" + id + "[(i64)blockIdx.y * mj_on * mj_c + mj_o * mj_c + " + jv + "] = mj_acc;");
     line(3, "} else {");
     dtypes_[st.id] = st.dtype;
     line(4, "const " + T + " " + v(st.id) + " = (" + T + ")mj_acc;");
@@ -375,8 +378,9 @@ class CudaEmitter : public CFamilyEmitter {
     kernel_open("mj_colfin", ", const int mj_split");
     prologue(sched_.body.stmts.size(), 1);
     line(1, "const i64 mj_c = " + cols + ", mj_on = " + product(outer) + ";");
-    line(1, "for (i64 mj_e = (i64)blockIdx.x * blockDim.x + threadIdx.x; mj_e < mj_on * mj_c; "
-            "mj_e += (i64)gridDim.x * blockDim.x) {");
+    line(1,
+         "for (i64 mj_e = (i64)blockIdx.x * blockDim.x + threadIdx.x; mj_e < mj_on * mj_c; "
+         "mj_e += (i64)gridDim.x * blockDim.x) {");
     line(2, A + " mj_acc = " + identity(op, at) + ";");
     line(2, "for (int s = 0; s < mj_split; ++s) mj_acc = " +
                 combine(op, at, "mj_acc", "mj_cpart" + id + "[(i64)s * mj_on * mj_c + mj_e]") +
@@ -412,8 +416,9 @@ class CudaEmitter : public CFamilyEmitter {
         outer.push_back(&l);
     }
     const std::vector<const KLoop*> red = loop_ptrs(r.loops, 0, r.loops.size());
-    out_ += "\ntemplate <int BM, int BN, int TM, int TN>\n"
-            "__device__ __forceinline__ void mj_mm_body(const mj_args& a) {\n";
+    out_ +=
+        "\ntemplate <int BM, int BN, int TM, int TN>\n"
+        "__device__ __forceinline__ void mj_mm_body(const mj_args& a) {\n";
     line(1, "constexpr int BK = 8, NT = (BM / TM) * (BN / TN), CT = BN / TN, RT = BM / TM;");
     line(1, "__shared__ float mj_as[BK][BM];");
     line(1, "__shared__ float mj_bs[BK][BN];");
@@ -485,10 +490,12 @@ class CudaEmitter : public CFamilyEmitter {
     line(2, "}");
     line(1, "}");
     out_ += "}\n";
-    out_ += "__global__ void __launch_bounds__(256) mj_mm_large(const mj_args a) { "
-            "mj_mm_body<128, 128, 8, 8>(a); }\n";
-    out_ += "__global__ void __launch_bounds__(256) mj_mm_small(const mj_args a) { "
-            "mj_mm_body<64, 64, 4, 4>(a); }\n";
+    out_ +=
+        "__global__ void __launch_bounds__(256) mj_mm_large(const mj_args a) { "
+        "mj_mm_body<128, 128, 8, 8>(a); }\n";
+    out_ +=
+        "__global__ void __launch_bounds__(256) mj_mm_small(const mj_args a) { "
+        "mj_mm_body<64, 64, 4, 4>(a); }\n";
   }
 
   // The host launcher: fills mj_args, launches the reductions over everything, then picks the
@@ -503,8 +510,8 @@ class CudaEmitter : public CFamilyEmitter {
       const std::string id = std::to_string(st.id);
       line(1, "{");
       line(2, "const i64 mj_rn = " + product(loop_ptrs(st.loops, 0, st.loops.size())) + ";");
-      line(2, "const unsigned mj_g = mj_blocks(mj_rn, " + T + ", " + std::to_string(kPartials) +
-                  ");");
+      line(2,
+           "const unsigned mj_g = mj_blocks(mj_rn, " + T + ", " + std::to_string(kPartials) + ");");
       line(2, "MJ_LAUNCH(mj_gpart" + id + ", dim3(mj_g), dim3(" + T + "), a);");
       line(2, "MJ_LAUNCH(mj_gfin" + id + ", dim3(1), dim3(" + T + "), mj_g);");
       line(1, "}");
@@ -520,13 +527,14 @@ class CudaEmitter : public CFamilyEmitter {
       }
       const KStmt& r = sched_.body.stmts[mm->reduce_index];
       line(1, "{");
-      line(2, "const i64 mj_ei = " + ei + ", mj_ej = " + ej + ", mj_k = " +
-                  product(loop_ptrs(r.loops, 0, r.loops.size())) + ";");
+      line(2, "const i64 mj_ei = " + ei + ", mj_ej = " + ej +
+                  ", mj_k = " + product(loop_ptrs(r.loops, 0, r.loops.size())) + ";");
       line(2, "if (mj_ei >= 16 && mj_ej >= 16 && mj_k >= 8) {");
       line(3, "const bool mj_large = mj_ei >= 128 && mj_ej >= 128;");
       line(3, "const i64 mj_tile = mj_large ? 128 : 64;");
-      line(3, "const i64 mj_tiles = mj_n / (mj_ei * mj_ej) * ((mj_ei + mj_tile - 1) / mj_tile) * "
-              "((mj_ej + mj_tile - 1) / mj_tile);");
+      line(3,
+           "const i64 mj_tiles = mj_n / (mj_ei * mj_ej) * ((mj_ei + mj_tile - 1) / mj_tile) * "
+           "((mj_ej + mj_tile - 1) / mj_tile);");
       line(3, "const unsigned mj_b = mj_blocks(mj_tiles, 1, 1u << 20);");
       line(3, "if (mj_large) MJ_LAUNCH(mj_mm_large, dim3(mj_b), dim3(256), a);");
       line(3, "else MJ_LAUNCH(mj_mm_small, dim3(mj_b), dim3(256), a);");
@@ -544,9 +552,12 @@ class CudaEmitter : public CFamilyEmitter {
       // Enough blocks to fill a large GPU (~2048 resident blocks of 256 threads), each with at
       // least 64 rows of the reduced axis, within the scratch for partials.
       line(3, "i64 mj_split = 1;");
-      line(3, "while (mj_strips * mj_split < 2048 && mj_rn / (mj_split * 2) >= 64 && "
-              "mj_split * 2 * mj_n <= " + std::to_string(kColScratch) + " && mj_split < 256) "
-              "mj_split *= 2;");
+      line(3,
+           "while (mj_strips * mj_split < 2048 && mj_rn / (mj_split * 2) >= 64 && "
+           "mj_split * 2 * mj_n <= " +
+               std::to_string(kColScratch) +
+               " && mj_split < 256) "
+               "mj_split *= 2;");
       line(3, "const unsigned mj_b = mj_blocks(mj_strips, 1, 1u << 20);");
       line(3, "MJ_LAUNCH(mj_cols, dim3(mj_b, (unsigned)mj_split), dim3(32, 8), a);");
       line(3, "if (mj_split > 1) MJ_LAUNCH(mj_colfin, dim3(mj_blocks(mj_n, " + T +
@@ -576,8 +587,8 @@ class CudaEmitter : public CFamilyEmitter {
     }
     line(1, "if (mj_n < 2147483647LL) MJ_LAUNCH(mj_map32, dim3(mj_blocks(mj_n, " + T +
                 ", 65536)), dim3(" + T + "), a);");
-    line(1, "else MJ_LAUNCH(mj_map64, dim3(mj_blocks(mj_n, " + T + ", 65536)), dim3(" + T +
-                "), a);");
+    line(1,
+         "else MJ_LAUNCH(mj_map64, dim3(mj_blocks(mj_n, " + T + ", 65536)), dim3(" + T + "), a);");
     out_ += "}\n";
   }
 
@@ -589,8 +600,8 @@ class CudaEmitter : public CFamilyEmitter {
     for (size_t k = 0; k < ir_.inputs.size(); ++k)
       line(1, "a.in" + std::to_string(k) + " = (const " + ctype(ir_.inputs[k].dtype) + "*)B[" +
                   std::to_string(k) + "];");
-    line(1, "a.out = (" + ctype(ir_.output.dtype) + "*)B[" + std::to_string(ir_.inputs.size()) +
-                "];");
+    line(1,
+         "a.out = (" + ctype(ir_.output.dtype) + "*)B[" + std::to_string(ir_.inputs.size()) + "];");
     for (int k = 0; k < ir_.num_params; ++k)
       line(1, "const i64 p" + std::to_string(k) + " = a.p[" + std::to_string(k) + "] = P[" +
                   std::to_string(k) + "];");
@@ -658,14 +669,17 @@ class CudaEmitter : public CFamilyEmitter {
     for (const auto& d : ir_.output.dims) n += " * (" + ix(*d) + ")";
     kernel_open("mj_fill");
     line(1, "const i64 mj_on = " + n + ";");
-    line(1, "for (i64 j = (i64)blockIdx.x * blockDim.x + threadIdx.x; j < mj_on; j += "
-            "(i64)gridDim.x * blockDim.x) out[j] = " + identity(op, ir_.output.dtype) + ";");
+    line(1,
+         "for (i64 j = (i64)blockIdx.x * blockDim.x + threadIdx.x; j < mj_on; j += "
+         "(i64)gridDim.x * blockDim.x) out[j] = " +
+             identity(op, ir_.output.dtype) + ";");
     out_ += "}\n";
     kernel_open("mj_scatter");
     const std::vector<const KLoop*> loops = loop_ptrs(ir_.loops, 0, ir_.loops.size());
     line(1, "const i64 mj_n = " + product(loops) + ";");
-    line(1, "for (i64 mj_q = (i64)blockIdx.x * blockDim.x + threadIdx.x; mj_q < mj_n; mj_q += "
-            "(i64)gridDim.x * blockDim.x) {");
+    line(1,
+         "for (i64 mj_q = (i64)blockIdx.x * blockDim.x + threadIdx.x; mj_q < mj_n; mj_q += "
+         "(i64)gridDim.x * blockDim.x) {");
     decompose(loops, "mj_q", 2);
     block(ir_.body, 2);
     line(2, "if (" + ix(*ir_.target_valid) + ") mj_atomic_combine(&out[" +
@@ -677,8 +691,8 @@ class CudaEmitter : public CFamilyEmitter {
     line(1, "const i64 mj_on = " + n + ", mj_n = " + product(loops) + ";");
     line(1, "if (mj_on <= 0) return;");
     line(1, "MJ_LAUNCH(mj_fill, dim3(mj_blocks(mj_on, " + T + ", 65536)), dim3(" + T + "), a);");
-    line(1, "if (mj_n > 0) MJ_LAUNCH(mj_scatter, dim3(mj_blocks(mj_n, " + T +
-                ", 65536)), dim3(" + T + "), a);");
+    line(1, "if (mj_n > 0) MJ_LAUNCH(mj_scatter, dim3(mj_blocks(mj_n, " + T + ", 65536)), dim3(" +
+                T + "), a);");
     out_ += "}\n";
   }
 

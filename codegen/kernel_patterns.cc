@@ -83,8 +83,8 @@ std::optional<Contraction> find_contraction(const KernelIR& ir, const std::vecto
     if (ir.body.stmts[s].kind == KOp::Reduce) ++reduces, c.reduce_index = s;
   if (reduces != 1) return std::nullopt;
   const KStmt& r = ir.body.stmts[c.reduce_index];
-  if (levels[c.reduce_index] < 0 || ReduceOp(r.op) != ReduceOp::Add ||
-      r.dtype != DType::Float32 || r.loops.empty())
+  if (levels[c.reduce_index] < 0 || ReduceOp(r.op) != ReduceOp::Add || r.dtype != DType::Float32 ||
+      r.loops.empty())
     return std::nullopt;
   const KBlock& body = *r.body;
   const KStmt* mul = nullptr;

@@ -91,7 +91,7 @@ struct Node {
   // Leaf: a copy on the other device, made on first use there (runtime/residency.h); guarded
   // by graph_mutex().
   BufferPtr mirror;
-  uint64_t id = 0;                       // creation order, unique per process
+  uint64_t id = 0;  // creation order, unique per process
 
   int64_t numel() const { return numel_of(shape); }
   bool realized() const { return kind == OpKind::Leaf; }

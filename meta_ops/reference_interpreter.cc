@@ -15,8 +15,6 @@
 // - Maximum/minimum, and max/min reductions, propagate NaN like numpy.
 #include "meta_ops/reference_interpreter.h"
 
-#include "runtime/residency.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -27,6 +25,7 @@
 #include <unordered_map>
 
 #include "meta_ops/error.h"
+#include "runtime/residency.h"
 
 namespace metajit {
 namespace {

@@ -37,8 +37,8 @@ State& state(Device d) {
 void* system_alloc(size_t cap, Device d) {
   if (d == Device::CPU) return std::aligned_alloc(64, cap);
   CudaRuntime* rt = cuda_runtime();
-  if (!rt) throw Error("allocating device memory: CUDA cannot be used here: " +
-                       cuda_runtime_problem());
+  if (!rt)
+    throw Error("allocating device memory: CUDA cannot be used here: " + cuda_runtime_problem());
   return rt->allocate(cap);
 }
 

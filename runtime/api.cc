@@ -27,7 +27,8 @@ std::vector<NodePtr> pending_nodes(const std::vector<Var>& vars, const char* wha
 Device usable_device(const char* what) {
   const Device d = device();
   if (d == Device::CUDA && !cuda_available())
-    throw CudaError(std::string(what) + ": the current device is CUDA (set_device or "
+    throw CudaError(std::string(what) +
+                    ": the current device is CUDA (set_device or "
                     "METAJIT_DEVICE=cuda) but CUDA cannot be used here: " +
                     cuda_unavailable_reason() + "; use the CPU with set_device(Device::CPU)");
   return d;

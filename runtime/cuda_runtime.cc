@@ -75,8 +75,8 @@ class RealCudaRuntime final : public CudaRuntime {
     void* p = nullptr;
     cudaError e = api_.Malloc(&p, bytes ? bytes : 1);
     if (e != 0)
-      throw Error("CUDA: cannot allocate " + std::to_string(bytes) + " bytes of device memory: " +
-                  error_text(e));
+      throw Error("CUDA: cannot allocate " + std::to_string(bytes) +
+                  " bytes of device memory: " + error_text(e));
     return p;
   }
 
@@ -84,14 +84,14 @@ class RealCudaRuntime final : public CudaRuntime {
 
   void to_device(void* dst, const void* src, size_t bytes) override {
     if (cudaError e = api_.Memcpy(dst, src, bytes, kHostToDevice))
-      throw Error("CUDA: copying " + std::to_string(bytes) + " bytes to the device failed: " +
-                  error_text(e));
+      throw Error("CUDA: copying " + std::to_string(bytes) +
+                  " bytes to the device failed: " + error_text(e));
   }
 
   void to_host(void* dst, const void* src, size_t bytes) override {
     if (cudaError e = api_.Memcpy(dst, src, bytes, kDeviceToHost))
-      throw Error("CUDA: copying " + std::to_string(bytes) + " bytes to the host failed: " +
-                  error_text(e));
+      throw Error("CUDA: copying " + std::to_string(bytes) +
+                  " bytes to the host failed: " + error_text(e));
   }
 
   std::string launch_error() override {

@@ -84,8 +84,8 @@ CudaToolchain resolve_nvcc(const Config& c) {
   CudaRuntime* rt = c.cuda_emulate ? nullptr : cuda_runtime();
   t.arch = rt && !rt->arch().empty() ? rt->arch() : c.cuda_arch;
   t.library_dir = cuda_library_dir();
-  t.flags = {"-std=c++17", "-O3",      "-arch=" + t.arch, "-Xcompiler", "-fPIC",
-             "-shared",    "-cudart", "shared",          "-ccbin",     host.path.string(),
+  t.flags = {"-std=c++17", "-O3", "-arch=" + t.arch, "-Xcompiler", "-fPIC", "-shared", "-cudart",
+             "shared", "-ccbin", host.path.string(),
              // Every kernel names all its arguments; unused ones are not worth a warning.
              "-diag-suppress=177,550"};
   if (!t.library_dir.empty()) {

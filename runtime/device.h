@@ -1,7 +1,7 @@
 // Devices (api.md "Devices"): graphs evaluate on the current device, CPU or CUDA. The current
 // device is process-wide, like Jittor's use_cuda flag: METAJIT_DEVICE=cpu|cuda (read at the
-// first use) chooses it, set_device() changes it. Building metajit needs no CUDA toolkit: the CUDA runtime is loaded
-// when first asked for (runtime/cuda_runtime.h).
+// first use) chooses it, set_device() changes it. Building metajit needs no CUDA toolkit: the CUDA
+// runtime is loaded when first asked for (runtime/cuda_runtime.h).
 #pragma once
 #include <string>
 

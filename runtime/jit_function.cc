@@ -22,9 +22,9 @@
 #include "runtime/config.h"
 #include "runtime/executor.h"
 #include "runtime/kernel_library.h"
-#include "runtime/residency.h"
 #include "runtime/log.h"
 #include "runtime/pipeline.h"
+#include "runtime/residency.h"
 #include "runtime/small_buffer.h"
 
 namespace metajit::detail {

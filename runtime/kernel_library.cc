@@ -22,8 +22,8 @@
 #include "codegen/kernel_spec.h"
 #include "meta_ops/error.h"
 #include "runtime/compiler_driver.h"
-#include "runtime/cuda_toolchain.h"
 #include "runtime/config.h"
+#include "runtime/cuda_toolchain.h"
 #include "runtime/loader.h"
 #include "runtime/log.h"
 #include "runtime/runtime_stats.h"
@@ -196,8 +196,9 @@ Backend backend_for(Device device) {
 // key, because reload_config() may change them.
 std::string memory_settings(Device device) {
   const Config& c = config();
-  std::string s = device == Device::CPU ? "cpu " + c.cxx : "cuda " + c.nvcc + " " + c.cuda_arch +
-                                                               (c.cuda_emulate ? " emu" : "");
+  std::string s = device == Device::CPU
+                      ? "cpu " + c.cxx
+                      : "cuda " + c.nvcc + " " + c.cuda_arch + (c.cuda_emulate ? " emu" : "");
   for (const std::string& f : device == Device::CPU ? c.extra_cxxflags : c.extra_nvccflags)
     s += " " + f;
   return s + "\n";
@@ -256,8 +257,8 @@ CompileError compile_failure(const Pending& p, const CompileOutcome& r) {
                                         " s and was killed"
                                   : "failed with exit status " + std::to_string(r.exit_code);
   std::string out_text = r.output.size() > 4000 ? r.output.substr(0, 4000) + "\n[...]" : r.output;
-  return CompileError("compiling kernel " + p.key + ": the compiler " + why + "\n  command: " +
-                          r.command + "\n  source kept at: " + p.source.string() +
+  return CompileError("compiling kernel " + p.key + ": the compiler " + why +
+                          "\n  command: " + r.command + "\n  source kept at: " + p.source.string() +
                           (out_text.empty() ? "" : "\n" + out_text),
                       r.command, r.output, p.source.string());
 }
@@ -266,9 +267,9 @@ CompileError compile_failure(const Pending& p, const CompileOutcome& r) {
 // one's `object` (empty where its compile failed). Returns the first failure, if any. Failed
 // kernels keep their staging directory (with the source) for inspection.
 std::optional<CompileError> compile_and_install(std::vector<Pending*>& todo,
-                                                const CacheStore& main_store, const Backend& backend,
-                                                int jobs, bool always_show_progress,
-                                                CacheCounters& delta) {
+                                                const CacheStore& main_store,
+                                                const Backend& backend, int jobs,
+                                                bool always_show_progress, CacheCounters& delta) {
   std::vector<std::vector<std::string>> commands;
   for (Pending* p : todo) commands.push_back(p->command);
   std::vector<CompileOutcome> results =

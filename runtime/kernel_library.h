@@ -50,7 +50,6 @@ struct WarmSummary {
 // `metajit cache warm`: makes sure every kernel of `irs` is in the cache, compiling the missing
 // ones (at most `jobs` at a time) with a progress line on stderr. Loads nothing. Compile
 // failures are counted, not thrown; an unusable cache is a CacheError.
-WarmSummary warm_kernels(const std::vector<KernelIR>& irs, int jobs,
-                         Device device = Device::CPU);
+WarmSummary warm_kernels(const std::vector<KernelIR>& irs, int jobs, Device device = Device::CPU);
 
 }  // namespace metajit

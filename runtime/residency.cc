@@ -16,8 +16,9 @@ BufferPtr copy_buffer(const Buffer& src, Device to) {
     return out;
   }
   CudaRuntime* rt = cuda_runtime();
-  if (!rt) throw CudaError("moving a value to the " + std::string(device_name(to)) +
-                           ": CUDA cannot be used here: " + cuda_runtime_problem());
+  if (!rt)
+    throw CudaError("moving a value to the " + std::string(device_name(to)) +
+                    ": CUDA cannot be used here: " + cuda_runtime_problem());
   if (to == Device::CUDA && src.device() == Device::CPU)
     rt->to_device(out->data(), src.data(), src.bytes());
   else if (to == Device::CPU && src.device() == Device::CUDA)

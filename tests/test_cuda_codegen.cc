@@ -4,11 +4,11 @@
 // is test_cuda_runtime and the suites registered again with METAJIT_DEVICE=cuda (CMakeLists).
 // This executable reports itself skipped (exit 77) where no nvcc is found.
 #include <dlfcn.h>
+#include <metajit/metajit.h>
 
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
-#include <metajit/metajit.h>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -69,10 +69,10 @@ std::vector<std::pair<std::string, std::vector<Var>>> every_pattern() {
   binary.push_back(bi / 3.0 + pow(bi, 2.0) + bi * 7.0);
   binary.push_back(logical_or(a > b, a >= b));
   out.push_back({"binary ops on every dtype, comparisons, logical ops", binary});
-  out.push_back({"where, cast between dtypes, numpy broadcasting",
-                 {where(a > b, a, b * 2.0), cast(ad, DType::Int32) + cast(ai, DType::Bool),
-                  a + sum(b, {0}, true), broadcast_to(sum(a, {1}), {3, 24}),
-                  cast(a > 0.5, DType::Float64)}});
+  out.push_back(
+      {"where, cast between dtypes, numpy broadcasting",
+       {where(a > b, a, b * 2.0), cast(ad, DType::Int32) + cast(ai, DType::Bool),
+        a + sum(b, {0}, true), broadcast_to(sum(a, {1}), {3, 24}), cast(a > 0.5, DType::Float64)}});
   out.push_back({"reindex with overflow value and conditions; iota",
                  {reindex(a, {26, 42}, {"i0-1", "i1-1"}, -1.0, {"(i0+i1)%5==0"}),
                   cast(arange(50), DType::Float32) * 0.5}});
@@ -95,12 +95,13 @@ std::vector<std::pair<std::string, std::vector<Var>>> every_pattern() {
   out.push_back({"reduce over the inner axis, the outer axis and everything", reduces});
   out.push_back({"fused row reductions (softmax, layer norm), a total fused into its consumer",
                  {softmax(a, 1), softmax(a, 0),
-                  (a - mean(a, {1}, true)) / sqrt(mean(a * a, {1}, true) + 1e-5),
-                  a - mean(a), sum(exp(a * b + 1.0)) / 7.0}});
+                  (a - mean(a, {1}, true)) / sqrt(mean(a * a, {1}, true) + 1e-5), a - mean(a),
+                  sum(exp(a * b + 1.0)) / 7.0}});
   Var x = rand({2, 3, 9, 9}, 4), k = rand({4, 3, 3, 3}, 5);
-  out.push_back({"matmul (plain, batched, with epilogue), conv2d, max_pool2d",
-                 {matmul(a, w), relu(matmul(a, w) + 0.5), matmul(rand({3, 5, 7}, 6), rand({7, 4}, 7)),
-                  conv2d(x, k, 2, 1), max_pool2d(x, 3, 2, 1)}});
+  out.push_back(
+      {"matmul (plain, batched, with epilogue), conv2d, max_pool2d",
+       {matmul(a, w), relu(matmul(a, w) + 0.5), matmul(rand({3, 5, 7}, 6), rand({7, 4}, 7)),
+        conv2d(x, k, 2, 1), max_pool2d(x, 3, 2, 1)}});
   return out;
 }
 
@@ -139,8 +140,8 @@ TEST_CASE("every op kind and fusion pattern compiles with nvcc into the cache", 
         std::string text((std::istreambuf_iterator<char>(src)), std::istreambuf_iterator<char>());
         CHECK(text.find("__global__") != std::string::npos);
         CHECK(text.find("extern \"C\" void metajit_kernel(") != std::string::npos);
-        const bool has_arch = std::find(tc.flags.begin(), tc.flags.end(), "-arch=" + tc.arch) !=
-                              tc.flags.end();
+        const bool has_arch =
+            std::find(tc.flags.begin(), tc.flags.end(), "-arch=" + tc.arch) != tc.flags.end();
         CHECK(has_arch);
       }
       // A second request is a memory hit: no compile, the same objects.
@@ -183,7 +184,8 @@ TEST_CASE("each schedule of the CUDA emitter is used where it belongs", "[cuda][
   // No heavy headers in GPU sources: compile latency is a product feature.
   CHECK(ew.find("#include") == std::string::npos);
   // Host emulation: the same kernels behind another prelude.
-  std::string emu = emit_cuda(planned({a * 2.0 + 1.0}).plan.kernels[0].ir, CudaTarget::HostEmulation);
+  std::string emu =
+      emit_cuda(planned({a * 2.0 + 1.0}).plan.kernels[0].ir, CudaTarget::HostEmulation);
   CHECK(emu.find("mj_map32") != std::string::npos);
   CHECK(emu.find("MJ_LAUNCH") != std::string::npos);
 }
@@ -213,16 +215,16 @@ TEST_CASE("a bad METAJIT_CUDA_ARCH or a missing nvcc is a clear error", "[cuda][
   eval({a});
   {
     setenv("METAJIT_CUDA_ARCH", "ampere", 1);
-    CHECK_THROWS_WITH(reload_config(), Catch::Contains("METAJIT_CUDA_ARCH=ampere") &&
-                                           Catch::Contains("sm_90"));
+    CHECK_THROWS_WITH(reload_config(),
+                      Catch::Contains("METAJIT_CUDA_ARCH=ampere") && Catch::Contains("sm_90"));
     unsetenv("METAJIT_CUDA_ARCH");
     reload_config();
   }
   {
     ScopedEnv nvcc("METAJIT_NVCC", "/nonexistent/nvcc");
     CHECK_THROWS_AS(plan({exp(a)}, Device::CUDA), CompileError);
-    CHECK_THROWS_WITH(plan({exp(a)}, Device::CUDA), Catch::Contains("nvcc") &&
-                                                        Catch::Contains("/nonexistent/nvcc"));
+    CHECK_THROWS_WITH(plan({exp(a)}, Device::CUDA),
+                      Catch::Contains("nvcc") && Catch::Contains("/nonexistent/nvcc"));
   }
 }
 
@@ -266,9 +268,10 @@ TEST_CASE("metajit cache warm compiles CUDA manifest entries without a GPU", "[c
                                         " cache warm " + (src.path() / "m.json").string());
   INFO(warm.output);
   REQUIRE(warm.exit_code == 0);
-  CHECK_THAT(warm.output, Catch::Contains(std::to_string(irs.size()) + " compiled") &&
-                              Catch::Contains("CUDA"));
-  auto list = metajit_test::run_command(cli + " --cache-dir " + dst.path().string() + " cache list");
+  CHECK_THAT(warm.output,
+             Catch::Contains(std::to_string(irs.size()) + " compiled") && Catch::Contains("CUDA"));
+  auto list =
+      metajit_test::run_command(cli + " --cache-dir " + dst.path().string() + " cache list");
   CHECK_THAT(list.output, Catch::Contains("cuda"));
   // The warmed entries are the ones this machine's program would look up.
   std::set<std::string> want, have;

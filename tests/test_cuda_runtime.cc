@@ -3,8 +3,9 @@
 // both matmul tiles, atomics), values moving between host and device, device memory stats and
 // jit replays on the GPU. Registered by CMakeLists to run with METAJIT_DEVICE=cuda (on a GPU;
 // reported skipped elsewhere) and with METAJIT_CUDA_EMULATE=1 (the host emulation, everywhere).
-#include <catch2/catch.hpp>
 #include <metajit/metajit.h>
+
+#include <catch2/catch.hpp>
 
 #include "reference_check.h"
 #include "runtime/cuda_runtime.h"
@@ -120,8 +121,7 @@ TEST_CASE("reductions over everything: grid-wide partials, fused into their cons
   check_against_reference({sum(e), max(e, {0})});
 }
 
-TEST_CASE("matmul and conv2d: tiled kernels, both tile sizes, with an epilogue",
-          "[cuda][matmul]") {
+TEST_CASE("matmul and conv2d: tiled kernels, both tile sizes, with an epilogue", "[cuda][matmul]") {
   on_cuda();
   Var a = rand({scaled(300, 130), 70}, 13), b = rand({70, scaled(260, 131)}, 14);
   check_against_reference({matmul(a, b), relu(matmul(a, b) - 10.0)});

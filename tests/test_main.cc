@@ -39,8 +39,9 @@ int main(int argc, char* argv[]) {
     metajit::reload_config();
 #ifdef METAJIT_TEST_NEEDS_NVCC
     if (metajit::locate_nvcc().empty()) {
-      std::printf("skipped: no nvcc (METAJIT_NVCC, PATH, /usr/local/cuda/bin): CUDA code "
-                  "generation cannot be compiled here\n");
+      std::printf(
+          "skipped: no nvcc (METAJIT_NVCC, PATH, /usr/local/cuda/bin): CUDA code "
+          "generation cannot be compiled here\n");
       return kSkipped;
     }
 #endif
