@@ -48,13 +48,6 @@ const char* status_word(Status s) {
   return s == Status::Ok ? "ok" : s == Status::Problem ? "problem" : "info";
 }
 
-std::string first_line(const std::string& text) {
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);)
-    if (line.find_first_not_of(" \t\r") != std::string::npos) return line;
-  return "";
-}
-
 // A temporary directory for the OpenMP probe, removed on scope exit.
 class ScratchDir {
  public:

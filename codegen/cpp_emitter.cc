@@ -405,16 +405,9 @@ class CppEmitter : public CFamilyEmitter {
     const KBlock& body = *r.body;
     const std::string MR = std::to_string(kMR), NR = std::to_string(kNR);
     const std::string iv = "i" + std::to_string(c.i_var), jv = "i" + std::to_string(c.j_var);
-    std::string ei, ej;
-    std::vector<const KLoop*> outer;
-    for (const KLoop& l : ir.loops) {
-      if (l.var == c.i_var)
-        ei = ix(*l.extent);
-      else if (l.var == c.j_var)
-        ej = ix(*l.extent);
-      else
-        outer.push_back(&l);
-    }
+    const ContractionLoops cl = contraction_loops(ir, c);
+    const std::string ei = ix(*cl.i->extent), ej = ix(*cl.j->extent);
+    const std::vector<const KLoop*>& outer = cl.outer;
     std::string w = work(ir.loops) + " * mj_k";
     line(base, "#pragma omp parallel for collapse(" + std::to_string(outer.size() + 1) +
                    ") schedule(static) if(" + w + " > 32768)");

@@ -405,16 +405,9 @@ class CudaEmitter : public CFamilyEmitter {
     const KStmt& r = sched_.body.stmts[c.reduce_index];
     const KBlock& body = *r.body;
     const std::string iv = "i" + std::to_string(c.i_var), jv = "i" + std::to_string(c.j_var);
-    std::string ei, ej;
-    std::vector<const KLoop*> outer;
-    for (const KLoop& l : sched_.loops) {
-      if (l.var == c.i_var)
-        ei = ix(*l.extent);
-      else if (l.var == c.j_var)
-        ej = ix(*l.extent);
-      else
-        outer.push_back(&l);
-    }
+    const ContractionLoops cl = contraction_loops(sched_, c);
+    const std::string ei = ix(*cl.i->extent), ej = ix(*cl.j->extent);
+    const std::vector<const KLoop*>& outer = cl.outer;
     const std::vector<const KLoop*> red = loop_ptrs(r.loops, 0, r.loops.size());
     out_ +=
         "\ntemplate <int BM, int BN, int TM, int TN>\n"
@@ -520,11 +513,8 @@ class CudaEmitter : public CFamilyEmitter {
     line(1, "const i64 mj_n = " + product(all) + ";");
     line(1, "if (mj_n <= 0) return;");
     if (mm) {
-      std::string ei, ej;
-      for (const KLoop& l : sched_.loops) {
-        if (l.var == mm->i_var) ei = ix(*l.extent);
-        if (l.var == mm->j_var) ej = ix(*l.extent);
-      }
+      const ContractionLoops cl = contraction_loops(sched_, *mm);
+      const std::string ei = ix(*cl.i->extent), ej = ix(*cl.j->extent);
       const KStmt& r = sched_.body.stmts[mm->reduce_index];
       line(1, "{");
       line(2, "const i64 mj_ei = " + ei + ", mj_ej = " + ej +

@@ -150,6 +150,19 @@ std::optional<Contraction> find_contraction(const KernelIR& ir, const std::vecto
   return std::nullopt;
 }
 
+ContractionLoops contraction_loops(const KernelIR& ir, const Contraction& c) {
+  ContractionLoops out;
+  for (const KLoop& l : ir.loops) {
+    if (l.var == c.i_var)
+      out.i = &l;
+    else if (l.var == c.j_var)
+      out.j = &l;
+    else
+      out.outer.push_back(&l);
+  }
+  return out;
+}
+
 std::vector<int> levels_by_value(const KernelIR& ir, const std::vector<int>& levels) {
   std::vector<int> out;
   for (size_t s = 0; s < ir.body.stmts.size(); ++s) {

@@ -39,6 +39,14 @@ struct Contraction {
 std::optional<Contraction> find_contraction(const KernelIR& ir, const std::vector<int>& levels,
                                             const std::vector<int>& level_of_value);
 
+// The output loops of a contraction: the two blocked ones and the others (outermost first).
+struct ContractionLoops {
+  const KLoop* i = nullptr;
+  const KLoop* j = nullptr;
+  std::vector<const KLoop*> outer;
+};
+ContractionLoops contraction_loops(const KernelIR& ir, const Contraction& c);
+
 // statement_levels() by value id (-1 for ids that are not top-level statements).
 std::vector<int> levels_by_value(const KernelIR& ir, const std::vector<int>& levels);
 

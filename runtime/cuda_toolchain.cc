@@ -20,14 +20,7 @@ namespace {
 constexpr double kQueryTimeoutSeconds = 60;
 
 void add_field(std::string& out, const std::string& label, const std::string& value) {
-  out += label + "[" + std::to_string(value.size()) + "]=" + value + "\n";
-}
-
-std::string first_line(const std::string& text) {
-  size_t start = text.find_first_not_of("\r\n \t");
-  if (start == std::string::npos) return "";
-  size_t end = text.find_first_of("\r\n", start);
-  return text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+  add_identity_field(out, label, value);
 }
 
 // nvcc prints a banner first; the line naming the release is the one people recognise.

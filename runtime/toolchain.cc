@@ -36,7 +36,7 @@ constexpr double kQueryTimeoutSeconds = 60;
 constexpr int kToolchainFileFormat = 1;
 
 void add_field(std::string& out, const std::string& label, const std::string& value) {
-  out += label + "[" + std::to_string(value.size()) + "]=" + value + "\n";
+  add_identity_field(out, label, value);
 }
 
 // The CPU's identity: vendor, family/model/stepping, feature leaves and brand string. Leaf 1
@@ -71,12 +71,6 @@ const std::string& cpu_id() {
   return id;
 }
 
-std::string first_line(const std::string& text) {
-  size_t start = text.find_first_not_of("\r\n \t");
-  if (start == std::string::npos) return "";
-  size_t end = text.find_first_of("\r\n", start);
-  return text.substr(start, end == std::string::npos ? std::string::npos : end - start);
-}
 
 // The target options of the compiler proper's command line, as printed by `-v`: gcc's cc1plus
 // line (-march=... -m... --param ...) or clang's -cc1 line (-target-cpu/-target-feature).
@@ -270,6 +264,17 @@ struct Resolved {
 };
 
 }  // namespace
+
+void add_identity_field(std::string& out, const std::string& label, const std::string& value) {
+  out += label + "[" + std::to_string(value.size()) + "]=" + value + "\n";
+}
+
+std::string first_line(const std::string& text) {
+  size_t start = text.find_first_not_of("\r\n \t");
+  if (start == std::string::npos) return "";
+  size_t end = text.find_first_of("\r\n", start);
+  return text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+}
 
 std::string Toolchain::identity() const {
   std::string out;

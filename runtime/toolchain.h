@@ -34,4 +34,9 @@ struct Toolchain {
 // the command when the compiler cannot be found or run.
 const Toolchain& host_toolchain();
 
+// Identity text: "label[length]=value\n", so that no two field lists give the same text.
+void add_identity_field(std::string& out, const std::string& label, const std::string& value);
+// The first non-blank line of a tool's output.
+std::string first_line(const std::string& text);
+
 }  // namespace metajit
