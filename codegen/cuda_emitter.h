@@ -31,6 +31,10 @@ namespace metajit {
 
 enum class CudaTarget { Gpu, HostEmulation };
 
+// Bump when the emitted CUDA source for the same IR changes (part of every CUDA key, with a
+// hash of the emulation prelude for emulated kernels).
+inline constexpr const char* kCudaCodegenVersion = "cuda-1";
+
 std::string emit_cuda(const KernelIR& ir, CudaTarget target = CudaTarget::Gpu);
 
 }  // namespace metajit

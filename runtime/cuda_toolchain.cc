@@ -8,6 +8,9 @@
 #include <memory>
 #include <mutex>
 
+#include "cache/checksum.h"
+#include "codegen/cuda_emitter.h"
+#include "codegen/cuda_emulation.h"
 #include "meta_ops/error.h"
 #include "runtime/compiler_driver.h"
 #include "runtime/config.h"
@@ -107,7 +110,9 @@ std::filesystem::path locate_nvcc() {
 
 std::string CudaToolchain::identity() const {
   std::string out;
+  add_field(out, "codegen", kCudaCodegenVersion);
   add_field(out, "emulated", emulated ? "1" : "0");
+  if (emulated) add_field(out, "prelude", xxh3_128_hex(kCudaEmulationPrelude));
   add_field(out, "path", path.string());
   add_field(out, "version", version_output);
   add_field(out, "size", std::to_string(binary_size));
