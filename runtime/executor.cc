@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 
 #include "meta_ops/error.h"
 #include "runtime/cuda_runtime.h"
@@ -49,6 +50,11 @@ std::string cuda_failure(const ExecProgram& p, size_t first, size_t last, const 
   std::string out = "CUDA: a kernel failed while these ran: ";
   for (size_t k = first; k < last; ++k) out += (k > first ? "; " : "") + describe(k);
   return out + ": " + e + " (run with CUDA_LAUNCH_BLOCKING=1 to stop at the failing kernel)";
+}
+
+std::mutex& cuda_launch_mutex() {
+  static std::mutex mu;
+  return mu;
 }
 
 // Scratch slots of one run; plans of up to this many stored values need no malloc for them.
@@ -147,7 +153,14 @@ void run_program(const ExecProgram& p, void* const* leaf_data, BufferPtr* output
         args[k++] = ptr[size_t(p.input_slots[j])];
       args[k] = out;
       const uint64_t start_ns = profiled ? profile_clock_ns() : 0;
-      s.fn(args.data(), p.params.data() + s.params, p.scalars.data() + s.scalars);
+      if (rt) {
+        // A launcher may issue several launches that share the module's __device__ scratch
+        // (partials): one launcher at a time keeps each sequence contiguous on the stream.
+        std::lock_guard<std::mutex> lock(cuda_launch_mutex());
+        s.fn(args.data(), p.params.data() + s.params, p.scalars.data() + s.scalars);
+      } else {
+        s.fn(args.data(), p.params.data() + s.params, p.scalars.data() + s.scalars);
+      }
       if (rt) {
         // Launch errors now; with profiling, the kernel's own time rather than its launch's.
         std::string e = rt->launch_error();

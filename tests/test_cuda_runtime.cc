@@ -5,6 +5,8 @@
 // reported skipped elsewhere) and with METAJIT_CUDA_EMULATE=1 (the host emulation, everywhere).
 #include <metajit/metajit.h>
 
+#include <thread>
+
 #include <catch2/catch.hpp>
 
 #include "reference_check.h"
@@ -167,4 +169,26 @@ TEST_CASE("jit on the GPU: trace once, replay with new buffers, CPU plans stay a
   std::vector<float> g = r1.to_vector<float>(), c = r3.to_vector<float>();
   for (size_t i = 0; i < g.size(); ++i) CHECK(g[i] == Approx(c[i]).epsilon(1e-5));
   set_device(Device::CUDA);
+}
+
+TEST_CASE("threads evaluating on the GPU at once: kernels sharing device scratch stay apart",
+          "[cuda][threads]") {
+  on_cuda();
+  const int64_t n = scaled(1 << 18, 3000);
+  std::vector<Var> xs;
+  for (int t = 0; t < 4; ++t) xs.push_back(full({n}, double(t + 1)));
+  eval(xs);
+  // A total over everything uses per-module partials: launches from 4 threads must not mix.
+  auto total = jit([](const Var& x) { return sum(x) + sum(x, {0}, true) * 0.0; }, "total");
+  std::vector<std::vector<float>> got(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < 5; ++r) got[size_t(t)] = total(xs[size_t(t)]).to_vector<float>();
+    });
+  for (std::thread& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) {
+    REQUIRE(got[size_t(t)].size() == 1);
+    CHECK(got[size_t(t)][0] == Approx(double(n) * (t + 1)).epsilon(1e-6));
+  }
 }
