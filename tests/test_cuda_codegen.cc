@@ -282,3 +282,44 @@ TEST_CASE("metajit cache warm compiles CUDA manifest entries without a GPU", "[c
   }
   CHECK(have == want);
 }
+
+TEST_CASE("asking for CUDA where it cannot run is a CudaError that says why", "[cuda][errors]") {
+  if (cuda_available()) {
+    set_device(Device::CUDA);
+    CHECK(device() == Device::CUDA);
+    set_device(Device::CPU);
+    return;
+  }
+  const std::string why = cuda_unavailable_reason();
+  CHECK_FALSE(why.empty());
+  CHECK_THROWS_WITH(set_device(Device::CUDA),
+                    Catch::Contains("set_device(cuda)") && Catch::Contains(why));
+  CHECK(device() == Device::CPU);  // unchanged
+  // Device buffers cannot be had either; the error names the reason, nothing crashes.
+  CHECK_THROWS_AS(allocate_buffer(64, Device::CUDA), Error);
+  // Planning for CUDA still works: it needs nvcc, not a GPU.
+  Var a = rand({3, 3}, 1);
+  CHECK(plan({a + 1.0}, Device::CUDA).size() == 1);
+}
+
+TEST_CASE("metajit doctor reports nvcc and the GPU (or why there is none)", "[cuda][cli]") {
+  auto r = metajit_test::run_command(metajit_test::cli_path().string() + " doctor --json");
+  INFO(r.output);
+  nlohmann::json j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  bool saw_nvcc = false, saw_gpu = false;
+  for (const auto& c : j["checks"]) {
+    if (c["name"] == "nvcc") {
+      saw_nvcc = true;
+      CHECK(c["status"] == "ok");
+      CHECK_THAT(c["detail"].get<std::string>(), Catch::Contains(cuda_toolchain().arch));
+    }
+    if (c["name"] == "gpu") {
+      saw_gpu = true;
+      CHECK(c["status"] == (cuda_available() ? "ok" : "info"));
+      if (!cuda_available())
+        CHECK_THAT(c["detail"].get<std::string>(), Catch::Contains(cuda_unavailable_reason()));
+    }
+  }
+  CHECK(saw_nvcc);
+  CHECK(saw_gpu);
+}
