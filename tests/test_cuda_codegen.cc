@@ -281,6 +281,28 @@ TEST_CASE("metajit cache warm compiles CUDA manifest entries without a GPU", "[c
     have.insert(e.key);
   }
   CHECK(have == want);
+  // `cache show` prints the CUDA source; `cache verify --fix` rebuilds a damaged CUDA entry with
+  // nvcc from the spec in its meta.json.
+  const std::string key = *want.begin();
+  auto show = metajit_test::run_command(cli + " --cache-dir " + dst.path().string() +
+                                        " cache show " + key.substr(0, 12));
+  CHECK(show.exit_code == 0);
+  CHECK_THAT(show.output, Catch::Contains("__global__") && Catch::Contains("metajit_kernel"));
+  {
+    std::ofstream so(CacheStore(dst.path()).entry_dir(key) / "kernel.so",
+                     std::ios::binary | std::ios::trunc);
+    so << "not an object";
+  }
+  auto verify =
+      metajit_test::run_command(cli + " --cache-dir " + dst.path().string() + " cache verify");
+  CHECK(verify.exit_code == 1);
+  CHECK_THAT(verify.output, Catch::Contains(key));
+  auto fix = metajit_test::run_command(cli + " --cache-dir " + dst.path().string() +
+                                       " cache verify --fix");
+  INFO(fix.output);
+  CHECK(fix.exit_code == 0);
+  CHECK_THAT(fix.output, Catch::Contains("(1 rebuilt)"));
+  CHECK(CacheStore(dst.path()).find(key).has_value());
 }
 
 TEST_CASE("asking for CUDA where it cannot run is a CudaError that says why", "[cuda][errors]") {

@@ -5,9 +5,8 @@
 // reported skipped elsewhere) and with METAJIT_CUDA_EMULATE=1 (the host emulation, everywhere).
 #include <metajit/metajit.h>
 
-#include <thread>
-
 #include <catch2/catch.hpp>
+#include <thread>
 
 #include "reference_check.h"
 #include "runtime/cuda_runtime.h"
