@@ -413,7 +413,8 @@ class CudaEmitter : public CFamilyEmitter {
         "\ntemplate <int BM, int BN, int TM, int TN>\n"
         "__device__ __forceinline__ void mj_mm_body(const mj_args& a) {\n";
     line(1, "constexpr int BK = 8, NT = (BM / TM) * (BN / TN), CT = BN / TN, RT = BM / TM;");
-    line(1, "__shared__ float mj_as[BK][BM];");
+    // Padded: the a-tile is written with consecutive threads along BK, 4 banks apart.
+    line(1, "__shared__ float mj_as[BK][BM + 4];");
     line(1, "__shared__ float mj_bs[BK][BN];");
     kernel_body_open();
     prologue(sched_.body.stmts.size(), 1);

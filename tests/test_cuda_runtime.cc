@@ -6,8 +6,10 @@
 #include <metajit/metajit.h>
 
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <thread>
 
+#include "cache/manifest.h"
 #include "reference_check.h"
 #include "runtime/cuda_runtime.h"
 #include "test_support.h"
@@ -190,4 +192,18 @@ TEST_CASE("threads evaluating on the GPU at once: kernels sharing device scratch
     REQUIRE(got[size_t(t)].size() == 1);
     CHECK(got[size_t(t)][0] == Approx(double(n) * (t + 1)).epsilon(1e-6));
   }
+}
+
+TEST_CASE("METAJIT_RECORD writes CUDA kernels as cuda manifest entries", "[cuda][record]") {
+  on_cuda();
+  metajit_test::TempDir dir;
+  const std::filesystem::path manifest = dir.path() / "used.json";
+  metajit_test::ScopedEnv record("METAJIT_RECORD", manifest.string());
+  Var x = rand({9, 7}, 31);
+  // A structure no other case of this suite uses, so this process meets it here first.
+  Var y = minimum(tanh(x) * 3.0, cos(x)) - floor(x * 4.0);
+  check_against_reference({y});
+  std::vector<ManifestEntry> entries = read_manifest(manifest);
+  REQUIRE_FALSE(entries.empty());
+  for (const ManifestEntry& e : entries) CHECK(e.backend == "cuda");
 }
