@@ -430,30 +430,12 @@ class CudaEmitter : public CFamilyEmitter {
     line(2, "for (int m = 0; m < TM; ++m)");
     line(3, "for (int n = 0; n < TN; ++n) mj_c[m][n] = 0.0f;");
     line(2, "for (i64 mj_k0 = 0; mj_k0 < mj_k; mj_k0 += BK) {");
-    // Operand a: consecutive threads take consecutive reduction steps of one row.
-    line(3, "for (int mj_x = mj_tid; mj_x < BM * BK; mj_x += NT) {");
-    line(4, "const int m = mj_x / BK, kk = mj_x % BK;");
-    line(4, "float mj_val = 0.0f;");
-    line(4, "if (mj_ib + m < mj_ei && mj_k0 + kk < mj_k) {");
-    line(5, "const i64 " + iv + " = mj_ib + m;");
-    decompose(red, "(mj_k0 + kk)", 5);
-    for (size_t s : c.a_stmts) stmt(body.stmts[s], 5);
-    line(5, "mj_val = " + v(c.a) + ";");
-    line(4, "}");
-    line(4, "mj_as[kk][m] = mj_val;");
-    line(3, "}");
-    // Operand b: consecutive threads take consecutive columns of one reduction step.
-    line(3, "for (int mj_x = mj_tid; mj_x < BN * BK; mj_x += NT) {");
-    line(4, "const int kk = mj_x / BN, n = mj_x % BN;");
-    line(4, "float mj_val = 0.0f;");
-    line(4, "if (mj_jb + n < mj_ej && mj_k0 + kk < mj_k) {");
-    line(5, "const i64 " + jv + " = mj_jb + n;");
-    decompose(red, "(mj_k0 + kk)", 5);
-    for (size_t s : c.b_stmts) stmt(body.stmts[s], 5);
-    line(5, "mj_val = " + v(c.b) + ";");
-    line(4, "}");
-    line(4, "mj_bs[kk][n] = mj_val;");
-    line(3, "}");
+    // Operand a: consecutive threads take consecutive reduction steps of one row; operand b:
+    // consecutive columns of one reduction step (both read along memory for row-major inputs).
+    stage_operand("BM * BK", "const int m = mj_x / BK, kk = mj_x % BK;", "mj_ib + m < mj_ei", iv,
+                  "mj_ib + m", red, body, c.a_stmts, c.a, "mj_as[kk][m]");
+    stage_operand("BN * BK", "const int kk = mj_x / BN, n = mj_x % BN;", "mj_jb + n < mj_ej", jv,
+                  "mj_jb + n", red, body, c.b_stmts, c.b, "mj_bs[kk][n]");
     line(3, "__syncthreads();");
     line(3, "#pragma unroll");
     line(3, "for (int kk = 0; kk < BK; ++kk) {");
@@ -490,6 +472,26 @@ class CudaEmitter : public CFamilyEmitter {
     out_ +=
         "__global__ void __launch_bounds__(256) mj_mm_small(const mj_args a) { "
         "mj_mm_body<64, 64, 4, 4>(a); }\n";
+  }
+
+  // One operand's tile for this reduction step into shared memory: `count` elements, thread
+  // mj_x takes element `split` (setting m or n, and kk), computes it with `stmts` (its output
+  // loop variable `var` = `var_value`) where `inside`, else 0.
+  void stage_operand(const std::string& count, const std::string& split, const std::string& inside,
+                     const std::string& var, const std::string& var_value,
+                     const std::vector<const KLoop*>& red, const KBlock& body,
+                     const std::vector<size_t>& stmts, int value, const std::string& target) {
+    line(3, "for (int mj_x = mj_tid; mj_x < " + count + "; mj_x += NT) {");
+    line(4, split);
+    line(4, "float mj_val = 0.0f;");
+    line(4, "if (" + inside + " && mj_k0 + kk < mj_k) {");
+    line(5, "const i64 " + var + " = " + var_value + ";");
+    decompose(red, "(mj_k0 + kk)", 5);
+    for (size_t s : stmts) stmt(body.stmts[s], 5);
+    line(5, "mj_val = " + v(value) + ";");
+    line(4, "}");
+    line(4, target + " = mj_val;");
+    line(3, "}");
   }
 
   // The host launcher: fills mj_args, launches the reductions over everything, then picks the
