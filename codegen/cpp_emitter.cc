@@ -55,10 +55,6 @@ extern "C" void* malloc(unsigned long);
 extern "C" void free(void*);
 extern "C" int omp_get_max_threads(void);
 extern "C" int omp_get_thread_num(void);
-// 16 floats: the register tile of matrix-product kernels (GCC vector extension; unaligned).
-typedef float mj_v16 __attribute__((vector_size(64)));
-static inline mj_v16 mj_ld(const float* p) { mj_v16 v; __builtin_memcpy(&v, p, 64); return v; }
-static inline void mj_st(float* p, mj_v16 v) { __builtin_memcpy(p, &v, 64); }
 // NaN-propagating max/min reductions (like numpy), for OpenMP's parallel and simd reductions.
 #pragma omp declare reduction(mj_maxf : float : omp_out = (omp_in > omp_out || omp_in != omp_in) ? omp_in : omp_out) initializer(omp_priv = -__builtin_inff())
 #pragma omp declare reduction(mj_minf : float : omp_out = (omp_in < omp_out || omp_in != omp_in) ? omp_in : omp_out) initializer(omp_priv = __builtin_inff())
@@ -66,15 +62,39 @@ static inline void mj_st(float* p, mj_v16 v) { __builtin_memcpy(p, &v, 64); }
 #pragma omp declare reduction(mj_mind : double : omp_out = (omp_in < omp_out || omp_in != omp_in) ? omp_in : omp_out) initializer(omp_priv = __builtin_inf())
 )";
 
+// Scratch memory a contraction keeps between launches: a fresh malloc of megabytes is a fresh
+// mmap whose pages fault in on every launch (3 ms of a 16 ms 1024^3 matmul, measured). Each
+// slot holds one buffer; a launch takes it (atomically, so concurrent launches never share one)
+// and gives it back, keeping at most 64 MiB per slot; anything else is freed.
+constexpr const char* kScratchBuffers = R"(static void* mj_slots[3];
+static float* mj_take(int slot, unsigned long bytes) {
+  void* p = __atomic_exchange_n(&mj_slots[slot], (void*)0, __ATOMIC_ACQ_REL);
+  if (p && *(unsigned long*)p >= bytes) return (float*)((char*)p + 64);
+  free(p);
+  p = malloc(bytes + 64);
+  if (!p) return 0;
+  *(unsigned long*)p = bytes;
+  return (float*)((char*)p + 64);
+}
+static void mj_give(int slot, float* q) {
+  if (!q) return;
+  void* p = (char*)q - 64;
+  if (*(unsigned long*)p > (64UL << 20)) { free(p); return; }
+  free(__atomic_exchange_n(&mj_slots[slot], p, __ATOMIC_ACQ_REL));
+}
+)";
+
 class CppEmitter : public CFamilyEmitter {
  public:
-  explicit CppEmitter(const KernelIR& ir) : CFamilyEmitter(ir, Dialect::Cpp) {}
+  CppEmitter(const KernelIR& ir, const CpuTarget& target)
+      : CFamilyEmitter(ir, Dialect::Cpp), target_(target), tile_(target.contraction_tile()) {}
 
   std::string run() {
     out_ = "// metajit generated kernel: ";
     for (size_t k = 0; k < ir_.ops.size(); ++k) out_ += (k ? ", " : "") + ir_.ops[k];
-    out_ += "\n";
+    out_ += "\n// target: " + target_.describe() + "\n";
     out_ += kPrelude;
+    const size_t kernel_start = out_.size();
     out_ +=
         "\nextern \"C\" void metajit_kernel(void* const* B, const long long* P, const double* S) "
         "{\n";
@@ -97,6 +117,9 @@ class CppEmitter : public CFamilyEmitter {
     else
       scatter_kernel();
     out_ += "}\n";
+    // Functions the schedule asked for (the contraction micro-kernel) go before the kernel.
+    out_.insert(kernel_start, helpers_);
+    if (!schedule_.empty()) out_.insert(out_.find('\n') + 1, "// schedule: " + schedule_ + "\n");
     return out_;
   }
 
@@ -201,17 +224,7 @@ class CppEmitter : public CFamilyEmitter {
       return;
     }
     if (std::optional<Contraction> c = find_contraction(ir, levels, level_of_value)) {
-      // One panel buffer per thread, allocated up front; without one, the plain schedule.
-      line(1, "const i64 mj_k = " + reduction_extent(ir.body.stmts[c->reduce_index]) + ";");
-      line(1, "const i64 mj_panel = " + std::to_string(kNR) + " * (mj_k > 0 ? mj_k : 1);");
-      line(1,
-           "float* mj_panels = (float*)malloc(sizeof(float) * mj_panel * omp_get_max_threads());");
-      line(1, "if (mj_panels) {");
-      contraction_kernel(ir, levels, *c, store, 2);
-      line(2, "free(mj_panels);");
-      line(1, "} else {");
-      generic_map(ir, levels, level_of_value, store, 2);
-      line(1, "}");
+      contraction_kernel(ir, levels, level_of_value, *c, store);
       return;
     }
     if (std::optional<RowReuse> rr = find_row_reuse(ir, levels)) {
@@ -392,100 +405,289 @@ class CppEmitter : public CFamilyEmitter {
     for (; d > base; --d) line(d - 1, "}");
   }
 
-  static constexpr int kMR = 8;   // rows of the register tile
-  static constexpr int kNR = 32;  // columns: two 16-float vectors
+  // The micro-kernel of the target (cpu_target.h): c[mr x nr] (row stride ldc) = (first ? 0 :
+  // c) + sum over kn steps of a column of the packed A panel (mr floats a step) times a row of
+  // the packed B panel (nr floats a step). With vectors, every accumulator is a named variable
+  // so that the register allocator sees exactly mr x nr/W of them.
+  std::string micro_kernel() const {
+    const int MR = tile_.mr, NR = tile_.nr, W = tile_.vector_floats;
+    const std::string sig =
+        "static inline void mj_micro(const float* __restrict__ a, const float* __restrict__ b, "
+        "i64 kn, float* __restrict__ c, i64 ldc, int first) {\n";
+    std::string o;
+    if (W <= 1) {
+      o += "// Portable micro-kernel: plain arrays; the compiler vectorises the rows as it can.\n";
+      o += sig;
+      o += "  float acc[" + std::to_string(MR) + "][" + std::to_string(NR) + "];\n";
+      o += "  for (int r = 0; r < " + std::to_string(MR) + "; ++r)\n";
+      o += "    for (int t = 0; t < " + std::to_string(NR) +
+           "; ++t) acc[r][t] = first ? 0.0f : c[r * ldc + t];\n";
+      o += "  for (i64 k = 0; k < kn; ++k, a += " + std::to_string(MR) +
+           ", b += " + std::to_string(NR) + ")\n";
+      o += "    for (int r = 0; r < " + std::to_string(MR) + "; ++r) {\n";
+      o += "      const float av = a[r];\n";
+      o += "#pragma omp simd\n";
+      o += "      for (int t = 0; t < " + std::to_string(NR) + "; ++t) acc[r][t] += av * b[t];\n";
+      o += "    }\n";
+      o += "  for (int r = 0; r < " + std::to_string(MR) + "; ++r)\n";
+      o += "    for (int t = 0; t < " + std::to_string(NR) + "; ++t) c[r * ldc + t] = acc[r][t];\n";
+      o += "}\n";
+      return o;
+    }
+    const int NV = NR / W;
+    const std::string bytes = std::to_string(W * 4);
+    o += "// " + std::to_string(W) + " floats: the vector of the " + target_.name() +
+         " micro-kernel (GCC vector extension; unaligned loads).\n";
+    o += "typedef float mj_vf __attribute__((vector_size(" + bytes + ")));\n";
+    o += "static inline mj_vf mj_ld(const float* p) { mj_vf v; __builtin_memcpy(&v, p, " + bytes +
+         "); return v; }\n";
+    o +=
+        "static inline void mj_st(float* p, mj_vf v) { __builtin_memcpy(p, &v, " + bytes + "); }\n";
+    o += sig;
+    auto acc = [](int r, int v) { return "c" + std::to_string(r) + "_" + std::to_string(v); };
+    auto at = [&](int r, int v) {
+      return "c + " + std::to_string(r) + " * ldc + " + std::to_string(v * W);
+    };
+    for (int r = 0; r < MR; ++r) {
+      o += "  mj_vf";
+      for (int v = 0; v < NV; ++v) o += std::string(v ? "," : "") + " " + acc(r, v);
+      o += ";\n";
+    }
+    o += "  if (first) {\n";
+    for (int r = 0; r < MR; ++r)
+      for (int v = 0; v < NV; ++v) o += "    " + acc(r, v) + " = mj_vf{};\n";
+    o += "  } else {\n";
+    for (int r = 0; r < MR; ++r)
+      for (int v = 0; v < NV; ++v) o += "    " + acc(r, v) + " = mj_ld(" + at(r, v) + ");\n";
+    o += "  }\n";
+    o += "  for (i64 k = 0; k < kn; ++k, a += " + std::to_string(MR) +
+         ", b += " + std::to_string(NR) + ") {\n";
+    for (int v = 0; v < NV; ++v)
+      o += "    const mj_vf b" + std::to_string(v) + " = mj_ld(b + " + std::to_string(v * W) +
+           ");\n";
+    for (int r = 0; r < MR; ++r) {
+      o += "    { const float av = a[" + std::to_string(r) + "];";
+      for (int v = 0; v < NV; ++v) o += " " + acc(r, v) + " += av * b" + std::to_string(v) + ";";
+      o += " }\n";
+    }
+    o += "  }\n";
+    for (int r = 0; r < MR; ++r)
+      for (int v = 0; v < NV; ++v) o += "  mj_st(" + at(r, v) + ", " + acc(r, v) + ");\n";
+    o += "}\n";
+    return o;
+  }
 
-  // The register-blocked schedule: for each block of kNR output columns (j) the `b` operand
-  // over the whole reduction is packed into a contiguous panel; then for each block of kMR
-  // rows (i) a kMR x kNR tile of sums stays in vector registers over the reduction, and the
-  // rest of the kernel (the epilogue: bias, activation...) runs on the finished tile.
-  void contraction_kernel(const KernelIR& ir, const std::vector<int>& levels, const Contraction& c,
-                          const std::string& store, int base) {
+  // Sets the reduction's loop variables to flat reduction index `start` (innermost fastest),
+  // then runs `count` steps of `body`, advancing them like an odometer: a block of the
+  // reduction walked without a division per step. Needs count > 0 (every extent > 0).
+  template <class Body>
+  void reduction_walk(const KStmt& r, const std::string& start, const std::string& count, int d,
+                      const Body& body) {
+    line(d, "{");
+    line(d + 1, "i64 mj_rem = " + start + ";");
+    for (size_t n = r.loops.size(); n-- > 0;) {
+      const std::string i = "i" + std::to_string(r.loops[n].var), e = ix(*r.loops[n].extent);
+      if (n == 0)
+        line(d + 1, "i64 " + i + " = mj_rem;");
+      else
+        line(d + 1, "i64 " + i + " = mj_rem % " + e + "; mj_rem /= " + e + ";");
+    }
+    line(d + 1, "(void)mj_rem;");
+    line(d + 1, "for (i64 mj_kk = 0; mj_kk < " + count + "; ++mj_kk) {");
+    body(d + 2);
+    // Advance: the innermost variable first, carrying outwards.
+    std::string adv;
+    for (size_t n = r.loops.size(); n-- > 0;) {
+      const std::string i = "i" + std::to_string(r.loops[n].var), e = ix(*r.loops[n].extent);
+      if (n == 0) {
+        adv += "++" + i + ";";
+      } else {
+        adv += "if (++" + i + " == " + e + ") { " + i + " = 0; ";
+      }
+    }
+    for (size_t n = 1; n < r.loops.size(); ++n) adv += " }";
+    line(d + 2, adv);
+    line(d + 1, "}");
+    line(d, "}");
+  }
+
+  // Packs one operand of the contraction: for the `n` (of `npad`, a multiple of `pw`) rows of A
+  // from i = `x0` (or columns of B from j = `x0`) and reduction steps [k0, k0 + kn), value
+  // x(row, k) goes to dst[(row / pw) * ps + (k - k0) * pw + row % pw]; padding rows are zero.
+  void pack_operand(const KStmt& r, const std::vector<size_t>& stmts, int value,
+                    const std::string& var, int pw, const std::string& dst, const std::string& ps,
+                    const std::string& x0, const std::string& n, const std::string& npad,
+                    const std::string& k0, const std::string& kn, int d) {
+    const std::string PW = std::to_string(pw);
+    reduction_walk(r, k0, kn, d, [&](int dd) {
+      line(dd, "for (i64 mj_q = 0; mj_q < " + npad + "; mj_q += " + PW + ") {");
+      line(dd + 1, "float* const mj_dst = " + dst + " + (mj_q / " + PW + ") * (" + ps +
+                       ") + mj_kk * " + PW + ";");
+      line(dd + 1, "#pragma omp simd");
+      line(dd + 1, "for (i64 mj_t = 0; mj_t < " + PW + "; ++mj_t) {");
+      line(dd + 2, "float mj_v = 0;");
+      line(dd + 2, "if (mj_q + mj_t < " + n + ") {");
+      line(dd + 3, "const i64 " + var + " = " + x0 + " + mj_q + mj_t;");
+      for (size_t s : stmts) stmt(r.body->stmts[s], dd + 3);
+      line(dd + 3, "mj_v = " + v(value) + ";");
+      line(dd + 2, "}");
+      line(dd + 2, "mj_dst[mj_t] = mj_v;");
+      line(dd + 1, "}");
+      line(dd, "}");
+    });
+  }
+
+  // Whether the statements computing an operand read no output loop but `own` (its row or
+  // column variable) and the reduction's: then the operand is the same for every iteration of
+  // the outer loops (conv2d's weights, a matmul without batch) and is packed once per launch.
+  static bool invariant_operand(const KernelIR& ir, const KStmt& r,
+                                const std::vector<size_t>& stmts, int own) {
+    const std::vector<std::set<int>> vars = value_variables(ir);
+    std::set<int> allowed = {own};
+    for (const KLoop& l : r.loops) allowed.insert(l.var);
+    for (size_t s : stmts)
+      for (int x : vars[size_t(r.body->stmts[s].id)])
+        if (!allowed.count(x)) return false;
+    return true;
+  }
+
+  // The blocked, packed schedule of a contraction (matmul, batched matmul, conv2d), in the
+  // spirit of BLIS: per work item (outer indices, a block of mc rows x nc columns) the
+  // reduction runs in blocks of kc steps; each block packs A (mc x kc) and B (kc x nc) into
+  // panels of mr rows / nr columns, and the target's micro-kernel accumulates every mr x nr
+  // tile of the block's sums (a per-thread buffer) from one A and one B panel. An operand that
+  // does not depend on the outer loops is packed once for the whole launch instead (when it
+  // fits in 256 MiB). After the last block the rest of the kernel (the epilogue: bias,
+  // activation ...) runs on the finished sums. Without scratch memory: the plain schedule.
+  void contraction_kernel(const KernelIR& ir, const std::vector<int>& levels,
+                          const std::vector<int>& level_of_value, const Contraction& c,
+                          const std::string& store) {
     const KStmt& r = ir.body.stmts[c.reduce_index];
-    const KBlock& body = *r.body;
-    const std::string MR = std::to_string(kMR), NR = std::to_string(kNR);
+    const ContractionTile& t = tile_;
+    const std::string MR = std::to_string(t.mr), NR = std::to_string(t.nr);
     const std::string iv = "i" + std::to_string(c.i_var), jv = "i" + std::to_string(c.j_var);
     const ContractionLoops cl = contraction_loops(ir, c);
     const std::string ei = ix(*cl.i->extent), ej = ix(*cl.j->extent);
+    const bool a_once = invariant_operand(ir, r, c.a_stmts, c.i_var);
+    const bool b_once = invariant_operand(ir, r, c.b_stmts, c.j_var);
+    helpers_ += kScratchBuffers;
+    helpers_ += micro_kernel();
+    schedule_ = std::string("contraction, packed A and B panels, ") + target_.name() + " " + MR +
+                "x" + NR + " micro-kernel, blocks kc " + std::to_string(t.kc) + " mc " +
+                std::to_string(t.mc) + " nc " + std::to_string(t.nc) +
+                (a_once ? "; A packed once per launch" : "") +
+                (b_once ? "; B packed once per launch" : "");
+
+    line(1, "const i64 mj_k = " + reduction_extent(r) + ";");
+    line(1, "const i64 mj_ei = " + ei + ", mj_ej = " + ej + ";");
+    // Reduction blocks of equal length (no short last block), rows and columns per work item
+    // no larger than the matrix (rounded to the tile).
+    line(1, "const i64 mj_nkb = mj_k > " + std::to_string(t.kc) + " ? (mj_k + " +
+                std::to_string(t.kc - 1) + ") / " + std::to_string(t.kc) + " : 1;");
+    line(1, "const i64 mj_kc = mj_k > 0 ? (mj_k + mj_nkb - 1) / mj_nkb : 1;");
+    line(1, "const i64 mj_eip = (mj_ei + " + MR + " - 1) / " + MR + " * " + MR +
+                ", mj_ejp = (mj_ej + " + NR + " - 1) / " + NR + " * " + NR + ";");
+    // Blocks of equal size (in whole tiles): 1024 rows are 8 blocks of 132, not 7 of 144 and
+    // one of 16, which would leave one thread a seventh of the work behind the other.
+    for (const char* side : {"m", "n"}) {
+      const bool m = side[0] == 'm';
+      const std::string pad = m ? "mj_eip" : "mj_ejp", T = m ? MR : NR;
+      const std::string cap = std::to_string(m ? t.mc : t.nc);
+      const std::string b = std::string("mj_") + side + "b";
+      line(1, "const i64 " + b + " = (" + pad + " + " + cap + " - 1) / " + cap + ";");
+      line(1, "const i64 mj_" + std::string(side) + "c = " + b + " > 0 ? ((" + pad + " / " + T +
+                  " + " + b + " - 1) / " + b + ") * " + T + " : 0;");
+    }
+    // Operands packed once: every panel over the whole reduction, panels in parallel.
+    for (int side = 0; side < 2; ++side) {
+      const bool once = side == 0 ? a_once : b_once;
+      const std::string buf = side == 0 ? "mj_apre" : "mj_bpre";
+      line(1, "float* " + buf + " = 0;");
+      if (!once) continue;
+      const std::string pad = side == 0 ? "mj_eip" : "mj_ejp", PW = side == 0 ? MR : NR;
+      line(1, "if (mj_k > 0 && " + pad + " > 0 && " + pad + " * mj_k <= (1LL << 26))");
+      line(2,
+           buf + " = mj_take(" + std::to_string(side) + ", sizeof(float) * " + pad + " * mj_k);");
+      line(1, "if (" + buf + ") {");
+      line(2, "#pragma omp parallel for schedule(static) if(" + pad + " * mj_k > 32768)");
+      line(2, "for (i64 mj_p = 0; mj_p < " + pad + " / " + PW + "; ++mj_p) {");
+      if (side == 0)
+        pack_operand(r, c.a_stmts, c.a, iv, t.mr, buf + " + mj_p * mj_k * " + MR, "0",
+                     "mj_p * " + MR, "(mj_ei - mj_p * " + MR + ")", MR, "0", "mj_k", 3);
+      else
+        pack_operand(r, c.b_stmts, c.b, jv, t.nr, buf + " + mj_p * mj_k * " + NR, "0",
+                     "mj_p * " + NR, "(mj_ej - mj_p * " + NR + ")", NR, "0", "mj_k", 3);
+      line(2, "}");
+      line(1, "}");
+    }
+    line(1, "const i64 mj_per_thread = mj_mc * mj_kc + mj_kc * mj_nc + mj_mc * mj_nc;");
+    line(1,
+         "float* mj_scratch = mj_take(2, sizeof(float) * (mj_per_thread > 0 ? mj_per_thread "
+         ": 1) * omp_get_max_threads());");
+    line(1, "if (mj_scratch) {");
     const std::vector<const KLoop*>& outer = cl.outer;
     std::string w = work(ir.loops) + " * mj_k";
-    line(base, "#pragma omp parallel for collapse(" + std::to_string(outer.size() + 1) +
-                   ") schedule(static) if(" + w + " > 32768)");
-    int d = base;
+    // Dynamic: the blocks at the matrix's edges are smaller than the others.
+    line(2, "#pragma omp parallel for collapse(" + std::to_string(outer.size() + 2) +
+                ") schedule(dynamic, 1) if(" + w + " > 32768)");
+    int d = 2;
     for (const KLoop* l : outer) {
       const std::string i = "i" + std::to_string(l->var);
       line(d++, "for (i64 " + i + " = 0; " + i + " < " + ix(*l->extent) + "; ++" + i + ") {");
     }
-    line(d++, "for (i64 jb = 0; jb < " + ej + "; jb += " + NR + ") {");
-    line(d, "const i64 jn = (" + ej + " - jb) < " + NR + " ? (" + ej + " - jb) : " + NR + ";");
-    line(d, "float* bp = mj_panels + (i64)omp_get_thread_num() * mj_panel;");
-    // Pack b: bp[kk * NR + t] = b(j = jb + t, reduction index kk), zero past the edge.
-    line(d, "i64 kk = 0;");
-    int dd = d;
-    for (const KLoop& l : r.loops) {
-      const std::string i = "i" + std::to_string(l.var);
-      line(dd++, "for (i64 " + i + " = 0; " + i + " < " + ix(*l.extent) + "; ++" + i + ") {");
-    }
-    line(dd, "#pragma omp simd");
-    line(dd, "for (i64 t = 0; t < " + NR + "; ++t) {");
-    line(dd + 1, "float bv = 0;");
-    line(dd + 1, "if (t < jn) {");
-    line(dd + 2, "const i64 " + jv + " = jb + t;");
-    for (size_t s : c.b_stmts) stmt(body.stmts[s], dd + 2);
-    line(dd + 2, "bv = " + v(c.b) + ";");
-    line(dd + 1, "}");
-    line(dd + 1, "bp[kk * " + NR + " + t] = bv;");
-    line(dd, "}");
-    line(dd, "++kk;");
-    for (size_t n = 0; n < r.loops.size(); ++n) line(--dd, "}");
-    // Tiles of kMR rows.
-    line(d, "for (i64 ib = 0; ib < " + ei + "; ib += " + MR + ") {");
+    line(d++, "for (i64 mj_bi = 0; mj_bi < mj_mb; ++mj_bi) {");
+    line(d++, "for (i64 mj_bj = 0; mj_bj < mj_nb; ++mj_bj) {");
+    line(d, "float* const mj_ap = mj_scratch + (i64)omp_get_thread_num() * mj_per_thread;");
+    line(d, "float* const mj_bp = mj_ap + mj_mc * mj_kc;");
+    line(d, "float* const mj_cb = mj_bp + mj_kc * mj_nc;");
+    line(d, "const i64 mj_i0 = mj_bi * mj_mc, mj_j0 = mj_bj * mj_nc;");
+    line(d, "const i64 mj_in = (mj_ei - mj_i0) < mj_mc ? (mj_ei - mj_i0) : mj_mc;");
+    line(d, "const i64 mj_jn = (mj_ej - mj_j0) < mj_nc ? (mj_ej - mj_j0) : mj_nc;");
+    line(d, "const i64 mj_inp = (mj_in + " + MR + " - 1) / " + MR + " * " + MR +
+                ", mj_jnp = (mj_jn + " + NR + " - 1) / " + NR + " * " + NR + ";");
+    line(d, "for (i64 mj_pc = 0; mj_pc < mj_k; mj_pc += mj_kc) {");
     ++d;
-    line(d, "const i64 ibn = (" + ei + " - ib) < " + MR + " ? (" + ei + " - ib) : " + MR + ";");
-    line(d, "mj_v16 c[" + MR + "][2];");
-    line(d, "#pragma GCC unroll " + MR);
-    line(d, "for (int mr = 0; mr < " + MR + "; ++mr) c[mr][0] = c[mr][1] = mj_v16{};");
-    line(d, "kk = 0;");
-    dd = d;
-    for (const KLoop& l : r.loops) {
-      const std::string i = "i" + std::to_string(l.var);
-      line(dd++, "for (i64 " + i + " = 0; " + i + " < " + ix(*l.extent) + "; ++" + i + ") {");
-    }
-    line(dd, "float av[" + MR + "];");
-    line(dd, "#pragma GCC unroll " + MR);
-    line(dd, "for (int mr = 0; mr < " + MR + "; ++mr) {");
-    // Rows past the edge repeat the last row: always in bounds, and never stored.
-    line(dd + 1, "const i64 " + iv + " = ib + (mr < ibn ? mr : ibn - 1);");
-    for (size_t s : c.a_stmts) stmt(body.stmts[s], dd + 1);
-    line(dd + 1, "av[mr] = " + v(c.a) + ";");
-    line(dd, "}");
-    line(dd,
-         "const mj_v16 b0 = mj_ld(bp + kk * " + NR + "), b1 = mj_ld(bp + kk * " + NR + " + 16);");
-    line(dd, "#pragma GCC unroll " + MR);
-    line(dd, "for (int mr = 0; mr < " + MR + "; ++mr) {");
-    line(dd + 1, "c[mr][0] += av[mr] * b0;");
-    line(dd + 1, "c[mr][1] += av[mr] * b1;");
-    line(dd, "}");
-    line(dd, "++kk;");
-    for (size_t n = 0; n < r.loops.size(); ++n) line(--dd, "}");
-    line(d, "float ct[" + MR + "][" + NR + "];");
-    line(d, "#pragma GCC unroll " + MR);
-    line(d, "for (int mr = 0; mr < " + MR + "; ++mr) {");
-    line(d + 1, "mj_st(ct[mr], c[mr][0]);");
-    line(d + 1, "mj_st(ct[mr] + 16, c[mr][1]);");
+    line(d, "const i64 mj_kn = (mj_k - mj_pc) < mj_kc ? (mj_k - mj_pc) : mj_kc;");
+    // A: the block's panels, or the once-packed ones (mj_i0 is a multiple of mr).
+    line(d, "const float* mj_a = mj_ap;");
+    line(d, "i64 mj_as = mj_kn * " + MR + ";");
+    line(d, "if (mj_apre) {");
+    line(d + 1, "mj_a = mj_apre + (mj_i0 / " + MR + ") * mj_k * " + MR + " + mj_pc * " + MR + ";");
+    line(d + 1, "mj_as = mj_k * " + MR + ";");
+    line(d, "} else {");
+    pack_operand(r, c.a_stmts, c.a, iv, t.mr, "mj_ap", "mj_kn * " + MR, "mj_i0", "mj_in", "mj_inp",
+                 "mj_pc", "mj_kn", d + 1);
     line(d, "}");
-    // The epilogue: every other statement, per output element of the tile.
-    line(d, "for (i64 mr = 0; mr < ibn; ++mr) {");
-    line(d + 1, "const i64 " + iv + " = ib + mr;");
+    line(d, "const float* mj_b = mj_bp;");
+    line(d, "i64 mj_bs = mj_kn * " + NR + ";");
+    line(d, "if (mj_bpre) {");
+    line(d + 1, "mj_b = mj_bpre + (mj_j0 / " + NR + ") * mj_k * " + NR + " + mj_pc * " + NR + ";");
+    line(d + 1, "mj_bs = mj_k * " + NR + ";");
+    line(d, "} else {");
+    pack_operand(r, c.b_stmts, c.b, jv, t.nr, "mj_bp", "mj_kn * " + NR, "mj_j0", "mj_jn", "mj_jnp",
+                 "mj_pc", "mj_kn", d + 1);
+    line(d, "}");
+    // Each B micro-panel stays in L1 while the A panels of the block stream past it.
+    line(d, "for (i64 mj_jr = 0; mj_jr < mj_jnp; mj_jr += " + NR + ")");
+    line(d + 1, "for (i64 mj_ir = 0; mj_ir < mj_inp; mj_ir += " + MR + ")");
+    line(d + 2, "mj_micro(mj_a + (mj_ir / " + MR + ") * mj_as, mj_b + (mj_jr / " + NR +
+                    ") * mj_bs, mj_kn, mj_cb + mj_ir * mj_nc + mj_jr, mj_nc, mj_pc == 0);");
+    line(--d, "}");
+    // An empty reduction: every sum is 0.
+    line(d, "if (mj_k <= 0)");
+    line(d + 1, "for (i64 mj_t = 0; mj_t < mj_inp * mj_nc; ++mj_t) mj_cb[mj_t] = 0;");
+    // The epilogue: every other statement, per output element of the block.
+    line(d, "for (i64 mj_r = 0; mj_r < mj_in; ++mj_r) {");
+    line(d + 1, "const i64 " + iv + " = mj_i0 + mj_r;");
     line(d + 1, "#pragma omp simd");
-    line(d + 1, "for (i64 t = 0; t < jn; ++t) {");
-    line(d + 2, "const i64 " + jv + " = jb + t;");
+    line(d + 1, "for (i64 mj_t = 0; mj_t < mj_jn; ++mj_t) {");
+    line(d + 2, "const i64 " + jv + " = mj_j0 + mj_t;");
     for (size_t s = 0; s < ir.body.stmts.size(); ++s) {
       if (levels[s] < 0) continue;
       const KStmt& st = ir.body.stmts[s];
       if (s == c.reduce_index) {
         dtypes_[st.id] = st.dtype;
-        line(d + 2, "const float " + v(st.id) + " = ct[mr][t];");
+        line(d + 2, "const float " + v(st.id) + " = mj_cb[mj_r * mj_nc + mj_t];");
       } else {
         stmt(st, d + 2);
       }
@@ -493,8 +695,13 @@ class CppEmitter : public CFamilyEmitter {
     line(d + 2, store);
     line(d + 1, "}");
     line(d, "}");
-    line(--d, "}");
-    for (; d > base; --d) line(d - 1, "}");
+    for (; d > 2; --d) line(d - 1, "}");
+    line(2, "mj_give(2, mj_scratch);");
+    line(1, "} else {");
+    generic_map(ir, levels, level_of_value, store, 2);
+    line(1, "}");
+    line(1, "mj_give(0, mj_apre);");
+    line(1, "mj_give(1, mj_bpre);");
   }
 
   // No Reduce in the innermost loop's statements: it can run as one SIMD loop.
@@ -585,12 +792,16 @@ class CppEmitter : public CFamilyEmitter {
   }
 
   std::optional<RowReuse> row_reuse_;  // set while emitting the scratch-row variant
+  CpuTarget target_;
+  ContractionTile tile_;
+  std::string helpers_;   // functions placed before metajit_kernel (the micro-kernel)
+  std::string schedule_;  // the schedule chosen, when it is not the plain one (a comment)
 };
 
 }  // namespace
 
-std::string emit_cpp(const KernelIR& ir) {
-  return CppEmitter(ir).run();
+std::string emit_cpp(const KernelIR& ir, const CpuTarget& target) {
+  return CppEmitter(ir, target).run();
 }
 
 }  // namespace metajit

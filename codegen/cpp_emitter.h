@@ -13,10 +13,13 @@
 #pragma once
 #include <string>
 
+#include "codegen/cpu_target.h"
 #include "codegen/kernel_ir.h"
 
 namespace metajit {
 
-std::string emit_cpp(const KernelIR& ir);
+// `target`: the vector ISA the source will be compiled for (cpu_target.h); it picks the
+// contraction micro-kernel and block sizes, and is named in the source's first lines.
+std::string emit_cpp(const KernelIR& ir, const CpuTarget& target);
 
 }  // namespace metajit

@@ -15,12 +15,12 @@ namespace metajit {
 // Threads: every thread of a block is a fiber with its own stack (MJ_EMU_STACK, 64 KiB, a page
 // apart; one guard page under the lowest). Not a guard page under each: every library keeps its
 // own stacks, and a process loading hundreds of kernel libraries would run out of memory
-// mappings (vm.max_map_count) with two per stack. Generated kernels use a few hundred bytes. Fibers, not OS
-// threads, because CUDA threads rendezvous at __syncthreads and warp shuffles over and over: a
-// user-space switch costs nanoseconds, and running everything on the calling OS thread keeps a
-// launch synchronous and reproducible. On x86-64 the switch is six callee-saved registers and the
-// stack pointer (asm below); elsewhere, with -DMJ_EMU_UCONTEXT, or when a CET shadow stack is
-// active (a plain `ret` onto another stack would fault there) it is ucontext's swapcontext:
+// mappings (vm.max_map_count) with two per stack. Generated kernels use a few hundred bytes.
+// Fibers, not OS threads, because CUDA threads rendezvous at __syncthreads and warp shuffles over
+// and over: a user-space switch costs nanoseconds, and running everything on the calling OS thread
+// keeps a launch synchronous and reproducible. On x86-64 the switch is six callee-saved registers
+// and the stack pointer (asm below); elsewhere, with -DMJ_EMU_UCONTEXT, or when a CET shadow stack
+// is active (a plain `ret` onto another stack would fault there) it is ucontext's swapcontext:
 // correct everywhere, ~15x slower (a syscall per switch). Stacks and the scheduler state are
 // mapped once per OS thread and library and kept for later launches: mapping and
 // first-touching 1024 stacks costs milliseconds, more than a small launch.
@@ -55,7 +55,8 @@ namespace metajit {
 // Atomics are __atomic builtins (float and double by compare-and-swap): fibers only switch at
 // rendezvous, so even plain read-modify-write would be atomic among them; the builtins also keep
 // the compiler from moving memory accesses across them.
-const char* const kCudaEmulationPrelude = R"MJEMU(// metajit CUDA host emulation prelude (codegen/cuda_emulation.cc)
+const char* const kCudaEmulationPrelude =
+    R"MJEMU(// metajit CUDA host emulation prelude (codegen/cuda_emulation.cc)
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>

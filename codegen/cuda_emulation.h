@@ -7,7 +7,8 @@
 
 namespace metajit {
 
-// Source text that makes g++ accept the CUDA subset the CUDA emitter writes (see cuda_emulation.cc).
+// Source text that makes g++ accept the CUDA subset the CUDA emitter writes (see
+// cuda_emulation.cc).
 extern const char* const kCudaEmulationPrelude;
 
 }  // namespace metajit

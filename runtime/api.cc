@@ -72,8 +72,17 @@ std::string explain(const std::vector<Var>& vars) {
   std::string s = std::to_string(p.kernels.size()) + " kernel(s) for " +
                   std::to_string(p.graph.nodes.size()) + " graph node(s)\n" +
                   dump_plan(p.graph, p.fusion);
-  for (size_t k = 0; k < p.kernels.size(); ++k)
+  for (size_t k = 0; k < p.kernels.size(); ++k) {
     s += "kernel " + std::to_string(k) + " key " + key_of(p.kernels[k].ir, device()) + "\n";
+    // The emitter names the target and any schedule other than the plain loop nest in the
+    // source's leading comments; explain repeats them.
+    const std::string src = kernel_source(p.kernels[k].ir, device());
+    for (const char* tag : {"// target: ", "// schedule: "}) {
+      const size_t at = src.find(tag);
+      if (at == std::string::npos || at > src.find("metajit_kernel")) continue;
+      s += "  " + src.substr(at + 3, src.find('\n', at) - at - 3) + "\n";
+    }
+  }
   return s;
 }
 

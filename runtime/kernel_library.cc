@@ -146,7 +146,7 @@ struct Backend {
   std::string name;         // "cpu" | "cuda" | "cuda-emu" (the key's backend field)
   std::string identity;     // the toolchain's, hashed into every key
   std::string source_file;  // kernel.cc | kernel.cu
-  std::string (*emit)(const KernelIR&) = nullptr;
+  std::function<std::string(const KernelIR&)> emit;
   std::function<std::vector<std::string>(const fs::path&, const fs::path&)> command;
   nlohmann::json meta;  // compiler, compiler_version, target, flags: recorded in meta.json
 };
@@ -167,13 +167,14 @@ Backend backend_for(Device device) {
     b.name = "cpu";
     b.identity = tc.identity();
     b.source_file = "kernel.cc";
-    b.emit = emit_cpp;
+    b.emit = [&tc](const KernelIR& ir) { return emit_cpp(ir, tc.target); };
     b.command = [&tc](const fs::path& src, const fs::path& so) {
       return tc.compile_command(src, so);
     };
     b.meta = {{"compiler", tc.path.string()},
               {"compiler_version", tc.version_line()},
               {"target", tc.resolved_target},
+              {"isa", tc.target.name()},
               {"flags", tc.flags}};
     return b;
   }

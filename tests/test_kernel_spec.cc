@@ -599,7 +599,8 @@ TEST_CASE("fuzzed specs give a kernel or an Error, nothing else", "[kernel_spec]
       ++accepted;
       // What is accepted is usable downstream: it prints, re-serialises and emits.
       CHECK(serialize_ir(kernel_spec_from_json(kernel_spec_to_json(ir))) == serialize_ir(ir));
-      CHECK_NOTHROW(emit_cpp(ir));
+      for (CpuIsa isa : {CpuIsa::Portable, CpuIsa::Avx2, CpuIsa::Avx512})
+        CHECK_NOTHROW(emit_cpp(ir, CpuTarget{isa}));
     } catch (const Error& e) {
       ++refused;
       CHECK_THAT(e.what(), Contains("kernel spec: "));

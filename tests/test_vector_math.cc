@@ -2,7 +2,7 @@
 // vectorised through glibc's libmvec, so they are checked against scalar libm in ulps, with
 // NaN, infinities and -0; float32 reductions of large, mixed-magnitude inputs are checked
 // against an exact (long double) sum within a stated bound; the register-blocked matrix
-// product schedule is checked at awkward sizes against the reference interpreter.
+// product schedule is checked in test_cpu_targets.cc, on every vector width.
 #include <metajit/metajit.h>
 
 #include <catch2/catch.hpp>
@@ -18,6 +18,7 @@
 #include "cache/cache_store.h"
 #include "reference_check.h"
 #include "runtime/config.h"
+#include "test_support.h"
 
 using namespace metajit;
 
@@ -86,33 +87,40 @@ TEST_CASE("vectorised math agrees with libm within 4 ulp, NaN/Inf/-0 included", 
       {"pow", [](const Var& x) { return pow(x, 2.5); }, [](float x) { return std::pow(x, 2.5f); },
        0, 1e12f, 4},
   };
-  for (const MathCase& c : cases) {
-    INFO(c.name);
-    std::vector<float> in = inputs(c.lo, c.hi, 20000, 7);
-    Var x = array<float>(in, {int64_t(in.size())});
-    Var y = c.op(x);
-    std::vector<KernelInfo> k = plan({y});
-    REQUIRE(k.size() == 1);
-    std::vector<float> got = y.to_vector<float>();
-    CHECK(uses_libmvec(k[0].key));
-    int64_t worst = 0;
-    for (size_t i = 0; i < in.size(); ++i) {
-      const float want = c.libm(in[i]);
-      INFO("x = " << in[i] << ": got " << got[i] << ", libm " << want);
-      if (std::isnan(want)) {
-        CHECK(std::isnan(got[i]));
-        continue;
+  // Both vector widths this CPU runs: the native one and AVX2 forced (x86-64-v3).
+  __builtin_cpu_init();
+  for (const char* flags : {"", "-march=x86-64-v3"}) {
+    if (*flags && !__builtin_cpu_supports("avx2")) continue;
+    metajit_test::ScopedEnv width("METAJIT_CXXFLAGS", flags);
+    for (const MathCase& c : cases) {
+      INFO(c.name << " with METAJIT_CXXFLAGS='" << flags << "'");
+      std::vector<float> in = inputs(c.lo, c.hi, 20000, 7);
+      Var x = array<float>(in, {int64_t(in.size())});
+      Var y = c.op(x);
+      std::vector<KernelInfo> k = plan({y});
+      REQUIRE(k.size() == 1);
+      std::vector<float> got = y.to_vector<float>();
+      CHECK(uses_libmvec(k[0].key));
+      int64_t worst = 0;
+      for (size_t i = 0; i < in.size(); ++i) {
+        const float want = c.libm(in[i]);
+        INFO("x = " << in[i] << ": got " << got[i] << ", libm " << want);
+        if (std::isnan(want)) {
+          CHECK(std::isnan(got[i]));
+          continue;
+        }
+        if (std::isinf(want) || want == 0) {
+          CHECK(got[i] == want);
+          CHECK(std::signbit(got[i]) == std::signbit(want));  // -0 stays -0, -inf stays -inf
+          continue;
+        }
+        worst = std::max(worst, ulp_distance(got[i], want));
       }
-      if (std::isinf(want) || want == 0) {
-        CHECK(got[i] == want);
-        CHECK(std::signbit(got[i]) == std::signbit(want));  // -0 stays -0, -inf stays -inf
-        continue;
-      }
-      worst = std::max(worst, ulp_distance(got[i], want));
+      INFO("worst " << worst << " ulp");
+      CHECK(worst <= c.max_ulp);
+      WARN(c.name << " (" << (*flags ? flags : "native") << "): worst " << worst
+                  << " ulp against libm");
     }
-    INFO("worst " << worst << " ulp");
-    CHECK(worst <= c.max_ulp);
-    WARN(c.name << ": worst " << worst << " ulp against libm");
   }
 }
 
@@ -149,26 +157,4 @@ TEST_CASE("float32 sums of large, mixed-magnitude inputs stay within the stated 
       rows);
   check(
       sum(x).to_vector<float>(), [&](int64_t, int64_t i) { return i; }, 1, rows * cols);
-}
-
-TEST_CASE("the blocked matrix product schedule at awkward sizes", "[matmul][conv]") {
-  int seed = 1;
-  for (int64_t n : {1, 7, 17, 63, 65, 129})
-    for (int64_t m : {1, 17, 33, 65})
-      for (int64_t k : {1, 7, 129}) {
-        INFO("matmul " << n << "x" << k << " by " << k << "x" << m);
-        Var a = rand({n, k}, uint64_t(seed++)) - 0.5, b = rand({k, m}, uint64_t(seed++)) - 0.5;
-        Var y = relu(matmul(a, b) + 0.25);  // with an epilogue fused
-        std::vector<KernelInfo> plans = plan({y});
-        CHECK(plans.back().source.find("mj_panels") != std::string::npos);
-        check_against_reference({y});
-      }
-  for (int64_t hw : {1, 7, 17, 33})
-    for (int64_t o : {1, 9, 17}) {
-      INFO("conv2d " << hw << "x" << hw << " to " << o << " channels");
-      Var x = rand({2, 3, hw, hw}, uint64_t(seed++)), w = rand({o, 3, 3, 3}, uint64_t(seed++));
-      Var y = conv2d(x, w, 1, 1);
-      CHECK(plan({y}).back().source.find("mj_panels") != std::string::npos);
-      check_against_reference({y, conv2d(x, w, 2, 1)});
-    }
 }

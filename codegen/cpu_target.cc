@@ -1,0 +1,84 @@
+#include "codegen/cpu_target.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+namespace metajit {
+namespace {
+
+bool defines(const std::string& macros, const std::string& name) {
+  std::istringstream in(macros);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream words(line);
+    std::string def, got;
+    if (words >> def >> got && def == "#define" && got == name) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+const char* CpuTarget::name() const {
+  switch (isa) {
+    case CpuIsa::Avx512:
+      return "avx512";
+    case CpuIsa::Avx2:
+      return "avx2";
+    case CpuIsa::Portable:
+      break;
+  }
+  return "portable";
+}
+
+// Register budgets: AVX-512 has 32 vector registers: 12x32 = 24 accumulators, two B vectors
+// and a broadcast A value. AVX2 has 16: 6x16 = 12 accumulators + 2 + 1 (the classic Haswell
+// shape). The portable tile is small enough for SSE2's 16 registers when the compiler turns
+// its 8-wide rows into vectors. kc keeps one B micro-panel (kc x nr floats) near 16 KiB, half
+// of a 32 KiB L1; mc x kc and kc x nc (A and B blocks) stay well inside a 1 MiB L2.
+ContractionTile CpuTarget::contraction_tile() const {
+  if (const char* e = std::getenv("MJ_TILE")) {  // EXPERIMENT
+    ContractionTile t;
+    std::sscanf(e, "%d,%d,%d,%d,%d,%d", &t.vector_floats, &t.mr, &t.nr, &t.kc, &t.mc, &t.nc);
+    return t;
+  }
+  switch (isa) {
+    case CpuIsa::Avx512:
+      return {16, 12, 32, 128, 144, 512};
+    case CpuIsa::Avx2:
+      return {8, 6, 16, 256, 96, 384};
+    case CpuIsa::Portable:
+      break;
+  }
+  return {1, 4, 8, 256, 64, 256};
+}
+
+std::string CpuTarget::describe() const {
+  const ContractionTile t = contraction_tile();
+  std::string s = name();
+  s += t.vector_floats > 1 ? " (" + std::to_string(t.vector_floats) + "-float vectors"
+                           : " (no vector extensions";
+  s += "; contraction tile " + std::to_string(t.mr) + "x" + std::to_string(t.nr) + ", blocks kc " +
+       std::to_string(t.kc) + " mc " + std::to_string(t.mc) + " nc " + std::to_string(t.nc) + ")";
+  return s;
+}
+
+CpuTarget cpu_target_from_macros(const std::string& macros) {
+  CpuTarget t;
+  if (defines(macros, "__AVX512F__"))
+    t.isa = CpuIsa::Avx512;
+  else if (defines(macros, "__AVX2__") && defines(macros, "__FMA__"))
+    t.isa = CpuIsa::Avx2;
+  return t;
+}
+
+bool parse_cpu_isa(const std::string& name, CpuIsa& out) {
+  for (CpuIsa isa : {CpuIsa::Portable, CpuIsa::Avx2, CpuIsa::Avx512})
+    if (name == CpuTarget{isa}.name()) {
+      out = isa;
+      return true;
+    }
+  return false;
+}
+
+}  // namespace metajit
