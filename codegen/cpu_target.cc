@@ -1,7 +1,5 @@
 #include "codegen/cpu_target.h"
 
-#include <cstdio>
-#include <cstdlib>
 #include <sstream>
 
 namespace metajit {
@@ -37,11 +35,6 @@ const char* CpuTarget::name() const {
 // its 8-wide rows into vectors. kc keeps one B micro-panel (kc x nr floats) near 16 KiB, half
 // of a 32 KiB L1; mc x kc and kc x nc (A and B blocks) stay well inside a 1 MiB L2.
 ContractionTile CpuTarget::contraction_tile() const {
-  if (const char* e = std::getenv("MJ_TILE")) {  // EXPERIMENT
-    ContractionTile t;
-    std::sscanf(e, "%d,%d,%d,%d,%d,%d", &t.vector_floats, &t.mr, &t.nr, &t.kc, &t.mc, &t.nc);
-    return t;
-  }
   switch (isa) {
     case CpuIsa::Avx512:
       return {16, 12, 32, 128, 144, 512};
