@@ -27,6 +27,9 @@ test: build
 # installed here only: `make build` and `make test` never need them.
 BENCH_JSON ?= bench/results.json
 BENCH_ARGS ?=
+# native, or avx2 / avx512 / portable: metajit's kernels and the peers that can be held to an
+# ISA are measured on that path (make bench BENCH_TARGET=avx2 on an AVX-512 machine).
+BENCH_TARGET ?= native
 # Jittor 1.3 needs numpy<2 (JAX 0.10 needs numpy>=2): name an interpreter that has it to add
 # Jittor's rows, e.g. make bench BENCH_JITTOR_PYTHON=~/jittor-venv/bin/python
 BENCH_JITTOR_PYTHON ?=
@@ -36,9 +39,9 @@ bench-deps:
 bench: deps bench-deps
 	cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DMETAJIT_BENCH=ON
 	cmake --build $(BUILD) -j $(JOBS) --target metajit_bench
-	./$(BUILD)/bench/metajit_bench --json $(BENCH_JSON) $(BENCH_ARGS)
+	./$(BUILD)/bench/metajit_bench --json $(BENCH_JSON) --target $(BENCH_TARGET) $(BENCH_ARGS)
 	@if command -v python3 >/dev/null 2>&1; then \
-	  python3 bench/peers.py --json $(BENCH_JSON); \
+	  python3 bench/peers.py --json $(BENCH_JSON) --target $(BENCH_TARGET); \
 	else echo "bench: python3 not found: Python peers skipped"; fi
 	@if [ -n "$(BENCH_JITTOR_PYTHON)" ]; then \
 	  $(BENCH_JITTOR_PYTHON) bench/peers.py --json $(BENCH_JSON) --frameworks jittor; fi

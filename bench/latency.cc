@@ -156,9 +156,9 @@ void run_latency(Report& report, const Options& opt) {
   };
 
   guarded("compile: elementwise (cold)",
-          [&] { report.rows.push_back(cold_compile(opt, "elementwise", 7, 0.15)); });
+          [&] { report.rows.push_back(cold_compile(opt, "elementwise", 7, 0.10)); });
   guarded("compile: matmul (cold)",
-          [&] { report.rows.push_back(cold_compile(opt, "matmul", 5, 0.4)); });
+          [&] { report.rows.push_back(cold_compile(opt, "matmul", 5, 0.25)); });
 
   guarded("compile: 16 kernels", [&] {
     std::vector<double> together, separate;

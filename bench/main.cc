@@ -1,6 +1,7 @@
 // `make bench`: metajit and its peers side by side in one run, one table, one JSON file.
 //
 //   metajit_bench [--json PATH] [--variants] [--only TEXT] [--budget SECONDS] [--no-latency]
+//                 [--target native|avx2|avx512|portable]
 //
 // Every claim is a ratio measured within this run: the implementations of a workload (and the
 // copy/triad floor) are timed in alternating blocks, so that the noise of a shared machine
@@ -12,9 +13,13 @@
 #include <filesystem>
 #include <iostream>
 #include <string>
+#include <fstream>
 #include <thread>
+#include <unistd.h>
 
+#include "bench/peers.h"
 #include "bench/report.h"
+#include "runtime/toolchain.h"
 #include "bench/workloads.h"
 
 namespace {
@@ -28,8 +33,33 @@ int usage(int code) {
          "  --variants        also run odd sizes around the targets (16M+13, 4095x4097, ...)\n"
          "  --only TEXT       run only the workloads whose name contains TEXT\n"
          "  --budget SECONDS  timed seconds per workload, all impls together (default 1.5)\n"
-         "  --no-latency      skip the compile/load/dispatch rows\n";
+         "  --no-latency      skip the compile/load/dispatch rows\n"
+         "  --target T        native (default), or avx2 / avx512 / portable: metajit compiles its\n"
+         "                    kernels for T (METAJIT_CXXFLAGS) and OpenBLAS and Halide are held\n"
+         "                    to it too, so that an AVX-512 machine measures the AVX2 path\n";
   return code;
+}
+
+// What `--target` sets for metajit and the peers that can be held to an ISA at run time.
+// OpenBLAS picks its kernels when it is loaded, so the bench re-executes itself with them.
+struct TargetEnv {
+  const char* name;
+  const char* cxxflags;  // appended to METAJIT_CXXFLAGS
+  const char* openblas;  // OPENBLAS_CORETYPE
+  const char* halide;    // HL_JIT_TARGET
+};
+constexpr TargetEnv kTargets[] = {
+    {"avx2", "-march=x86-64-v3", "Haswell", "x86-64-linux-avx-avx2-f16c-fma-sse41"},
+    {"avx512", "-march=x86-64-v4", "SkylakeX",
+     "x86-64-linux-avx-avx2-f16c-fma-sse41-avx512-avx512_skylake"},
+    {"portable", "-march=x86-64", "Prescott", "x86-64-linux"},
+};
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
 }
 
 std::string self_dir() {
@@ -62,6 +92,27 @@ int main(int argc, char** argv) {
       opt.schedule.budget_s = std::atof(value().c_str());
     } else if (a == "--no-latency") {
       latency = false;
+    } else if (a == "--target") {
+      const std::string t = value();
+      if (t == "native") continue;
+      const TargetEnv* found = nullptr;
+      for (const TargetEnv& e : kTargets)
+        if (t == e.name) found = &e;
+      if (!found) {
+        std::cerr << "metajit_bench: --target must be native, avx2, avx512 or portable\n";
+        return usage(1);
+      }
+      if (!std::getenv("METAJIT_BENCH_TARGET")) {
+        const char* old = std::getenv("METAJIT_CXXFLAGS");
+        const std::string flags = (old && *old ? std::string(old) + " " : "") + found->cxxflags;
+        setenv("METAJIT_CXXFLAGS", flags.c_str(), 1);
+        setenv("OPENBLAS_CORETYPE", found->openblas, 1);
+        setenv("HL_JIT_TARGET", found->halide, 1);
+        setenv("METAJIT_BENCH_TARGET", found->name, 1);
+        execv("/proc/self/exe", argv);
+        std::cerr << "metajit_bench: cannot re-execute itself for --target\n";
+        return 2;
+      }
     } else if (a == "-h" || a == "--help") {
       return usage(0);
     } else {
@@ -75,6 +126,23 @@ int main(int argc, char** argv) {
   bench::Report report;
   std::cerr << "metajit bench: " << std::thread::hardware_concurrency()
             << " hardware threads; results go to " << json << std::endl;
+  // The machine and what the kernels were compiled for: every ratio below holds for this pair.
+  {
+    const char* t = std::getenv("METAJIT_BENCH_TARGET");
+    const char* flags = std::getenv("METAJIT_CXXFLAGS");
+    const char* ob = std::getenv("OPENBLAS_CORETYPE");
+    std::string line = "CPU: " + cpu_model() + "; metajit kernels for " + metajit::host_toolchain().target.describe() +
+                       " (--target " + (t ? t : "native") +
+                       (flags && *flags ? ", METAJIT_CXXFLAGS=" + std::string(flags) : "") +
+                       "); OpenBLAS core " + (ob && *ob ? ob : "auto") + "; Halide target " +
+#if METAJIT_BENCH_HALIDE
+                       bench::halide_target();
+#else
+                       "(Halide not built)";
+#endif
+    std::cout << line << "\n";
+    report.notes.push_back(line);
+  }
   bench::run_throughput(report, opt);
   if (latency) bench::run_latency(report, opt);
   bench::print_table(report);

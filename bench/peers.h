@@ -42,6 +42,7 @@ Impl openblas_sgemm(const Mat& a, const Mat& b);
 Impl im2col_sgemm(const Buffer& x, const Buffer& w, const ConvShape& s);  // im2col is ours
 
 // --- Halide JIT (hand schedules) ---
+std::string halide_target();  // the JIT target (HL_JIT_TARGET, else the host)
 Impl halide_selu(const Buffer& x);
 Impl halide_row_sums(const Mat& x);
 Impl halide_col_sums(const Mat& x);

@@ -15,7 +15,7 @@ using Halide::RDom;
 using Halide::RVar;
 using Halide::Var;
 
-constexpr int kVec = 16;  // AVX-512: 16 floats
+constexpr int kVec = 16;  // 16 floats: one AVX-512 vector, two AVX2 ones
 
 Halide::Target jit_target() {
   return Halide::get_jit_target_from_environment();
@@ -50,6 +50,10 @@ void vectorize_row_reduction(Func f, RDom r, Halide::LoopLevel at) {
 }
 
 }  // namespace
+
+std::string halide_target() {
+  return jit_target().to_string();
+}
 
 Impl halide_selu(const Buffer& x) {
   Buffer out(x.size());

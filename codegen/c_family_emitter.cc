@@ -265,8 +265,13 @@ std::string CFamilyEmitter::binary(BinaryOp op, DType operand, const std::string
 }
 
 std::string CFamilyEmitter::scalar_arg(DType t, int slot) const {
+  if (scalar_locals_.count({slot, t})) return scalar_local(slot, t);
   return t == DType::Bool ? "(S[" + std::to_string(slot) + "] != 0)"
                           : "(" + ctype(t) + ")S[" + std::to_string(slot) + "]";
+}
+
+std::string CFamilyEmitter::scalar_local(int slot, DType t) {
+  return "mj_s" + std::to_string(slot) + "_" + std::to_string(int(t));
 }
 
 void CFamilyEmitter::block(const KBlock& b, int depth) {

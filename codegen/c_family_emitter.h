@@ -4,6 +4,7 @@
 // their own schedules (loops, threads, blocks) around these.
 #pragma once
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,7 @@ class CFamilyEmitter {
   std::string unary(UnaryOp op, DType t, const std::string& x) const;
   std::string binary(BinaryOp op, DType operand, const std::string& a, const std::string& b) const;
   std::string scalar_arg(DType t, int slot) const;
+  static std::string scalar_local(int slot, DType t);  // its name once in scalar_locals_
 
   void block(const KBlock& b, int depth);
   // One statement: `const T v<id> = ...;` (Guard: an if/else; Reduce: reduce_stmt()).
@@ -54,6 +56,9 @@ class CFamilyEmitter {
   const KernelIR& ir_;
   Dialect dialect_;
   std::string out_;
+  // Scalar arguments (slot, dtype) already converted into named locals (C++ emitter); others
+  // are read from `S` where used.
+  std::set<std::pair<int, DType>> scalar_locals_;
   std::map<int, DType> dtypes_;  // value id -> dtype of the values emitted so far
 };
 

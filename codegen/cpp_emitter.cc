@@ -102,6 +102,15 @@ class CppEmitter : public CFamilyEmitter {
       line(1, "const i64 p" + std::to_string(k) + " = P[" + std::to_string(k) + "];");
     if (ir_.num_params == 0) line(1, "(void)P;");
     if (ir_.num_scalars == 0) line(1, "(void)S;");
+    // Every scalar argument converted once, into a named local: a scalar read from S on one
+    // side of a branch (reindex's overflow value) kept the loop around it from vectorising
+    // (S may alias the output; conv2d's packing loop, measured).
+    collect_scalars(ir_.body);
+    for (const auto& [slot, t] : scalar_locals_) {
+      const std::string s = "S[" + std::to_string(slot) + "]";
+      line(1, "const " + ctype(t) + " " + scalar_local(slot, t) + " = " +
+                  (t == DType::Bool ? "(" + s + " != 0)" : "(" + ctype(t) + ")" + s) + ";");
+    }
     for (size_t k = 0; k < ir_.inputs.size(); ++k) {
       std::string name = "in" + std::to_string(k);
       std::string t = ctype(ir_.inputs[k].dtype);
@@ -124,6 +133,15 @@ class CppEmitter : public CFamilyEmitter {
   }
 
  private:
+  // The (slot, dtype) of every scalar argument `b` reads, recursively.
+  void collect_scalars(const KBlock& b) {
+    for (const KStmt& st : b.stmts) {
+      if (st.kind == KOp::Scalar || st.kind == KOp::Guard)
+        scalar_locals_.insert({st.slot, st.dtype});
+      if (st.body) collect_scalars(*st.body);
+    }
+  }
+
   // The OpenMP reduction clause for an accumulator `acc` of `op` over dtype `t`.
   static std::string reduction_clause(ReduceOp op, DType t, const std::string& acc) {
     std::string id;

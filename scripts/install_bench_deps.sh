@@ -10,14 +10,27 @@ missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-echo "metajit bench: installing missing packages: ${missing[*]}" >&2
-SUDO=""
-[ "$(id -u)" -ne 0 ] && SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-if ! $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"; then
-  $SUDO apt-get update -q
-  # A peer that will not install is not fatal: bench/CMakeLists.txt builds without it.
-  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" ||
-    echo "metajit bench: could not install ${missing[*]}; building without the missing peers" >&2
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "metajit bench: installing missing packages: ${missing[*]}" >&2
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  if ! $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"; then
+    $SUDO apt-get update -q
+    # A peer that will not install is not fatal: bench/CMakeLists.txt builds without it.
+    $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" ||
+      echo "metajit bench: could not install ${missing[*]}; building without the missing peers" >&2
+  fi
+fi
+
+# The Python peers (bench/peers.py): numpy, PyTorch, JAX from PyPI when missing. A peer that
+# will not install is not fatal: peers.py reports it as skipped, with the reason.
+if command -v python3 >/dev/null 2>&1; then
+  for mod in numpy torch jax; do
+    if ! python3 -c "import $mod" >/dev/null 2>&1; then
+      echo "metajit bench: installing the Python peer $mod from PyPI" >&2
+      python3 -m pip install -q "$mod" ||
+        echo "metajit bench: could not install $mod; its rows will say skipped" >&2
+    fi
+  done
 fi
