@@ -2,49 +2,152 @@
 
 #include <unordered_map>
 
+#include "meta_ops/index_expr.h"
+
 namespace metajit {
 
-Graph capture_graph(const std::vector<NodePtr>& outputs) {
-  Graph g;
-  std::unordered_map<const Node*, int> ids;
+namespace {
+
+// Node -> position in the walk. Evaluations are mostly small graphs: a flat list searched
+// linearly until it grows, then a hash map (no allocation per lookup on the dispatch path).
+class NodeIds {
+ public:
+  int find(const Node* n) const {
+    if (!map_.empty()) {
+      auto it = map_.find(n);
+      return it == map_.end() ? -1 : it->second;
+    }
+    for (const auto& [node, id] : flat_)
+      if (node == n) return id;
+    return -1;
+  }
+  void add(const Node* n, int id) {
+    if (map_.empty() && flat_.size() < 48) {
+      flat_.emplace_back(n, id);
+      return;
+    }
+    if (map_.empty())
+      for (const auto& [node, i] : flat_) map_.emplace(node, i);
+    map_.emplace(n, id);
+  }
+
+ private:
+  std::vector<std::pair<const Node*, int>> flat_;
+  std::unordered_map<const Node*, int> map_;
+};
+
+// Every node `outputs` depend on that is not yet realized, and the realized ones they read,
+// in one post order (inputs first): visit(node, its inputs' positions) once per node, then
+// output(position) once per requested output. capture_graph and node_fingerprint share it,
+// so that their numbering agrees.
+template <class Visit, class Output>
+void walk_pending(const std::vector<NodePtr>& outputs, Visit&& visit, Output&& output) {
+  NodeIds ids;
+  int next_id = 0;
+  std::vector<int> input_ids;
   // Iterative post-order DFS: graphs can be deeper than the stack allows recursion.
+  // Pointers to the NodePtrs held by `outputs` and by the nodes' inputs: stable while the
+  // caller holds graph_mutex().
+  std::vector<std::pair<const NodePtr*, size_t>> stack;
   for (const NodePtr& out : outputs) {
-    std::vector<std::pair<NodePtr, size_t>> stack{{out, 0}};
+    stack.assign(1, {&out, 0});
     while (!stack.empty()) {
-      auto& [n, next] = stack.back();
-      if (ids.count(n.get())) {
+      auto& [ptr, next] = stack.back();
+      const Node* n = ptr->get();
+      if (ids.find(n) >= 0) {
         stack.pop_back();
         continue;
       }
       if (n->kind != OpKind::Leaf && next < n->inputs.size()) {
-        NodePtr child = n->inputs[next++];
-        if (!ids.count(child.get())) stack.push_back({std::move(child), 0});
+        const NodePtr* child = &n->inputs[next++];
+        if (ids.find(child->get()) < 0) stack.push_back({child, 0});
         continue;
       }
-      GNode gn;
-      gn.kind = n->kind;
-      gn.dtype = n->dtype;
-      gn.shape = n->shape;
-      gn.op = n->op;
-      gn.scalar = n->scalar;
-      gn.axes = n->axes;
-      gn.keepdims = n->keepdims;
-      gn.bcast = n->bcast;
-      gn.indexes = n->indexes;
-      gn.conditions = n->conditions;
-      if (n->kind == OpKind::Leaf) {
-        gn.leaf = int(g.leaves.size());
-        g.leaves.push_back(n);  // keeps the buffer alive for this evaluation
-      } else {
-        for (const NodePtr& in : n->inputs) gn.inputs.push_back(ids.at(in.get()));
-      }
-      ids[n.get()] = int(g.nodes.size());
-      g.nodes.push_back(std::move(gn));
+      input_ids.clear();
+      if (n->kind != OpKind::Leaf)
+        for (const NodePtr& in : n->inputs) input_ids.push_back(ids.find(in.get()));
+      visit(*ptr, input_ids);
+      ids.add(n, next_id++);
       stack.pop_back();
     }
-    g.outputs.push_back(ids.at(out.get()));
+    output(ids.find(out.get()));
   }
+}
+
+template <class T>
+void put(std::string& s, const T& v) {
+  s.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+void put_exprs(std::string& s, const std::vector<IndexExprPtr>& es) {
+  put(s, uint32_t(es.size()));
+  for (const IndexExprPtr& e : es) {
+    const std::string t = e ? ix_to_string(*e) : std::string();
+    put(s, uint32_t(t.size()));
+    s += t;
+  }
+}
+
+}  // namespace
+
+Graph capture_graph(const std::vector<NodePtr>& outputs) {
+  Graph g;
+  walk_pending(
+      outputs,
+      [&g](const NodePtr& node, const std::vector<int>& inputs) {
+        const Node& n = *node;
+        GNode gn;
+        gn.kind = n.kind;
+        gn.dtype = n.dtype;
+        gn.shape = n.shape;
+        gn.op = n.op;
+        gn.scalar = n.scalar;
+        gn.axes = n.axes;
+        gn.keepdims = n.keepdims;
+        gn.bcast = n.bcast;
+        gn.indexes = n.indexes;
+        gn.conditions = n.conditions;
+        gn.inputs = inputs;
+        if (n.kind == OpKind::Leaf) {
+          gn.leaf = int(g.leaves.size());
+          g.leaves.push_back(node);  // keeps the buffer alive for this evaluation
+        }
+        g.nodes.push_back(std::move(gn));
+      },
+      [&g](int id) { g.outputs.push_back(id); });
   return g;
+}
+
+std::string node_fingerprint(const std::vector<NodePtr>& outputs, std::vector<NodePtr>& leaves) {
+  std::string s;
+  s.reserve(512);
+  leaves.clear();
+  walk_pending(
+      outputs,
+      [&](const NodePtr& node, const std::vector<int>& inputs) {
+        const Node& n = *node;
+        put(s, uint8_t(n.kind));
+        put(s, uint8_t(n.dtype));
+        put(s, uint32_t(n.shape.size()));
+        for (int64_t d : n.shape) put(s, d);
+        if (n.kind == OpKind::Leaf) {
+          leaves.push_back(node);
+          return;
+        }
+        put(s, int32_t(n.op));
+        put(s, uint8_t(n.keepdims));
+        put(s, n.scalar);
+        put(s, uint32_t(inputs.size()));
+        for (int i : inputs) put(s, int32_t(i));
+        put(s, uint32_t(n.axes.size()));
+        for (int64_t a : n.axes) put(s, a);
+        put(s, uint32_t(n.bcast.size()));
+        for (BroadcastAxis b : n.bcast) put(s, uint8_t(b));
+        put_exprs(s, n.indexes);
+        put_exprs(s, n.conditions);
+      },
+      [&s](int id) { put(s, int32_t(id)); });
+  return s;
 }
 
 std::string describe_op(const GNode& n) {

@@ -37,6 +37,12 @@ struct Graph {
 // Captures everything `outputs` depend on that is not yet realized.
 Graph capture_graph(const std::vector<NodePtr>& outputs);
 
+// What capture_graph(outputs) would hold, as bytes, without building it: every node's kind,
+// dtype, shape, attributes, scalar and inputs (leaves by position, never by value), and the
+// outputs. Equal fingerprints capture to graphs that differ only in their leaves' buffers.
+// `leaves` receives what Graph::leaves would, in the same order.
+std::string node_fingerprint(const std::vector<NodePtr>& outputs, std::vector<NodePtr>& leaves);
+
 // One-line description of a node's op, e.g. "reduce.add(axes=1)", "binary.mul", "reindex".
 std::string describe_op(const GNode& n);
 

@@ -8,7 +8,9 @@
 #include "meta_ops/error.h"
 #include "runtime/executor.h"
 #include "runtime/kernel_library.h"
+#include "runtime/log.h"
 #include "runtime/pipeline.h"
+#include "runtime/program_cache.h"
 
 namespace metajit {
 namespace {
@@ -41,11 +43,41 @@ void eval(const std::vector<Var>& vars) {
   std::vector<NodePtr> nodes = pending_nodes(vars, "eval");
   if (nodes.empty()) return;
   const Device dev = usable_device("eval");
+  // A structure seen before runs its remembered program (program_cache.h). With debug logging
+  // every evaluation goes the whole way, so that the log shows each pass and lookup.
+  const bool remember = !log_enabled(LogLevel::Debug);
+  std::string fingerprint;
+  std::vector<NodePtr> leaves;
+  if (remember) {
+    fingerprint = evaluation_fingerprint(nodes, dev, leaves);
+    if (std::shared_ptr<const CachedProgram> cached = find_program(fingerprint)) {
+      count_memory_hits(cached->program.handles.size());
+      std::vector<NodePtr> program_leaves;
+      program_leaves.reserve(cached->leaf_of.size());
+      for (int32_t i : cached->leaf_of) program_leaves.push_back(leaves[size_t(i)]);
+      std::vector<BufferPtr> results = run_program_on(cached->program, program_leaves);
+      for (size_t i = 0; i < nodes.size(); ++i) realize(*nodes[i], results[i]);
+      return;
+    }
+  }
   PipelinePlan p = build_pipeline(nodes);
   std::vector<const KernelIR*> irs;
   for (const LoweredKernel& k : p.kernels) irs.push_back(&k.ir);
   std::vector<KernelHandle> handles = obtain_kernels(irs, dev);
-  std::vector<BufferPtr> results = execute_plan(p.graph, p.fusion, p.kernels, handles, dev);
+  auto cached = std::make_shared<CachedProgram>();
+  cached->program = make_program(p.graph, p.fusion, p.kernels, handles, dev);
+  std::vector<BufferPtr> results = run_program_on(cached->program, p.graph.leaves);
+  if (remember) {
+    // Where each of the program's leaves is among the fingerprint's.
+    bool found_all = true;
+    for (const NodePtr& leaf : p.graph.leaves) {
+      size_t j = 0;
+      while (j < leaves.size() && leaves[j] != leaf) ++j;
+      found_all = found_all && j < leaves.size();
+      cached->leaf_of.push_back(int32_t(j));
+    }
+    if (found_all) remember_program(fingerprint, std::move(cached));
+  }
   for (size_t i = 0; i < nodes.size(); ++i) realize(*nodes[i], results[i]);
 }
 

@@ -192,18 +192,22 @@ void run_program(const ExecProgram& p, void* const* leaf_data, BufferPtr* output
 std::vector<BufferPtr> execute_plan(const Graph& g, const FusionPlan& plan,
                                     const std::vector<LoweredKernel>& kernels,
                                     const std::vector<KernelHandle>& handles, Device device) {
-  const ExecProgram p = make_program(g, plan, kernels, handles, device);
-  std::vector<void*> leaf_data(g.leaves.size());
-  std::vector<BufferPtr> leaf_buffers(g.leaves.size());  // alive for the run
-  for (size_t i = 0; i < g.leaves.size(); ++i) {
+  return run_program_on(make_program(g, plan, kernels, handles, device), g.leaves);
+}
+
+std::vector<BufferPtr> run_program_on(const ExecProgram& p, const std::vector<NodePtr>& leaves) {
+  const Device device = p.device;
+  std::vector<void*> leaf_data(leaves.size());
+  std::vector<BufferPtr> leaf_buffers(leaves.size());  // alive for the run
+  for (size_t i = 0; i < leaves.size(); ++i) {
     if (p.leaf_slots[i] < 0) continue;
-    leaf_buffers[i] = buffer_on(*g.leaves[i], device);
+    leaf_buffers[i] = buffer_on(*leaves[i], device);
     leaf_data[i] = leaf_buffers[i]->data();
   }
   std::vector<BufferPtr> outputs(p.outputs.size());
   run_program(p, leaf_data.data(), outputs.data());
   for (size_t k = 0; k < p.outputs.size(); ++k)
-    if (p.outputs[k].leaf >= 0) outputs[k] = g.leaves[size_t(p.outputs[k].leaf)]->data;
+    if (p.outputs[k].leaf >= 0) outputs[k] = leaves[size_t(p.outputs[k].leaf)]->data;
   return outputs;
 }
 

@@ -69,6 +69,10 @@ ExecProgram make_program(const Graph& g, const FusionPlan& plan,
 // Touches no shared state but the allocator and the stats counters.
 void run_program(const ExecProgram& p, void* const* leaf_data, BufferPtr* outputs);
 
+// run_program with `leaves` (moved to p.device first): the Graph::leaves of the graph `p` was
+// made from, or of one with the same fingerprint (program_cache.h). One buffer per p.outputs.
+std::vector<BufferPtr> run_program_on(const ExecProgram& p, const std::vector<NodePtr>& leaves);
+
 // make_program + run_program for a plan run once on `device` (leaves are moved there first).
 // Returns one buffer per entry of g.outputs.
 std::vector<BufferPtr> execute_plan(const Graph& g, const FusionPlan& plan,

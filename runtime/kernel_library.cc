@@ -359,6 +359,12 @@ std::string key_of(const KernelIR& ir, Device device) {
   return kernel_key(b.name, serialize_ir(ir), b.identity);
 }
 
+void count_memory_hits(uint64_t n) {
+  runtime_counters().memory_hits += n;
+  unflushed_memory_hits += n;
+  flush_memory_hits_at_exit();
+}
+
 std::string kernel_source(const KernelIR& ir, Device device) {
   return backend_for(device).emit(ir);
 }

@@ -35,6 +35,10 @@ struct KernelHandle {
 std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs,
                                          Device device = Device::CPU);
 
+// Counts `n` kernels found in memory without obtain_kernels() (eval's program cache), in
+// stats() and in the cache's persisted counters like obtain_kernels' own memory hits.
+void count_memory_hits(uint64_t n);
+
 // The key `ir` would have in the cache for `device` with the current toolchain (no compile).
 std::string key_of(const KernelIR& ir, Device device = Device::CPU);
 // The source the emitter of `device` writes for `ir` (CUDA: for the GPU, or for the host

@@ -15,9 +15,13 @@ void dump(const char* stage, const Graph& g) {
 }  // namespace
 
 PipelinePlan build_pipeline(const std::vector<NodePtr>& outputs) {
+  return build_pipeline(capture_graph(outputs));
+}
+
+PipelinePlan build_pipeline(Graph captured) {
   const Config& cfg = config();
   PipelinePlan p;
-  p.graph = capture_graph(outputs);
+  p.graph = std::move(captured);
   dump("capture", p.graph);
   fold_constants(p.graph);
   dump("fold_constants", p.graph);

@@ -20,5 +20,7 @@ struct PipelinePlan {
 
 // Plans the evaluation of `outputs` (realized ones simply become leaves). Runs nothing.
 PipelinePlan build_pipeline(const std::vector<NodePtr>& outputs);
+// The same from an already captured graph (capture_graph(outputs)).
+PipelinePlan build_pipeline(Graph captured);
 
 }  // namespace metajit

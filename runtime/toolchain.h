@@ -20,9 +20,9 @@ struct Toolchain {
   std::string
       resolved_target;  // e.g. "-march=znver4 -mavx512f ..." as the compiler resolves native
   std::vector<std::string>
-      flags;  // -std=c++17 -O3 -march=native -fPIC -shared -fopenmp -fno-math-errno
-              // [-fno-tree-sink with GCC] [-mprefer-vector-width=512 with AVX-512]
-              // + METAJIT_CXXFLAGS
+      flags;         // -std=c++17 -O3 -march=native -fPIC -shared -fopenmp -fno-math-errno
+                     // [-fno-tree-sink with GCC] [-mprefer-vector-width=512 with AVX-512]
+                     // + METAJIT_CXXFLAGS
   CpuTarget target;  // the vector ISA of the full flag list: what the emitter schedules for
 
   std::string identity() const;      // labelled text of every field above, hashed into keys
