@@ -218,17 +218,16 @@ void run_latency(Report& report, const Options& opt) {
     Row lazy = latency_row("dispatch: a*b+c 2x3", "lazy graph + eval",
                            lazy_us_per_call(a, b, c, calls, blocks), Unit::UsPerCall);
     lazy.reps = calls * blocks;
-    lazy.target = "<= 10 us/call";
+    // Judged against numpy's eager a*b+c by bench/peers.py in the same run (<= 3x numpy).
+    lazy.target = "<= 3x numpy (peers.py)";
     lazy.measured = fmt("%.2f us/call", lazy.seconds * 1e6);
-    lazy.met = lazy.seconds <= 10e-6;
     lazy.note = "median of 7 blocks of 1000 calls; graph built and evaluated in each call";
     std::optional<double> jit = jit_us_per_call(a, b, c, calls, blocks);
     Row jr = latency_row("dispatch: a*b+c 2x3", "jit()", jit ? *jit : kNaN, Unit::UsPerCall);
-    jr.target = "<= 2 us/call";
+    jr.target = "<= numpy (peers.py)";
     if (jit) {
       jr.reps = calls * blocks;
       jr.measured = fmt("%.2f us/call", *jit * 1e6);
-      jr.met = *jit <= 2e-6;
       lazy.metajit_over_impl = 1;
       jr.metajit_over_impl = lazy.seconds / *jit;
     } else {

@@ -222,6 +222,43 @@ FRAMEWORKS = [("numpy", numpy_impls), ("torch", torch_impls), ("jax", jax_impls)
               ("jittor", jittor_impls)]
 
 
+DISPATCH = "dispatch: a*b+c 2x3"
+
+
+def dispatch_rows(np, cpp_rows):
+    """numpy's eager a*b+c on 2x3 float32 arrays, per call, and the issue's targets for
+    metajit's lazy path (<= 3x numpy) and jit() replay (not slower than numpy), judged with the
+    C++ rows of the same run."""
+    rng = np.random.default_rng(1)
+    a, b, c = (rng.random((2, 3), dtype=np.float32) for _ in range(3))
+    n, blocks = 10000, 7
+    per_call = []
+    for _ in range(blocks):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            a * b + c
+        per_call.append((time.perf_counter() - t0) / n)
+    s = statistics.median(per_call)
+    out = []
+    for impl, limit in (("lazy graph + eval", 3.0), ("jit()", 1.0)):
+        base = next((r for r in cpp_rows if r.get("workload") == DISPATCH and r.get("impl") == impl), None)
+        row = {"source": "python", "framework": "numpy", "workload": DISPATCH,
+               "impl": "numpy eager (vs metajit %s)" % impl, "seconds": s, "unit": "us/call",
+               "gflops": None, "metajit_over_impl": None, "floor_seconds": None, "over_floor": None,
+               "target": "metajit <= %gx numpy" % limit, "measured": "", "met": None,
+               "note": "median of %d blocks of %d calls" % (blocks, n), "max_rel_err": None,
+               "reps": n * blocks}
+        if base and base.get("seconds"):
+            ratio = base["seconds"] / s
+            row["metajit_over_impl"] = ratio
+            row["measured"] = "metajit %.2fx numpy" % ratio
+            row["met"] = ratio <= limit
+        else:
+            row["measured"] = "no C++ row for metajit %s" % impl
+        out.append(row)
+    return out
+
+
 def time_call(run, budget):
     run()  # warm-up: compiles where the framework compiles
     run()
@@ -367,6 +404,10 @@ def main():
                         row["measured"] = "%.2fx faster" % (s / base["seconds"])
                         row["met"] = s > base["seconds"]
                 rows.append(row)
+
+    if "numpy" in wanted and (not args.only or args.only in DISPATCH):
+        rows.extend(dispatch_rows(np, doc["rows"]))
+        names.append(DISPATCH)
 
     print()
     print("Python peers (floor and metajit times from the C++ rows of %s)" % args.json)

@@ -574,9 +574,10 @@ class CppEmitter : public CFamilyEmitter {
   // reduction runs in blocks of kc steps; each block packs A (mc x kc) and B (kc x nc) into
   // panels of mr rows / nr columns, and the target's micro-kernel accumulates every mr x nr
   // tile of the block's sums (a per-thread buffer) from one A and one B panel. An operand that
-  // does not depend on the outer loops is packed once for the whole launch instead (when it
-  // fits in 256 MiB). After the last block the rest of the kernel (the epilogue: bias,
-  // activation ...) runs on the finished sums. Without scratch memory: the plain schedule.
+  // does not depend on the outer loops is packed once for the whole launch instead (up to
+  // 1 GiB; past that, or without memory, the plain schedule). After the last block the rest of the
+  // kernel (the epilogue: bias, activation ...) runs on the finished sums. Without scratch memory:
+  // the plain schedule.
   void contraction_kernel(const KernelIR& ir, const std::vector<int>& levels,
                           const std::vector<int>& level_of_value, const Contraction& c,
                           const std::string& store) {
@@ -623,7 +624,7 @@ class CppEmitter : public CFamilyEmitter {
       line(1, "float* " + buf + " = 0;");
       if (!once) continue;
       const std::string pad = side == 0 ? "mj_eip" : "mj_ejp", PW = side == 0 ? MR : NR;
-      line(1, "if (mj_k > 0 && " + pad + " > 0 && " + pad + " * mj_k <= (1LL << 26))");
+      line(1, "if (mj_k > 0 && " + pad + " > 0 && " + pad + " * mj_k <= (1LL << 28))");
       line(2,
            buf + " = mj_take(" + std::to_string(side) + ", sizeof(float) * " + pad + " * mj_k);");
       line(1, "if (" + buf + ") {");
@@ -642,7 +643,12 @@ class CppEmitter : public CFamilyEmitter {
     line(1,
          "float* mj_scratch = mj_take(2, sizeof(float) * (mj_per_thread > 0 ? mj_per_thread "
          ": 1) * omp_get_max_threads());");
-    line(1, "if (mj_scratch) {");
+    // An operand packed once has no per-block packing code (less to compile): without its
+    // buffer (no memory, or over 1 GiB), the plain schedule runs instead.
+    std::string ready = "mj_scratch";
+    if (a_once) ready += " && (mj_apre || mj_k <= 0 || mj_eip <= 0)";
+    if (b_once) ready += " && (mj_bpre || mj_k <= 0 || mj_ejp <= 0)";
+    line(1, "if (" + ready + ") {");
     const std::vector<const KLoop*>& outer = cl.outer;
     std::string w = work(ir.loops) + " * mj_k";
     // Dynamic: the blocks at the matrix's edges are smaller than the others.
@@ -667,24 +673,26 @@ class CppEmitter : public CFamilyEmitter {
     ++d;
     line(d, "const i64 mj_kn = (mj_k - mj_pc) < mj_kc ? (mj_k - mj_pc) : mj_kc;");
     // A: the block's panels, or the once-packed ones (mj_i0 is a multiple of mr).
-    line(d, "const float* mj_a = mj_ap;");
-    line(d, "i64 mj_as = mj_kn * " + MR + ";");
-    line(d, "if (mj_apre) {");
-    line(d + 1, "mj_a = mj_apre + (mj_i0 / " + MR + ") * mj_k * " + MR + " + mj_pc * " + MR + ";");
-    line(d + 1, "mj_as = mj_k * " + MR + ";");
-    line(d, "} else {");
-    pack_operand(r, c.a_stmts, c.a, iv, t.mr, "mj_ap", "mj_kn * " + MR, "mj_i0", "mj_in", "mj_inp",
-                 "mj_pc", "mj_kn", d + 1);
-    line(d, "}");
-    line(d, "const float* mj_b = mj_bp;");
-    line(d, "i64 mj_bs = mj_kn * " + NR + ";");
-    line(d, "if (mj_bpre) {");
-    line(d + 1, "mj_b = mj_bpre + (mj_j0 / " + NR + ") * mj_k * " + NR + " + mj_pc * " + NR + ";");
-    line(d + 1, "mj_bs = mj_k * " + NR + ";");
-    line(d, "} else {");
-    pack_operand(r, c.b_stmts, c.b, jv, t.nr, "mj_bp", "mj_kn * " + NR, "mj_j0", "mj_jn", "mj_jnp",
-                 "mj_pc", "mj_kn", d + 1);
-    line(d, "}");
+    if (a_once) {
+      line(d, "const float* const mj_a = mj_apre + (mj_i0 / " + MR + ") * mj_k * " + MR +
+                  " + mj_pc * " + MR + ";");
+      line(d, "const i64 mj_as = mj_k * " + MR + ";");
+    } else {
+      pack_operand(r, c.a_stmts, c.a, iv, t.mr, "mj_ap", "mj_kn * " + MR, "mj_i0", "mj_in",
+                   "mj_inp", "mj_pc", "mj_kn", d);
+      line(d, "const float* const mj_a = mj_ap;");
+      line(d, "const i64 mj_as = mj_kn * " + MR + ";");
+    }
+    if (b_once) {
+      line(d, "const float* const mj_b = mj_bpre + (mj_j0 / " + NR + ") * mj_k * " + NR +
+                  " + mj_pc * " + NR + ";");
+      line(d, "const i64 mj_bs = mj_k * " + NR + ";");
+    } else {
+      pack_operand(r, c.b_stmts, c.b, jv, t.nr, "mj_bp", "mj_kn * " + NR, "mj_j0", "mj_jn",
+                   "mj_jnp", "mj_pc", "mj_kn", d);
+      line(d, "const float* const mj_b = mj_bp;");
+      line(d, "const i64 mj_bs = mj_kn * " + NR + ";");
+    }
     // Each B micro-panel stays in L1 while the A panels of the block stream past it.
     line(d, "for (i64 mj_jr = 0; mj_jr < mj_jnp; mj_jr += " + NR + ")");
     line(d + 1, "for (i64 mj_ir = 0; mj_ir < mj_inp; mj_ir += " + MR + ")");
