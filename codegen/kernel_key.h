@@ -9,7 +9,7 @@
 namespace metajit {
 
 // Bump when the emitted source for the same IR changes.
-inline constexpr const char* kCodegenVersion = "cpp-6";
+inline constexpr const char* kCodegenVersion = "cpp-7";  // 7: per-target contraction schedules
 
 class KernelKeyBuilder {
  public:
