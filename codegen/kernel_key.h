@@ -9,7 +9,7 @@
 namespace metajit {
 
 // Bump when the emitted source for the same IR changes.
-inline constexpr const char* kCodegenVersion = "cpp-7";  // 7: per-target contraction schedules
+inline constexpr const char* kCodegenVersion = "cpp-8";  // 8: per-target contraction schedules
 
 class KernelKeyBuilder {
  public:
