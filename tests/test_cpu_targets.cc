@@ -10,10 +10,14 @@
 #include <string>
 
 #include "cache/cache_store.h"
+#include "cache/checksum.h"
+#include "codegen/cpp_emitter.h"
 #include "codegen/cpu_target.h"
+#include "codegen/kernel_key.h"
 #include "reference_check.h"
 #include "runtime/compiler_driver.h"
 #include "runtime/config.h"
+#include "runtime/pipeline.h"
 #include "runtime/toolchain.h"
 #include "test_support.h"
 
@@ -181,4 +185,35 @@ TEST_CASE("SELU's exp is vectorised on every width that has vector variants", "[
     CHECK(vector_calls >= 1);
     CHECK(scalar_calls <= w.floats);
   }
+}
+
+// Kernel keys do not hash the source (design.md §5): a change to what the C++ emitter writes
+// must come with a new kCodegenVersion, or caches keep serving kernels built from the old
+// source (tests included). This digest of the emitter's output for a fixed set of graphs, on
+// every target, is recorded next to the version it belongs to; when the output changes, bump
+// kCodegenVersion in codegen/kernel_key.h and record the new pair here.
+TEST_CASE("the C++ emitter's output is pinned to the codegen version", "[targets]") {
+  const char* kRecordedVersion = "cpp-8";
+  const char* kRecordedDigest = "3071a4f2f59825d4bc90d51c9f6f3d02";
+  Var a = rand({5, 7}, 1), b = rand({7, 3}, 2), x = rand({2, 3, 9, 9}, 3),
+      w = rand({4, 3, 3, 3}, 4);
+  eval({a, b, x, w});
+  const std::vector<Var> graphs = {relu(matmul(a, b) + 0.5),
+                                   conv2d(x, w, 1, 1),
+                                   softmax(a, 1),
+                                   sum(a, {0}),
+                                   sum(a, {1}),
+                                   1.05 * where(a > 0.0, a, 1.67 * exp(a) - 1.67),
+                                   max_pool2d(x, 2, 2, 1)};
+  std::string all;
+  for (const Var& g : graphs) {
+    PipelinePlan p = build_pipeline({g.node()});
+    for (const LoweredKernel& k : p.kernels)
+      for (CpuIsa isa : {CpuIsa::Portable, CpuIsa::Avx2, CpuIsa::Avx512})
+        all += emit_cpp(k.ir, CpuTarget{isa});
+  }
+  const std::string digest = xxh3_128_hex(all);
+  INFO("emitter output digest " << digest << " under " << kCodegenVersion);
+  CHECK(std::string(kCodegenVersion) == kRecordedVersion);
+  CHECK(digest == kRecordedDigest);
 }
