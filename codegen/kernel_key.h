@@ -9,7 +9,7 @@
 namespace metajit {
 
 // Bump when the emitted source for the same IR changes.
-inline constexpr const char* kCodegenVersion = "cpp-8";  // 8: per-target contraction schedules
+inline constexpr const char* kCodegenVersion = "cpp-9";  // 9: column strips four rows at a time
 
 class KernelKeyBuilder {
  public:
