@@ -6,9 +6,13 @@
 //    tanh/pow vectorise through glibc's libmvec (declared `omp declare simd`);
 //  - reductions use OpenMP SIMD (and, outside every parallel loop, parallel) reductions,
 //    float32 sums accumulating in double; a reduction over outer axes (a column sum) is
-//    interchanged into strips that run along memory;
+//    interchanged into strips that run along memory, four rows at a time;
 //  - a sum of products whose operands each miss one output loop (matmul, conv2d) gets a
-//    register-blocked schedule: a packed panel of one operand, an 8x32 tile in registers.
+//    BLIS-style schedule chosen by the target (cpu_target.h): both operands packed into
+//    panels (once per launch when they do not depend on the outer loops), cache blocks, and
+//    a micro-kernel whose register tile is the target's (AVX-512 6x64, AVX2 6x16, portable
+//    4x8); the fused epilogue runs on each finished block.
+// The source's first lines name the target and any schedule other than the plain loop nest.
 // The source includes no header at all: compile latency is a product feature (design.md §7).
 #pragma once
 #include <string>

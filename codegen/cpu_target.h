@@ -29,7 +29,8 @@ struct CpuTarget {
 
   const char* name() const;  // "avx512" | "avx2" | "portable"
   ContractionTile contraction_tile() const;
-  // One line for kernel comments and explain(): "avx512 (16-float vectors, 12x32 tile ...)".
+  // One line for kernel comments and explain(): "avx512 (16-float vectors; contraction tile
+  // 6x64, ...)".
   std::string describe() const;
 };
 

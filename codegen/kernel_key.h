@@ -9,7 +9,7 @@
 namespace metajit {
 
 // Bump when the emitted source for the same IR changes.
-inline constexpr const char* kCodegenVersion = "cpp-9";  // 9: column strips four rows at a time
+inline constexpr const char* kCodegenVersion = "cpp-10";  // 10: AVX-512 contraction tile 6x64
 
 class KernelKeyBuilder {
  public:
