@@ -7,20 +7,20 @@
 // copy/triad floor) are timed in alternating blocks, so that the noise of a shared machine
 // lands on all of them. See bench/README.md.
 #include <metajit/metajit.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
-#include <fstream>
 #include <thread>
-#include <unistd.h>
 
 #include "bench/peers.h"
 #include "bench/report.h"
-#include "runtime/toolchain.h"
 #include "bench/workloads.h"
+#include "runtime/toolchain.h"
 
 namespace {
 
@@ -131,8 +131,9 @@ int main(int argc, char** argv) {
     const char* t = std::getenv("METAJIT_BENCH_TARGET");
     const char* flags = std::getenv("METAJIT_CXXFLAGS");
     const char* ob = std::getenv("OPENBLAS_CORETYPE");
-    std::string line = "CPU: " + cpu_model() + "; metajit kernels for " + metajit::host_toolchain().target.describe() +
-                       " (--target " + (t ? t : "native") +
+    std::string line = "CPU: " + cpu_model() + "; metajit kernels for " +
+                       metajit::host_toolchain().target.describe() + " (--target " +
+                       (t ? t : "native") +
                        (flags && *flags ? ", METAJIT_CXXFLAGS=" + std::string(flags) : "") +
                        "); OpenBLAS core " + (ob && *ob ? ob : "auto") + "; Halide target " +
 #if METAJIT_BENCH_HALIDE

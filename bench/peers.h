@@ -39,6 +39,9 @@ Impl eigen_matmul(const Mat& a, const Mat& b);
 
 // --- OpenBLAS ---
 Impl openblas_sgemm(const Mat& a, const Mat& b);
+// `batch` row-major [n,k] x [k,m] products, one sgemm each (OpenBLAS's own threads in each).
+Impl openblas_batched_sgemm(const Buffer& a, const Buffer& b, int64_t batch, int64_t n, int64_t k,
+                            int64_t m);
 Impl im2col_sgemm(const Buffer& x, const Buffer& w, const ConvShape& s);  // im2col is ours
 
 // --- Halide JIT (hand schedules) ---

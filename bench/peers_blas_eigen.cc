@@ -145,6 +145,21 @@ Impl openblas_sgemm(const Mat& a, const Mat& b) {
   return im;
 }
 
+Impl openblas_batched_sgemm(const Buffer& a, const Buffer& b, int64_t batch, int64_t n, int64_t k,
+                            int64_t m) {
+  Buffer out(batch * n * m);
+  Impl im;
+  im.name = "OpenBLAS sgemm";
+  im.run = [=] {
+    for (int64_t q = 0; q < batch; ++q)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(m), int(k), 1.0f,
+                  a.data() + q * n * k, int(k), b.data() + q * k * m, int(m), 0.0f,
+                  out.data() + q * n * m, int(m));
+  };
+  im.result = [out] { return out.to_vector(); };
+  return im;
+}
+
 // col[n][(c*kh + i)*kw + j][oy*ow + ox] = x[n][c][oy*stride + i - pad][ox*stride + j - pad]
 // (0 outside), for all images in one OpenMP region; then out[n] = w[o][c*kh*kw] x col[n], one
 // sgemm per image. (Alternating OpenMP regions with OpenBLAS's own threads per image would
@@ -194,6 +209,9 @@ Impl im2col_sgemm(const Buffer& x, const Buffer& w, const ConvShape& s) {
 }
 #else
 Impl openblas_sgemm(const Mat&, const Mat&) {
+  return not_built("OpenBLAS sgemm", "OpenBLAS (libopenblas-dev)");
+}
+Impl openblas_batched_sgemm(const Buffer&, const Buffer&, int64_t, int64_t, int64_t, int64_t) {
   return not_built("OpenBLAS sgemm", "OpenBLAS (libopenblas-dev)");
 }
 Impl im2col_sgemm(const Buffer&, const Buffer&, const ConvShape&) {
