@@ -1,5 +1,6 @@
 #include "codegen/cpp_emitter.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -86,6 +87,14 @@ static void mj_give(int slot, float* q) {
 
 class CppEmitter : public CFamilyEmitter {
  public:
+  // Two output loops walked as one column dimension of a contraction: the loop just outside
+  // the column loop j, when only b reads it (conv2d: the output row, with j the output
+  // column): 8 x 56 x 56 outputs are 64 rows by 3136 columns, not 448 blocks of 64 by 56
+  // (56 padded to the tile's 64).
+  struct MergedColumns {
+    int outer_var = -1;
+  };
+
   CppEmitter(const KernelIR& ir, const CpuTarget& target)
       : CFamilyEmitter(ir, Dialect::Cpp), target_(target), tile_(target.contraction_tile()) {}
 
@@ -535,9 +544,14 @@ class CppEmitter : public CFamilyEmitter {
   void pack_operand(const KStmt& r, const std::vector<size_t>& stmts, int value,
                     const std::string& var, int pw, const std::string& dst, const std::string& ps,
                     const std::string& x0, const std::string& n, const std::string& npad,
-                    const std::string& k0, const std::string& kn, int d) {
+                    const std::string& k0, const std::string& kn, int d,
+                    const MergedColumns* merged = nullptr) {
     const std::string PW = std::to_string(pw);
     const int own = std::stoi(var.substr(1));
+    if (merged) {
+      // Where column x0 lies in (outer, inner) loop terms: one division per packing.
+      line(d, "const i64 mj_fo = (" + x0 + ") / mj_eji, mj_fi = (" + x0 + ") % mj_eji;");
+    }
     reduction_walk(r, k0, kn, d, [&](int dd) {
       // Guards (reindex's bounds and overflow conditions) test mostly values that are the same
       // for every row of the panel: those tests run once per reduction step, here, and the
@@ -548,7 +562,7 @@ class CppEmitter : public CFamilyEmitter {
         KStmt st = r.body->stmts[s];
         if (st.kind == KOp::Guard && st.cond) {
           std::vector<IndexExprPtr> fixed, varying;
-          split_conjuncts(st.cond, own, fixed, varying);
+          split_conjuncts(st.cond, own, merged ? merged->outer_var : -1, fixed, varying);
           if (!fixed.empty()) {
             const int name = kHoistedVar + hoisted++;
             IndexExprPtr f = fixed[0];
@@ -560,6 +574,36 @@ class CppEmitter : public CFamilyEmitter {
           }
         }
         body.push_back(std::move(st));
+      }
+      if (merged) {
+        // The columns are (outer, inner) pairs of two output loops, walked in pieces that stay
+        // within one inner row and one panel: inside a piece both loads and stores are
+        // contiguous, and the pieces advance without a division.
+        const std::string io = "i" + std::to_string(merged->outer_var);
+        line(dd, "i64 mj_jo = mj_fo, mj_ji = mj_fi;");
+        line(dd, "for (i64 mj_c = 0; mj_c < " + npad + ";) {");
+        line(dd + 1, "i64 mj_len = mj_eji - mj_ji;");
+        line(dd + 1, "if (" + PW + " - mj_c % " + PW + " < mj_len) mj_len = " + PW + " - mj_c % " +
+                         PW + ";");
+        line(dd + 1, "if (" + npad + " - mj_c < mj_len) mj_len = " + npad + " - mj_c;");
+        line(dd + 1, "float* const mj_dst = " + dst + " + (mj_c / " + PW + ") * (" + ps +
+                         ") + mj_kk * " + PW + " + mj_c % " + PW + ";");
+        line(dd + 1, "const i64 " + io + " = mj_jo;");
+        line(dd + 1, "#pragma omp simd");
+        line(dd + 1, "for (i64 mj_t = 0; mj_t < mj_len; ++mj_t) {");
+        line(dd + 2, "float mj_v = 0;");
+        line(dd + 2, "if (mj_c + mj_t < " + n + ") {");
+        line(dd + 3, "const i64 " + var + " = mj_ji + mj_t;");
+        for (const KStmt& st : body) stmt(st, dd + 3);
+        line(dd + 3, "mj_v = " + v(value) + ";");
+        line(dd + 2, "}");
+        line(dd + 2, "mj_dst[mj_t] = mj_v;");
+        line(dd + 1, "}");
+        line(dd + 1, "mj_c += mj_len;");
+        line(dd + 1, "mj_ji += mj_len;");
+        line(dd + 1, "if (mj_ji >= mj_eji) { mj_ji -= mj_eji; ++mj_jo; }");
+        line(dd, "}");
+        return;
       }
       line(dd, "for (i64 mj_q = 0; mj_q < " + npad + "; mj_q += " + PW + ") {");
       line(dd + 1, "float* const mj_dst = " + dst + " + (mj_q / " + PW + ") * (" + ps +
@@ -587,24 +631,38 @@ class CppEmitter : public CFamilyEmitter {
            (e.c && uses_var(*e.c, var));
   }
 
-  // The conjuncts of `cond` (an && tree) that do not read loop variable `var`, and those that do.
-  static void split_conjuncts(const IndexExprPtr& cond, int var, std::vector<IndexExprPtr>& fixed,
+  // The conjuncts of `cond` (an && tree) that read neither loop variable `var` nor `var2`, and
+  // those that do.
+  static void split_conjuncts(const IndexExprPtr& cond, int var, int var2,
+                              std::vector<IndexExprPtr>& fixed,
                               std::vector<IndexExprPtr>& varying) {
     if (cond->kind == IxKind::And) {
-      split_conjuncts(cond->a, var, fixed, varying);
-      split_conjuncts(cond->b, var, fixed, varying);
+      split_conjuncts(cond->a, var, var2, fixed, varying);
+      split_conjuncts(cond->b, var, var2, fixed, varying);
       return;
     }
-    (uses_var(*cond, var) ? varying : fixed).push_back(cond);
+    (uses_var(*cond, var) || uses_var(*cond, var2) ? varying : fixed).push_back(cond);
+  }
+
+  // The loop variables the statements computing an operand read.
+  static std::set<int> operand_vars(const KernelIR& ir, const KStmt& r,
+                                    const std::vector<size_t>& stmts) {
+    const std::vector<std::set<int>> vars = value_variables(ir);
+    std::set<int> out;
+    for (size_t s : stmts) {
+      const std::set<int>& v = vars[size_t(r.body->stmts[s].id)];
+      out.insert(v.begin(), v.end());
+    }
+    return out;
   }
 
   // Whether the statements computing an operand read no output loop but `own` (its row or
   // column variable) and the reduction's: then the operand is the same for every iteration of
   // the outer loops (conv2d's weights, a matmul without batch) and is packed once per launch.
   static bool invariant_operand(const KernelIR& ir, const KStmt& r,
-                                const std::vector<size_t>& stmts, int own) {
+                                const std::vector<size_t>& stmts, int own, int own2 = -1) {
     const std::vector<std::set<int>> vars = value_variables(ir);
-    std::set<int> allowed = {own};
+    std::set<int> allowed = {own, own2};
     for (const KLoop& l : r.loops) allowed.insert(l.var);
     for (size_t s : stmts)
       for (int x : vars[size_t(r.body->stmts[s].id)])
@@ -629,19 +687,45 @@ class CppEmitter : public CFamilyEmitter {
     const std::string MR = std::to_string(t.mr), NR = std::to_string(t.nr);
     const std::string iv = "i" + std::to_string(c.i_var), jv = "i" + std::to_string(c.j_var);
     const ContractionLoops cl = contraction_loops(ir, c);
-    const std::string ei = ix(*cl.i->extent), ej = ix(*cl.j->extent);
+    std::vector<const KLoop*> outer = cl.outer;
+    std::optional<MergedColumns> merged;
+    {
+      const std::set<int> va = operand_vars(ir, r, c.a_stmts), vb = operand_vars(ir, r, c.b_stmts);
+      size_t pj = 0;
+      while (ir.loops[pj].var != c.j_var) ++pj;
+      if (pj > 0) {
+        const int o = ir.loops[pj - 1].var;
+        if (o != c.i_var && vb.count(o) && !va.count(o)) {
+          merged = MergedColumns{o};
+          outer.erase(std::find(outer.begin(), outer.end(), &ir.loops[pj - 1]));
+        }
+      }
+    }
+    const std::string ei = ix(*cl.i->extent);
+    const std::string eji = ix(*cl.j->extent);
     const bool a_once = invariant_operand(ir, r, c.a_stmts, c.i_var);
-    const bool b_once = invariant_operand(ir, r, c.b_stmts, c.j_var);
+    const bool b_once =
+        invariant_operand(ir, r, c.b_stmts, c.j_var, merged ? merged->outer_var : -1);
+    const MergedColumns* mc = merged ? &*merged : nullptr;
     helpers_ += kScratchBuffers;
     helpers_ += micro_kernel();
     schedule_ = std::string("contraction, packed A and B panels, ") + target_.name() + " " + MR +
                 "x" + NR + " micro-kernel, blocks kc " + std::to_string(t.kc) + " mc " +
                 std::to_string(t.mc) + " nc " + std::to_string(t.nc) +
                 (a_once ? "; A packed once per launch" : "") +
-                (b_once ? "; B packed once per launch" : "");
+                (b_once ? "; B packed once per launch" : "") +
+                (merged ? "; columns span two output loops" : "");
 
     line(1, "const i64 mj_k = " + reduction_extent(r) + ";");
-    line(1, "const i64 mj_ei = " + ei + ", mj_ej = " + ej + ";");
+    if (merged) {
+      std::string eo;
+      for (const KLoop& l : ir.loops)
+        if (l.var == merged->outer_var) eo = ix(*l.extent);
+      line(1, "const i64 mj_eji = " + eji + ";");
+      line(1, "const i64 mj_ei = " + ei + ", mj_ej = " + eo + " * mj_eji;");
+    } else {
+      line(1, "const i64 mj_ei = " + ei + ", mj_ej = " + eji + ";");
+    }
     // Reduction blocks of equal length (no short last block), rows and columns per work item
     // no larger than the matrix (rounded to the tile).
     line(1, "const i64 mj_nkb = mj_k > " + std::to_string(t.kc) + " ? (mj_k + " +
@@ -678,7 +762,7 @@ class CppEmitter : public CFamilyEmitter {
                      "mj_p * " + MR, "(mj_ei - mj_p * " + MR + ")", MR, "0", "mj_k", 3);
       else
         pack_operand(r, c.b_stmts, c.b, jv, t.nr, buf + " + mj_p * mj_k * " + NR, "0",
-                     "mj_p * " + NR, "(mj_ej - mj_p * " + NR + ")", NR, "0", "mj_k", 3);
+                     "mj_p * " + NR, "(mj_ej - mj_p * " + NR + ")", NR, "0", "mj_k", 3, mc);
       line(2, "}");
       line(1, "}");
     }
@@ -692,7 +776,6 @@ class CppEmitter : public CFamilyEmitter {
     if (a_once) ready += " && (mj_apre || mj_k <= 0 || mj_eip <= 0)";
     if (b_once) ready += " && (mj_bpre || mj_k <= 0 || mj_ejp <= 0)";
     line(1, "if (" + ready + ") {");
-    const std::vector<const KLoop*>& outer = cl.outer;
     std::string w = work(ir.loops) + " * mj_k";
     // Dynamic: the blocks at the matrix's edges are smaller than the others.
     line(2, "#pragma omp parallel for collapse(" + std::to_string(outer.size() + 2) +
@@ -732,7 +815,7 @@ class CppEmitter : public CFamilyEmitter {
       line(d, "const i64 mj_bs = mj_k * " + NR + ";");
     } else {
       pack_operand(r, c.b_stmts, c.b, jv, t.nr, "mj_bp", "mj_kn * " + NR, "mj_j0", "mj_jn",
-                   "mj_jnp", "mj_pc", "mj_kn", d);
+                   "mj_jnp", "mj_pc", "mj_kn", d, mc);
       line(d, "const float* const mj_b = mj_bp;");
       line(d, "const i64 mj_bs = mj_kn * " + NR + ";");
     }
@@ -748,21 +831,40 @@ class CppEmitter : public CFamilyEmitter {
     // The epilogue: every other statement, per output element of the block.
     line(d, "for (i64 mj_r = 0; mj_r < mj_in; ++mj_r) {");
     line(d + 1, "const i64 " + iv + " = mj_i0 + mj_r;");
-    line(d + 1, "#pragma omp simd");
-    line(d + 1, "for (i64 mj_t = 0; mj_t < mj_jn; ++mj_t) {");
-    line(d + 2, "const i64 " + jv + " = mj_j0 + mj_t;");
+    int e = d + 1;
+    if (merged) {
+      // Row pieces of the merged columns, as in pack_operand: contiguous stores.
+      line(e, "i64 mj_jo = mj_j0 / mj_eji, mj_ji = mj_j0 % mj_eji;");
+      line(e, "for (i64 mj_c = 0; mj_c < mj_jn;) {");
+      line(e + 1,
+           "const i64 mj_len = (mj_eji - mj_ji) < (mj_jn - mj_c) ? (mj_eji - mj_ji) : "
+           "(mj_jn - mj_c);");
+      line(e + 1, "const i64 i" + std::to_string(merged->outer_var) + " = mj_jo;");
+      ++e;
+    }
+    line(e, "#pragma omp simd");
+    line(e,
+         std::string("for (i64 mj_t = 0; mj_t < ") + (merged ? "mj_len" : "mj_jn") + "; ++mj_t) {");
+    line(e + 1, "const i64 " + jv + " = " + (merged ? "mj_ji" : "mj_j0") + " + mj_t;");
     for (size_t s = 0; s < ir.body.stmts.size(); ++s) {
       if (levels[s] < 0) continue;
       const KStmt& st = ir.body.stmts[s];
       if (s == c.reduce_index) {
         dtypes_[st.id] = st.dtype;
-        line(d + 2, "const float " + v(st.id) + " = mj_cb[mj_r * mj_nc + mj_t];");
+        line(e + 1, std::string("const float ") + v(st.id) + " = mj_cb[mj_r * mj_nc + " +
+                        (merged ? "mj_c + " : "") + "mj_t];");
       } else {
-        stmt(st, d + 2);
+        stmt(st, e + 1);
       }
     }
-    line(d + 2, store);
-    line(d + 1, "}");
+    line(e + 1, store);
+    line(e, "}");
+    if (merged) {
+      line(e, "mj_c += mj_len;");
+      line(e, "mj_ji += mj_len;");
+      line(e, "if (mj_ji >= mj_eji) { mj_ji -= mj_eji; ++mj_jo; }");
+      line(--e, "}");
+    }
     line(d, "}");
     for (; d > 2; --d) line(d - 1, "}");
     line(2, "mj_give(2, mj_scratch);");

@@ -9,7 +9,7 @@
 namespace metajit {
 
 // Bump when the emitted source for the same IR changes.
-inline constexpr const char* kCodegenVersion = "cpp-10";  // 10: AVX-512 contraction tile 6x64
+inline constexpr const char* kCodegenVersion = "cpp-11";  // 11: contraction columns over two output loops
 
 class KernelKeyBuilder {
  public:
