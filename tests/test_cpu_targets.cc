@@ -67,8 +67,9 @@ std::vector<std::vector<Var>> contraction_cases() {
   uint64_t seed = 1;
   auto r = [&](Shape s) { return rand(s, seed++) - 0.5; };
   for (int64_t n : {1, 7, 17, 63, 65, 129})
-    for (int64_t m : {1, 17, 33, 65})
-      for (int64_t k : {1, 7, 129}) out.push_back({relu(matmul(r({n, k}), r({k, m})) + 0.25)});
+    for (int64_t m : {1, 7, 17, 63, 65, 129})
+      for (int64_t k : {1, 7, 17, 63, 65, 129})
+        out.push_back({relu(matmul(r({n, k}), r({k, m})) + 0.25)});
   out.push_back({matmul(r({150, 300}), r({300, 530}))});  // > mc rows, > kc steps, > nc columns
   out.push_back({matmul(transpose(r({65, 17}), {1, 0}), r({65, 33}))});
   out.push_back({matmul(r({3, 1, 17, 9}), r({2, 9, 33}))});  // batch broadcasting
@@ -81,6 +82,12 @@ std::vector<std::vector<Var>> contraction_cases() {
     }
   Var x = r({2, 5, 19, 13}), w = r({7, 5, 3, 3});
   out.push_back({conv2d(x, w, 1, 2, 2), conv2d(x, w, 2, 0, 1)});
+  // Columns over two output loops with B packed once: out[i,p,q] = sum_k A[i,k] * B[k,p,q].
+  for (int64_t q : {1, 5, 70}) {
+    Var a = r({9, 13}), b = r({13, 6, q});
+    const Shape s4 = {9, 13, 6, q};
+    out.push_back({sum(broadcast_to(a, s4, {2, 3}) * broadcast_to(b, s4, {0}), {1})});
+  }
   return out;
 }
 
@@ -111,6 +118,11 @@ TEST_CASE("contraction schedules of every width at awkward sizes", "[targets][ma
       CHECK(k.back().source.find("// target: " + name) != std::string::npos);
       CHECK(k.back().source.find("mj_micro(") != std::string::npos);
     }
+    // The last cases take the two-loop column path with B packed once; conv2d takes it too.
+    const std::string merged = plan(cases.back()).back().source;
+    CHECK_THAT(merged, Catch::Contains("B packed once per launch; columns span two output loops"));
+    CHECK_THAT(plan(cases[cases.size() - 5]).back().source,
+               Catch::Contains("columns span two output loops"));
     if (!w.runs) {
       WARN("this CPU cannot run " << name << " kernels: compiled only");
       compile_only(cases.front());
