@@ -178,7 +178,9 @@ std::vector<Row> run_workload(Workload& w, const Options& opt, Report& report) {
       if (r.workload == w.base && r.impl == "metajit")
         base_ratio = w.flops > 0 ? over_blas(report.rows, w.base) : r.over_floor;
     if (m) {
-      m->target = w.flops > 0 ? "/OpenBLAS within 20% of base" : "x floor within 20% of base";
+      // A compute-bound variant may beat its base's ratio (a batch of small products, where
+      // OpenBLAS pays per call): only falling more than 20% below it misses.
+      m->target = w.flops > 0 ? "/OpenBLAS >= 0.8x base's" : "x floor within 20% of base";
       if (std::isnan(base_ratio)) {
         m->measured = "base not run";
       } else {
@@ -186,7 +188,7 @@ std::vector<Row> run_workload(Workload& w, const Options& opt, Report& report) {
         char buf[64];
         std::snprintf(buf, sizeof buf, "%.2fx vs %.2fx (%+.0f%%)", mine, base_ratio, d * 100);
         m->measured = buf;
-        m->met = std::abs(d) <= 0.2;
+        m->met = w.flops > 0 ? d >= -0.2 : std::abs(d) <= 0.2;
       }
     }
   }

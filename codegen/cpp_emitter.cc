@@ -255,6 +255,23 @@ class CppEmitter : public CFamilyEmitter {
       return;
     }
     if (std::optional<RowReuse> rr = find_row_reuse(ir, levels)) {
+      if (rr->dtype == ir.output.dtype) {
+        // The row's values go straight into the output row they belong to, and the innermost
+        // loop reads them back from there (in cache) and overwrites them: the output's
+        // stores and their cache misses overlap the row's computation (softmax's exp)
+        // instead of coming after it.
+        std::vector<IndexExprPtr> row_start = out_idx;
+        row_start.back() = ix_const(0);
+        rr->in_output = "out + (" + offset("out", row_start) + ")";
+        line(1, "if " + rr->same_length + " {");
+        row_reuse_ = rr;
+        generic_map(ir, levels, level_of_value, store, 2);
+        row_reuse_.reset();
+        line(1, "} else {");
+        generic_map(ir, levels, level_of_value, store, 2);
+        line(1, "}");
+        return;
+      }
       // One scratch row per thread; without it, the plain schedule.
       line(1, "const i64 mj_rowlen = " + rr->extent + ";");
       line(1, ctype(rr->dtype) + "* mj_rows = " + rr->same_length + " ? (" + ctype(rr->dtype) +
@@ -283,6 +300,7 @@ class CppEmitter : public CFamilyEmitter {
     std::string index;                     // the innermost loop variable, "i<k>"
     std::string extent, same_length;
     DType dtype = DType::Float32;
+    std::string in_output;  // the output row's address when it serves as the row, else empty
   };
 
   // Structural text of value `id` within `b` with loop variable `var` written as "#":
@@ -423,8 +441,11 @@ class CppEmitter : public CFamilyEmitter {
       for (size_t s = 0; s < ir.body.stmts.size(); ++s) {
         if (levels[s] != lv) continue;
         if (row_reuse_ && row_reuse_->reduce_id == ir.body.stmts[s].id)
-          line(d, ctype(row_reuse_->dtype) + "* const mj_row = mj_rows + " +
-                      "(i64)omp_get_thread_num() * (mj_rowlen > 0 ? mj_rowlen : 1);");
+          line(d, ctype(row_reuse_->dtype) + "* const mj_row = " +
+                      (row_reuse_->in_output.empty()
+                           ? "mj_rows + (i64)omp_get_thread_num() * (mj_rowlen > 0 ? mj_rowlen : 1)"
+                           : row_reuse_->in_output) +
+                      ";");
         stmt(ir.body.stmts[s], d);
       }
       if (innermost) line(d, store);

@@ -9,7 +9,7 @@
 namespace metajit {
 
 // Bump when the emitted source for the same IR changes.
-inline constexpr const char* kCodegenVersion = "cpp-11";  // 11: contraction columns over two output loops
+inline constexpr const char* kCodegenVersion = "cpp-12";  // 12: row reuse in the output row
 
 class KernelKeyBuilder {
  public:
