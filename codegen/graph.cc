@@ -118,9 +118,9 @@ Graph capture_graph(const std::vector<NodePtr>& outputs) {
   return g;
 }
 
-std::string node_fingerprint(const std::vector<NodePtr>& outputs, std::vector<NodePtr>& leaves) {
-  std::string s;
-  s.reserve(512);
+void node_fingerprint(const std::vector<NodePtr>& outputs, std::string& s,
+                      std::vector<NodePtr>& leaves) {
+  s.clear();
   leaves.clear();
   walk_pending(
       outputs,
@@ -147,7 +147,6 @@ std::string node_fingerprint(const std::vector<NodePtr>& outputs, std::vector<No
         put_exprs(s, n.conditions);
       },
       [&s](int id) { put(s, int32_t(id)); });
-  return s;
 }
 
 std::string describe_op(const GNode& n) {

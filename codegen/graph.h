@@ -41,7 +41,9 @@ Graph capture_graph(const std::vector<NodePtr>& outputs);
 // dtype, shape, attributes, scalar and inputs (leaves by position, never by value), and the
 // outputs. Equal fingerprints capture to graphs that differ only in their leaves' buffers.
 // `leaves` receives what Graph::leaves would, in the same order.
-std::string node_fingerprint(const std::vector<NodePtr>& outputs, std::vector<NodePtr>& leaves);
+// Written over `fingerprint`, whose capacity is reused.
+void node_fingerprint(const std::vector<NodePtr>& outputs, std::string& fingerprint,
+                      std::vector<NodePtr>& leaves);
 
 // One-line description of a node's op, e.g. "reduce.add(axes=1)", "binary.mul", "reindex".
 std::string describe_op(const GNode& n);

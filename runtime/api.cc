@@ -2,6 +2,7 @@
 // library and the executor.
 #include "runtime/api.h"
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_set>
 
@@ -17,10 +18,16 @@ namespace {
 
 std::vector<NodePtr> pending_nodes(const std::vector<Var>& vars, const char* what) {
   std::vector<NodePtr> nodes;
-  std::unordered_set<const Node*> seen;
+  std::unordered_set<const Node*> seen;  // only for long lists: a short one is searched
   for (const Var& v : vars) {
     if (!v.defined()) throw Error(std::string(what) + ": a Var is undefined (default-constructed)");
-    if (!v.node()->realized() && seen.insert(v.node().get()).second) nodes.push_back(v.node());
+    if (v.node()->realized()) continue;
+    bool fresh;
+    if (vars.size() <= 16)
+      fresh = std::find(nodes.begin(), nodes.end(), v.node()) == nodes.end();
+    else
+      fresh = seen.insert(v.node().get()).second;
+    if (fresh) nodes.push_back(v.node());
   }
   return nodes;
 }
@@ -46,14 +53,20 @@ void eval(const std::vector<Var>& vars) {
   // A structure seen before runs its remembered program (program_cache.h). With debug logging
   // every evaluation goes the whole way, so that the log shows each pass and lookup.
   const bool remember = !log_enabled(LogLevel::Debug);
-  std::string fingerprint;
-  std::vector<NodePtr> leaves;
+  // Buffers reused by this thread's evaluations (no allocation on the fast path); the leaves
+  // are dropped before returning, so that no buffer is kept alive by them.
+  thread_local std::string fingerprint;
+  thread_local std::vector<NodePtr> leaves, program_leaves;
+  struct DropLeaves {
+    ~DropLeaves() {
+      leaves.clear();
+      program_leaves.clear();
+    }
+  } drop_leaves;
   if (remember) {
-    fingerprint = evaluation_fingerprint(nodes, dev, leaves);
+    evaluation_fingerprint(nodes, dev, fingerprint, leaves);
     if (std::shared_ptr<const CachedProgram> cached = find_program(fingerprint)) {
       count_memory_hits(cached->program.handles.size());
-      std::vector<NodePtr> program_leaves;
-      program_leaves.reserve(cached->leaf_of.size());
       for (int32_t i : cached->leaf_of) program_leaves.push_back(leaves[size_t(i)]);
       std::vector<BufferPtr> results = run_program_on(cached->program, program_leaves);
       for (size_t i = 0; i < nodes.size(); ++i) realize(*nodes[i], results[i]);

@@ -197,9 +197,10 @@ std::vector<BufferPtr> execute_plan(const Graph& g, const FusionPlan& plan,
 
 std::vector<BufferPtr> run_program_on(const ExecProgram& p, const std::vector<NodePtr>& leaves) {
   const Device device = p.device;
-  std::vector<void*> leaf_data(leaves.size());
-  std::vector<BufferPtr> leaf_buffers(leaves.size());  // alive for the run
+  SmallBuffer<void*, 16> leaf_data(leaves.size());
+  SmallBuffer<BufferPtr, 16> leaf_buffers(leaves.size());  // alive for the run
   for (size_t i = 0; i < leaves.size(); ++i) {
+    leaf_data[i] = nullptr;
     if (p.leaf_slots[i] < 0) continue;
     leaf_buffers[i] = buffer_on(*leaves[i], device);
     leaf_data[i] = leaf_buffers[i]->data();

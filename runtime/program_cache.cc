@@ -30,14 +30,13 @@ Table& table() {
 
 }  // namespace
 
-std::string evaluation_fingerprint(const std::vector<NodePtr>& outputs, Device device,
-                                   std::vector<NodePtr>& leaves) {
-  std::string s = node_fingerprint(outputs, leaves);
+void evaluation_fingerprint(const std::vector<NodePtr>& outputs, Device device, std::string& s,
+                            std::vector<NodePtr>& leaves) {
+  node_fingerprint(outputs, s, leaves);
   // reload_config() makes a new Config (the old one is kept): its address names the settings
   // (compiler, flags, opt level, shape specialisation) the programs were planned under.
   put(s, reinterpret_cast<uintptr_t>(&config()));
   put(s, uint8_t(device));
-  return s;
 }
 
 std::shared_ptr<const CachedProgram> find_program(const std::string& fingerprint) {

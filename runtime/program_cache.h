@@ -16,9 +16,10 @@
 namespace metajit {
 
 // The fingerprint of evaluating `outputs` on `device` under the current config() (graph.h's
-// node_fingerprint plus the device and the settings); `leaves` as capture_graph's.
-std::string evaluation_fingerprint(const std::vector<NodePtr>& outputs, Device device,
-                                   std::vector<NodePtr>& leaves);
+// node_fingerprint plus the device and the settings), written over `fingerprint` (a buffer the
+// caller reuses: no allocation on the dispatch path); `leaves` as capture_graph's.
+void evaluation_fingerprint(const std::vector<NodePtr>& outputs, Device device,
+                            std::string& fingerprint, std::vector<NodePtr>& leaves);
 
 // A remembered program and where its leaves are among the fingerprint's (the graph passes
 // drop leaves nothing reads, so the program's leaves are a subset).
