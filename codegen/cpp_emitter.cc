@@ -819,26 +819,22 @@ class CppEmitter : public CFamilyEmitter {
     line(d, "for (i64 mj_pc = 0; mj_pc < mj_k; mj_pc += mj_kc) {");
     ++d;
     line(d, "const i64 mj_kn = (mj_k - mj_pc) < mj_kc ? (mj_k - mj_pc) : mj_kc;");
-    // A: the block's panels, or the once-packed ones (mj_i0 is a multiple of mr).
-    if (a_once) {
-      line(d, "const float* const mj_a = mj_apre + (mj_i0 / " + MR + ") * mj_k * " + MR +
-                  " + mj_pc * " + MR + ";");
-      line(d, "const i64 mj_as = mj_k * " + MR + ";");
-    } else {
-      pack_operand(r, c.a_stmts, c.a, iv, t.mr, "mj_ap", "mj_kn * " + MR, "mj_i0", "mj_in",
-                   "mj_inp", "mj_pc", "mj_kn", d);
-      line(d, "const float* const mj_a = mj_ap;");
-      line(d, "const i64 mj_as = mj_kn * " + MR + ";");
-    }
-    if (b_once) {
-      line(d, "const float* const mj_b = mj_bpre + (mj_j0 / " + NR + ") * mj_k * " + NR +
-                  " + mj_pc * " + NR + ";");
-      line(d, "const i64 mj_bs = mj_k * " + NR + ";");
-    } else {
-      pack_operand(r, c.b_stmts, c.b, jv, t.nr, "mj_bp", "mj_kn * " + NR, "mj_j0", "mj_jn",
-                   "mj_jnp", "mj_pc", "mj_kn", d, mc);
-      line(d, "const float* const mj_b = mj_bp;");
-      line(d, "const i64 mj_bs = mj_kn * " + NR + ";");
+    // Each operand's panels for this reduction block: the once-packed ones (mj_i0 and mj_j0 are
+    // multiples of the tile), or packed here; mj_as / mj_bs is the distance between panels.
+    for (int side = 0; side < 2; ++side) {
+      const bool a = side == 0;
+      const std::string T = a ? MR : NR, name = a ? "a" : "b", x0 = a ? "mj_i0" : "mj_j0";
+      if (a ? a_once : b_once) {
+        line(d, "const float* const mj_" + name + " = mj_" + name + "pre + (" + x0 + " / " + T +
+                    ") * mj_k * " + T + " + mj_pc * " + T + ";");
+        line(d, "const i64 mj_" + name + "s = mj_k * " + T + ";");
+        continue;
+      }
+      pack_operand(r, a ? c.a_stmts : c.b_stmts, a ? c.a : c.b, a ? iv : jv, a ? t.mr : t.nr,
+                   "mj_" + name + "p", "mj_kn * " + T, x0, a ? "mj_in" : "mj_jn",
+                   a ? "mj_inp" : "mj_jnp", "mj_pc", "mj_kn", d, a ? nullptr : mc);
+      line(d, "const float* const mj_" + name + " = mj_" + name + "p;");
+      line(d, "const i64 mj_" + name + "s = mj_kn * " + T + ";");
     }
     // Each B micro-panel stays in L1 while the A panels of the block stream past it.
     line(d, "for (i64 mj_jr = 0; mj_jr < mj_jnp; mj_jr += " + NR + ")");
