@@ -697,9 +697,9 @@ class CppEmitter : public CFamilyEmitter {
   // panels of mr rows / nr columns, and the target's micro-kernel accumulates every mr x nr
   // tile of the block's sums (a per-thread buffer) from one A and one B panel. An operand that
   // does not depend on the outer loops is packed once for the whole launch instead (up to
-  // 1 GiB; past that, or without memory, the plain schedule). After the last block the rest of the
-  // kernel (the epilogue: bias, activation ...) runs on the finished sums. Without scratch memory:
-  // the plain schedule.
+  // 1 GiB). The columns may span two output loops (MergedColumns). After the last block the
+  // rest of the kernel (the epilogue: bias, activation ...) runs on the finished sums. Without
+  // scratch memory, or past 1 GiB of packed operand: the plain schedule.
   void contraction_kernel(const KernelIR& ir, const std::vector<int>& levels,
                           const std::vector<int>& level_of_value, const Contraction& c,
                           const std::string& store) {
