@@ -677,17 +677,15 @@ class CppEmitter : public CFamilyEmitter {
     return out;
   }
 
-  // Whether the statements computing an operand read no output loop but `own` (its row or
-  // column variable) and the reduction's: then the operand is the same for every iteration of
-  // the outer loops (conv2d's weights, a matmul without batch) and is packed once per launch.
-  static bool invariant_operand(const KernelIR& ir, const KStmt& r,
-                                const std::vector<size_t>& stmts, int own, int own2 = -1) {
-    const std::vector<std::set<int>> vars = value_variables(ir);
+  // Whether an operand reading the loop variables `vars` reads no output loop but `own` (its
+  // row or column variable, and `own2` for two-loop columns) and the reduction's: then it is
+  // the same for every iteration of the outer loops (conv2d's weights, a matmul without batch)
+  // and is packed once per launch.
+  static bool invariant_operand(const std::set<int>& vars, const KStmt& r, int own, int own2 = -1) {
     std::set<int> allowed = {own, own2};
     for (const KLoop& l : r.loops) allowed.insert(l.var);
-    for (size_t s : stmts)
-      for (int x : vars[size_t(r.body->stmts[s].id)])
-        if (!allowed.count(x)) return false;
+    for (int x : vars)
+      if (!allowed.count(x)) return false;
     return true;
   }
 
@@ -710,8 +708,8 @@ class CppEmitter : public CFamilyEmitter {
     const ContractionLoops cl = contraction_loops(ir, c);
     std::vector<const KLoop*> outer = cl.outer;
     std::optional<MergedColumns> merged;
+    const std::set<int> va = operand_vars(ir, r, c.a_stmts), vb = operand_vars(ir, r, c.b_stmts);
     {
-      const std::set<int> va = operand_vars(ir, r, c.a_stmts), vb = operand_vars(ir, r, c.b_stmts);
       size_t pj = 0;
       while (ir.loops[pj].var != c.j_var) ++pj;
       if (pj > 0) {
@@ -724,9 +722,8 @@ class CppEmitter : public CFamilyEmitter {
     }
     const std::string ei = ix(*cl.i->extent);
     const std::string eji = ix(*cl.j->extent);
-    const bool a_once = invariant_operand(ir, r, c.a_stmts, c.i_var);
-    const bool b_once =
-        invariant_operand(ir, r, c.b_stmts, c.j_var, merged ? merged->outer_var : -1);
+    const bool a_once = invariant_operand(va, r, c.i_var);
+    const bool b_once = invariant_operand(vb, r, c.j_var, merged ? merged->outer_var : -1);
     const MergedColumns* mc = merged ? &*merged : nullptr;
     helpers_ += kScratchBuffers;
     helpers_ += micro_kernel();
