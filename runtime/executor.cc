@@ -189,12 +189,6 @@ void run_program(const ExecProgram& p, void* const* leaf_data, BufferPtr* output
     if (p.outputs[k].leaf < 0) outputs[k] = owned[size_t(p.outputs[k].slot)];
 }
 
-std::vector<BufferPtr> execute_plan(const Graph& g, const FusionPlan& plan,
-                                    const std::vector<LoweredKernel>& kernels,
-                                    const std::vector<KernelHandle>& handles, Device device) {
-  return run_program_on(make_program(g, plan, kernels, handles, device), g.leaves);
-}
-
 std::vector<BufferPtr> run_program_on(const ExecProgram& p, const std::vector<NodePtr>& leaves) {
   const Device device = p.device;
   SmallBuffer<void*, 16> leaf_data(leaves.size());

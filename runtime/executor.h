@@ -4,9 +4,9 @@
 //
 // A plan is first flattened into an ExecProgram (slots for the stored values, one step per
 // kernel with its launch arguments copied in, the frees after each step), which run_program
-// executes. eval() builds a program and runs it once; jit() keeps one per traced signature
-// and runs it on every replay. A program is immutable once built: any number of threads may
-// run the same program at once, each call with its own buffers.
+// executes. eval() keeps one per graph structure (program_cache.h) and jit() one per traced
+// signature, each run again on every repetition. A program is immutable once built: any number of
+// threads may run the same program at once, each call with its own buffers.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -72,11 +72,5 @@ void run_program(const ExecProgram& p, void* const* leaf_data, BufferPtr* output
 // run_program with `leaves` (moved to p.device first): the Graph::leaves of the graph `p` was
 // made from, or of one with the same fingerprint (program_cache.h). One buffer per p.outputs.
 std::vector<BufferPtr> run_program_on(const ExecProgram& p, const std::vector<NodePtr>& leaves);
-
-// make_program + run_program for a plan run once on `device` (leaves are moved there first).
-// Returns one buffer per entry of g.outputs.
-std::vector<BufferPtr> execute_plan(const Graph& g, const FusionPlan& plan,
-                                    const std::vector<LoweredKernel>& kernels,
-                                    const std::vector<KernelHandle>& handles, Device device);
 
 }  // namespace metajit
