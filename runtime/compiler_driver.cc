@@ -5,6 +5,9 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -106,6 +109,22 @@ struct ReapFailedExec : bp::extend::handler {
   }
 };
 
+// A compiler outlives a process killed mid-compile: without this its linker would go on
+// writing into the dead process's staging directory while another process sweeps it, and the
+// sweep could leave it behind (seen: a SIGKILLed process's staging directory surviving the next
+// process's sweep). The child asks to be killed with its parent, and exits at once if the
+// parent is already gone (it died between fork and prctl). Linux only.
+struct DieWithParent : bp::extend::handler {
+  pid_t parent = ::getpid();
+  template <class Executor>
+  void on_exec_setup(Executor&) const {
+#ifdef __linux__
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+#endif
+  }
+};
+
 // The executable for argv[0]: a name is looked up on PATH (no shell involved), a path is used
 // as given.
 std::optional<boost::filesystem::path> resolve_executable(const std::string& name,
@@ -164,7 +183,7 @@ CompileOutcome run_one(const std::vector<std::string>& argv, double timeout_seco
     child = std::make_unique<bp::child>(bp::exe = exe->string(), bp::args = args,
                                         bp::std_in < bp::null,
                                         (bp::std_out & bp::std_err) > pipe,
-                                        group, ReapFailedExec{}, start_error);
+                                        group, ReapFailedExec{}, DieWithParent{}, start_error);
     // clang-format on
   } catch (const std::exception& e) {
     start_error = std::make_error_code(std::errc::io_error);
