@@ -1,5 +1,6 @@
 #include "codegen/kernel_spec.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <iterator>
 #include <limits>
@@ -461,6 +462,8 @@ class Reader {
       e->a = expr(j[1], p[1], depth + 1, allow_vars);
       if (op->arity > 1) e->b = expr(j[2], p[2], depth + 1, allow_vars);
       if (op->arity > 2) e->c = expr(j[3], p[3], depth + 1, allow_vars);
+      for (const IndexExprPtr* child : {&e->a, &e->b, &e->c})
+        if (*child) e->depth = std::max(e->depth, (*child)->depth + 1);
       return e;
     }
     fail(p, std::string("expected an index expression (an integer, {\"i\": var}, {\"p\": param} "

@@ -62,7 +62,7 @@ Var reshape(const Var& x, Shape shape) {
     idx[j] = e;
     stride *= std::max<int64_t>(x.shape()[j], 1);
   }
-  return reindex(x, std::move(shape), std::move(idx), 0, {});
+  return reindex_tree(x, std::move(shape), std::move(idx), 0, {});
 }
 
 Var transpose(const Var& x, std::vector<int64_t> perm) {
@@ -91,7 +91,7 @@ Var transpose(const Var& x, std::vector<int64_t> perm) {
   bool identity = true;
   for (int64_t k = 0; k < nd; ++k) identity = identity && perm[k] == k;
   if (identity) return x;
-  return reindex(x, std::move(out), std::move(idx), 0, {});
+  return reindex_tree(x, std::move(out), std::move(idx), 0, {});
 }
 
 Var matmul(const Var& a, const Var& b) {
@@ -152,7 +152,7 @@ Var conv2d(const Var& x, const Var& w, int64_t stride, int64_t padding, int64_t 
                mul(ix_var(k_axis), dilation));
   };
   DType dt = promote(x.dtype(), w.dtype());
-  Var xr = reindex(cast(x, dt), big, {ix_var(0), ix_var(2), tap(3, 5), tap(4, 6)}, 0, {});
+  Var xr = reindex_tree(cast(x, dt), big, {ix_var(0), ix_var(2), tap(3, 5), tap(4, 6)}, 0, {});
   Var wb = broadcast_to(cast(w, dt), big, {0, 3, 4});
   return sum(xr * wb, {2, 5, 6});
 }
@@ -179,8 +179,8 @@ Var max_pool2d(const Var& x, int64_t kernel, int64_t stride, int64_t padding) {
                   : x.dtype() == DType::Int32 ? double(std::numeric_limits<int32_t>::lowest())
                   : x.dtype() == DType::Int64 ? double(std::numeric_limits<int64_t>::lowest())
                                               : 0.0;
-  Var r = reindex(x, {N, C, oh, ow, kernel, kernel}, {ix_var(0), ix_var(1), tap(2, 4), tap(3, 5)},
-                  lowest, {});
+  Var r = reindex_tree(x, {N, C, oh, ow, kernel, kernel},
+                       {ix_var(0), ix_var(1), tap(2, 4), tap(3, 5)}, lowest, {});
   return max(r, {4, 5});
 }
 

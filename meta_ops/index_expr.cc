@@ -1,5 +1,6 @@
 #include "meta_ops/index_expr.h"
 
+#include <algorithm>
 #include <cctype>
 #include <limits>
 
@@ -26,6 +27,8 @@ IndexExprPtr make(IxKind k, int64_t v, IndexExprPtr a = {}, IndexExprPtr b = {},
   e->a = std::move(a);
   e->b = std::move(b);
   e->c = std::move(c);
+  for (const IndexExprPtr* child : {&e->a, &e->b, &e->c})
+    if (*child) e->depth = std::max(e->depth, (*child)->depth + 1);
   return e;
 }
 
@@ -82,7 +85,7 @@ class Parser {
     while (peek("||")) {
       need_condition("||");
       eat("||");
-      e = make(IxKind::Or, 0, e, parse_and());
+      e = checked(make(IxKind::Or, 0, e, parse_and()));
     }
     return e;
   }
@@ -91,7 +94,7 @@ class Parser {
     while (peek("&&")) {
       need_condition("&&");
       eat("&&");
-      e = make(IxKind::And, 0, e, parse_eq());
+      e = checked(make(IxKind::And, 0, e, parse_eq()));
     }
     return e;
   }
@@ -101,11 +104,11 @@ class Parser {
       if (peek("==")) {
         need_condition("==");
         eat("==");
-        e = make(IxKind::Eq, 0, e, parse_rel());
+        e = checked(make(IxKind::Eq, 0, e, parse_rel()));
       } else if (peek("!=")) {
         need_condition("!=");
         eat("!=");
-        e = make(IxKind::Ne, 0, e, parse_rel());
+        e = checked(make(IxKind::Ne, 0, e, parse_rel()));
       } else {
         return e;
       }
@@ -128,16 +131,16 @@ class Parser {
         return e;
       need_condition(tok);
       eat(tok);
-      e = make(k, 0, e, parse_add());
+      e = checked(make(k, 0, e, parse_add()));
     }
   }
   IndexExprPtr parse_add() {
     IndexExprPtr e = parse_mul();
     for (;;) {
       if (eat("+"))
-        e = make(IxKind::Add, 0, e, parse_mul());
+        e = checked(make(IxKind::Add, 0, e, parse_mul()));
       else if (eat("-"))
-        e = make(IxKind::Sub, 0, e, parse_mul());
+        e = checked(make(IxKind::Sub, 0, e, parse_mul()));
       else
         return e;
     }
@@ -160,15 +163,41 @@ class Parser {
         pos_ = at;
         fail("division by the constant 0", "a non-zero divisor");
       }
-      e = make(k, 0, e, rhs);
+      e = checked(make(k, 0, e, rhs));
     }
   }
+  // Each recursive step (a unary operator, an opening parenthesis) enters one level; the
+  // limit is checked before recursing, so "((((..." or "----...1" cannot exhaust the stack.
+  struct Level {
+    Parser& p;
+    explicit Level(Parser& parser) : p(parser) {
+      if (++p.nesting_ > kMaxIndexExprDepth) p.too_deep();
+    }
+    ~Level() { --p.nesting_; }
+  };
+  [[noreturn]] void too_deep() {
+    fail("expression nested deeper than " + std::to_string(kMaxIndexExprDepth) + " levels",
+         "a flatter expression");
+  }
+  // Chains such as "i0+i0+...+i0" are parsed by loops but still build deep trees.
+  IndexExprPtr checked(IndexExprPtr e) {
+    if (e->depth > kMaxIndexExprDepth) too_deep();
+    return e;
+  }
+
   IndexExprPtr parse_unary() {
-    if (eat("-")) return make(IxKind::Neg, 0, parse_unary());
-    if (eat("+")) return parse_unary();
+    if (eat("-")) {
+      Level level(*this);
+      return make(IxKind::Neg, 0, parse_unary());
+    }
+    if (eat("+")) {
+      Level level(*this);
+      return parse_unary();
+    }
     if (peek("!") && !peek("!=")) {
       need_condition("!");
       eat("!");
+      Level level(*this);
       return make(IxKind::Not, 0, parse_unary());
     }
     return parse_primary();
@@ -178,6 +207,7 @@ class Parser {
     if (pos_ >= s_.size()) fail("unexpected end", "a number, a name or '('");
     char c = s_[pos_];
     if (c == '(') {
+      Level level(*this);
       ++pos_;
       IndexExprPtr e = parse_or();
       if (!eat(")")) fail("missing ')'", "')'");
@@ -226,6 +256,7 @@ class Parser {
 
   std::string_view s_;
   size_t pos_ = 0;
+  int nesting_ = 0;
   int num_vars_;
   bool condition_;
   const std::string& context_;

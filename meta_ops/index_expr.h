@@ -43,12 +43,20 @@ using IndexExprPtr = std::shared_ptr<const IndexExpr>;
 struct IndexExpr {
   IxKind kind = IxKind::Const;
   int64_t value = 0;  // Const: the value; Var: k of i<k>; Param: slot number
+  int32_t depth = 1;  // nodes on the longest path to a leaf, this one included
   IndexExprPtr a, b, c;
 };
 
+// The deepest tree the parser accepts. Every pass over a tree (evaluation, printing,
+// substitution, the emitters) recurses once per level, and a worker thread's stack may be
+// 1 MB: 256 levels bound that recursion far below it, and no real index expression nests
+// more than a few levels.
+inline constexpr int kMaxIndexExprDepth = 256;
+
 // Parses `text`. `num_vars` is how many i<k> names exist (i0 .. i<num_vars-1>). With
 // `condition` true the comparison and logical operators are allowed too. `context` names
-// the op and argument for messages, e.g. "reindex: indexes[1]". Throws IndexExprError.
+// the op and argument for messages, e.g. "reindex: indexes[1]". Throws IndexExprError, also
+// for a tree deeper than kMaxIndexExprDepth (parentheses, unary operators and chains alike).
 IndexExprPtr parse_index_expr(std::string_view text, int num_vars, bool condition,
                               const std::string& context);
 

@@ -370,8 +370,8 @@ Var broadcast_to(const Var& x, Shape shape, std::vector<int64_t> dims) {
   return v;
 }
 
-Var reindex(const Var& x, Shape shape, std::vector<IndexExprPtr> indexes, double overflow_value,
-            std::vector<IndexExprPtr> overflow_conditions) {
+Var reindex_tree(const Var& x, Shape shape, std::vector<IndexExprPtr> indexes,
+                 double overflow_value, std::vector<IndexExprPtr> overflow_conditions) {
   need(x, "reindex");
   check_shape(shape, "reindex");
   if (int64_t(indexes.size()) != x.ndim())
@@ -393,13 +393,13 @@ Var reindex(const Var& x, Shape shape, std::vector<std::string> indexes, double 
   check_shape(shape, "reindex");
   int nv = int(shape.size());
   if (int64_t(indexes.size()) != x.ndim())
-    return reindex(x, shape, std::vector<IndexExprPtr>(indexes.size(), ix_const(0)), 0, {});
-  return reindex(x, shape, parse_all(indexes, nv, false, "reindex", "indexes"), overflow_value,
-                 parse_all(overflow_conditions, nv, true, "reindex", "overflow_conditions"));
+    return reindex_tree(x, shape, std::vector<IndexExprPtr>(indexes.size(), ix_const(0)), 0, {});
+  return reindex_tree(x, shape, parse_all(indexes, nv, false, "reindex", "indexes"), overflow_value,
+                      parse_all(overflow_conditions, nv, true, "reindex", "overflow_conditions"));
 }
 
-Var reindex_reduce(const Var& y, ReduceOp op, Shape shape, std::vector<IndexExprPtr> indexes,
-                   std::vector<IndexExprPtr> overflow_conditions) {
+Var reindex_reduce_tree(const Var& y, ReduceOp op, Shape shape, std::vector<IndexExprPtr> indexes,
+                        std::vector<IndexExprPtr> overflow_conditions) {
   need(y, "reindex_reduce");
   check_shape(shape, "reindex_reduce");
   if (op == ReduceOp::Mean)
@@ -424,8 +424,9 @@ Var reindex_reduce(const Var& y, ReduceOp op, Shape shape, std::vector<std::stri
   check_shape(shape, "reindex_reduce");
   int nv = int(y.ndim());
   if (indexes.size() != shape.size())
-    return reindex_reduce(y, op, shape, std::vector<IndexExprPtr>(indexes.size(), ix_const(0)), {});
-  return reindex_reduce(
+    return reindex_reduce_tree(y, op, shape, std::vector<IndexExprPtr>(indexes.size(), ix_const(0)),
+                               {});
+  return reindex_reduce_tree(
       y, op, shape, parse_all(indexes, nv, false, "reindex_reduce", "indexes"),
       parse_all(overflow_conditions, nv, true, "reindex_reduce", "overflow_conditions"));
 }

@@ -100,11 +100,14 @@ Var max(const Var& x, std::vector<int64_t> dims = {}, bool keepdims = false);
 Var min(const Var& x, std::vector<int64_t> dims = {}, bool keepdims = false);
 Var prod(const Var& x, std::vector<int64_t> dims = {}, bool keepdims = false);
 
-// Index-expression forms of reindex / reindex_reduce for callers that build trees in C++.
-Var reindex(const Var& x, Shape shape, std::vector<IndexExprPtr> indexes, double overflow_value,
-            std::vector<IndexExprPtr> overflow_conditions);
-Var reindex_reduce(const Var& y, ReduceOp op, Shape shape, std::vector<IndexExprPtr> indexes,
-                   std::vector<IndexExprPtr> overflow_conditions);
+// Expression-tree forms of reindex / reindex_reduce for callers that build trees in C++
+// (composite ops). They have their own names: as overloads of the string forms, a braced list
+// of two string literals also matched std::vector<IndexExprPtr>'s iterator-pair constructor,
+// and `reindex(x, {4, 4}, {"i0", "i1"}, 0.0, {"i0==0", "i1>=3"})` was ambiguous.
+Var reindex_tree(const Var& x, Shape shape, std::vector<IndexExprPtr> indexes,
+                 double overflow_value, std::vector<IndexExprPtr> overflow_conditions);
+Var reindex_reduce_tree(const Var& y, ReduceOp op, Shape shape, std::vector<IndexExprPtr> indexes,
+                        std::vector<IndexExprPtr> overflow_conditions);
 
 // Shape of numpy broadcasting of a and b, or ShapeError naming `op`.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);

@@ -1,6 +1,10 @@
 // The index-expression parser: grammar of design.md §3, C++ integer semantics, canonical
 // printing, and precise errors.
+#include <pthread.h>
+
 #include <catch2/catch.hpp>
+#include <string>
+#include <vector>
 
 #include "meta_ops/error.h"
 #include "meta_ops/index_expr.h"
@@ -77,4 +81,62 @@ TEST_CASE("parser errors name the context, the position and what is valid", "[in
   CHECK_THAT(msg("2i0", 2, false), Contains("malformed number"));
   CHECK_THAT(msg("i00000000", 2, false), Contains("unknown name"));
   CHECK_THAT(msg(std::string(5000, '1'), 2, false), Contains("too long"));
+}
+
+// Found by ASan and a fuzzer on the parser: inputs under the 4096-character limit used to
+// recurse once per character and overflow an 8 MB stack (and a plain build's 1 MB thread
+// stack). Each is now an IndexExprError, also when parsed on a thread with a small stack.
+TEST_CASE("nesting deeper than the limit is an error, not a stack overflow", "[index_expr]") {
+  auto repeat = [](const std::string& s, int n) {
+    std::string out;
+    for (int k = 0; k < n; ++k) out += s;
+    return out;
+  };
+  const std::vector<std::string> deep = {
+      repeat("(", 2047) + "1" + repeat(")", 2047),
+      repeat("-", 4095) + "1",
+      repeat("!", 4095) + "1",
+      repeat("-(", 1000) + "i0" + repeat(")", 1000),
+      "i0" + repeat("+i1", 1000),
+      "i0" + repeat("*i1", 1000),
+      "i0" + repeat("<i1", 1000),
+      "i0" + repeat("||i1", 1000),
+  };
+  std::vector<std::string> messages(deep.size());
+  // A 1 MB stack, as small as a worker thread's may be: unbounded recursion would crash.
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 1024 * 1024);
+  pthread_t thread;
+  struct Job {
+    const std::vector<std::string>* inputs;
+    std::vector<std::string>* messages;
+  } job{&deep, &messages};
+  auto body = [](void* arg) -> void* {
+    Job& j = *static_cast<Job*>(arg);
+    for (size_t k = 0; k < j.inputs->size(); ++k) {
+      try {
+        parse_index_expr((*j.inputs)[k], 2, true, "reindex: overflow_conditions[0]");
+        (*j.messages)[k] = "no error";
+      } catch (const IndexExprError& e) {
+        (*j.messages)[k] = e.what();
+      }
+    }
+    return nullptr;
+  };
+  REQUIRE(pthread_create(&thread, &attr, body, &job) == 0);
+  pthread_join(thread, nullptr);
+  pthread_attr_destroy(&attr);
+  for (size_t k = 0; k < deep.size(); ++k) {
+    INFO(deep[k].substr(0, 40));
+    CHECK_THAT(messages[k], Contains("nested deeper than 256 levels") &&
+                                Contains("reindex: overflow_conditions[0]"));
+  }
+
+  // Up to the limit is fine, and the tree records its depth.
+  IndexExprPtr e = parse_index_expr(repeat("(", 200) + "i0" + repeat(")", 200), 2, false, "x");
+  CHECK(e->kind == IxKind::Var);
+  IndexExprPtr chain = parse_index_expr("i0" + repeat("+i1", 200), 2, false, "x");
+  CHECK(chain->depth == 201);
+  CHECK(ix_eval(*chain, std::vector<int64_t>{5, 1}.data()) == 205);
 }

@@ -413,6 +413,59 @@ TEST_CASE("reindex_reduce: add, mul, max, min with colliding targets and conditi
   CHECK(std::isinf(mnv[4]));
 }
 
+// Jittor's call forms: braced lists of one, two and three string literals in `indexes` and
+// `overflow_conditions`, overflow_value given as a double literal or left out. A list of two
+// literals used to be ambiguous with the expression-tree overload and did not compile.
+TEST_CASE("Jittor-style reindex and reindex_reduce calls with 1, 2 and 3 strings per list",
+          "[ops][reindex]") {
+  Var v = array<float>({1, 2, 3}, {3});
+  Var m = array<float>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {4, 4});
+  Var c = reshape(arange(8, DType::Float32), {2, 2, 2});
+
+  Var one = reindex(v, {4}, {"i0-1"});
+  Var one_c1 = reindex(v, {4}, {"i0"}, 0.0, {"i0==1"});
+  Var one_c2 = reindex(v, {4}, {"i0"}, 0.0, {"i0==1", "i0==2"});
+  Var one_c3 = reindex(v, {4}, {"i0"}, -1.0, {"i0==0", "i0==1", "i0==2"});
+  Var two = reindex(m, {4, 4}, {"i0", "i1"});
+  Var two_c1 = reindex(m, {4, 4}, {"i0", "i1"}, 0.0, {"i0==0"});
+  Var two_c2 = reindex(m, {4, 4}, {"i0", "i1"}, 0.0, {"i0==0", "i1>=3"});  // the issue's call
+  Var two_c3 = reindex(m, {4, 4}, {"i1", "i0"}, 9.0, {"i0==0", "i1>=3", "i0==i1"});
+  Var three = reindex(c, {2, 2, 2}, {"i2", "i1", "i0"});
+  Var three_c2 = reindex(c, {2, 2, 2}, {"i0", "i1", "i2"}, 0.0, {"i0==1", "i2==0"});
+  Var three_c3 =
+      reindex(c, {2, 2, 2}, {"i0", "i1", "i2"}, 0.0, {"i0==1 && i1==1", "i2==5", "i1==0 && i2==1"});
+
+  Var rr1 = reindex_reduce(v, ReduceOp::Add, {1}, {"0"});
+  Var rr1_c2 = reindex_reduce(v, ReduceOp::Add, {1}, {"0"}, {"i0==0", "i0==2"});
+  Var rr2 = reindex_reduce(m, ReduceOp::Add, {2, 2}, {"i0/2", "i1/2"});
+  Var rr2_c1 = reindex_reduce(m, ReduceOp::Max, {2, 2}, {"i0/2", "i1/2"}, {"i0==3"});
+  Var rr2_c2 = reindex_reduce(m, ReduceOp::Add, {2, 2}, {"i0%2", "i1%2"}, {"i0==0", "i1==0"});
+  Var rr3 = reindex_reduce(c, ReduceOp::Add, {2, 2, 1}, {"i0", "i1", "0"});
+  Var rr3_c3 = reindex_reduce(c, ReduceOp::Add, {2, 2, 1}, {"i0", "i1", "0"},
+                              {"i0==1 && i1==1", "i2==5", "i1==0 && i2==1"});
+  check_against_reference({one, one_c1, one_c2, one_c3, two, two_c1, two_c2, two_c3, three,
+                           three_c2, three_c3, rr1, rr1_c2, rr2, rr2_c1, rr2_c2, rr3, rr3_c3});
+
+  // The documented results, by hand: any true condition, or an index outside the input, gives
+  // overflow_value (reindex) or skips the element (reindex_reduce).
+  CHECK(values_of<float>(one) == std::vector<float>{0, 1, 2, 3});
+  CHECK(values_of<float>(one_c2) == std::vector<float>{1, 0, 0, 0});
+  CHECK(values_of<float>(one_c3) == std::vector<float>{-1, -1, -1, -1});
+  std::vector<float> t = values_of<float>(two_c2);
+  CHECK(t == std::vector<float>{0, 0, 0, 0, 4, 5, 6, 0, 8, 9, 10, 0, 12, 13, 14, 0});
+  std::vector<float> u = values_of<float>(two_c3);
+  CHECK(u == std::vector<float>{9, 9, 9, 9, 1, 9, 9, 9, 2, 6, 9, 9, 3, 7, 11, 9});
+  CHECK(values_of<float>(three) == std::vector<float>{0, 4, 2, 6, 1, 5, 3, 7});
+  CHECK(values_of<float>(three_c3) == std::vector<float>{0, 0, 2, 3, 4, 0, 0, 0});
+  CHECK(values_of<float>(rr1) == std::vector<float>{6});
+  CHECK(values_of<float>(rr1_c2) == std::vector<float>{2});
+  CHECK(values_of<float>(rr2) == std::vector<float>{10, 18, 42, 50});
+  CHECK(values_of<float>(rr2_c1) == std::vector<float>{5, 7, 9, 11});
+  CHECK(values_of<float>(rr2_c2) == std::vector<float>{10, 20, 20, 40});
+  CHECK(values_of<float>(rr3) == std::vector<float>{1, 5, 9, 13});
+  CHECK(values_of<float>(rr3_c3) == std::vector<float>{0, 5, 4, 0});
+}
+
 TEST_CASE("reindex_reduce with many colliding int32 values", "[ops][reindex_reduce]") {
   // Above the kernels' 32768-iteration threshold for multi-threading.
   std::vector<int32_t> v(256 * 161);
