@@ -13,11 +13,11 @@
 
 #include "bench/workloads.h"
 
-// ---- jit() dispatch: the place for metajit::jit (api.md: `template <class F> auto jit(F)`) ----
-// Until runtime/jit_function.h exists the row says "n/a". When it lands this measures it as
+// ---- jit() dispatch: the place for metajit::jit (docs/api.md: `template <class F> auto jit(F)`)
+// ---- Until runtime/jit_function.h exists the row says "n/a". When it lands this measures it as
 // written in the contract; adjust these few lines if the landed API differs.
 #if __has_include("runtime/jit_function.h")
-#include "runtime/jit_function.h"
+#include <metajit/jit.h>
 #define METAJIT_BENCH_HAVE_JIT 1
 #else
 #define METAJIT_BENCH_HAVE_JIT 0

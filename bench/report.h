@@ -18,7 +18,7 @@ struct Row {
   double metajit_over_impl = kNaN;  // metajit's time / this impl's time (<1: metajit faster)
   double floor_seconds = kNaN;      // compulsory bytes / measured bandwidth
   double over_floor = kNaN;         // this impl's time / floor
-  std::string target, measured;     // the target for this row, and the measured value
+  std::string target, measured;     // this row's target (bench/README.md), and the measured value
   std::optional<bool> met;          // nullopt: reported only
   std::string note;                 // skipped / failed / how measured
   double max_rel_err = kNaN;

@@ -10,9 +10,9 @@
 #include <functional>
 #include <iostream>
 
+#include "base/config.h"
 #include "bench/floor.h"
 #include "bench/peers.h"
-#include "runtime/config.h"
 
 namespace bench {
 
@@ -401,7 +401,8 @@ void run_throughput(Report& report, const Options& opt) {
          [=] {
            return variant(softmax("softmax rows 4093x4099", 4093, 4099), "softmax rows 4096x4096");
          }},
-        // The matrix products the issue names: their ratio to OpenBLAS within 20% of 1024^3's.
+        // The matrix products bench/README.md names: their ratio to OpenBLAS within 20% of
+        // 1024^3's.
         {"matmul 1000^3",
          [=] { return variant(matmul("matmul 1000^3", 1000, 1000, 1000), "matmul 1024^3"); }},
         {"matmul 1023^3",

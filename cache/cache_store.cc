@@ -1,4 +1,4 @@
-// The on-disk kernel cache (design.md §6). Every write is a temp file or staging directory
+// The on-disk kernel cache (docs/design.md §6). Every write is a temp file or staging directory
 // renamed into place, every removal renames the entry aside first, and nothing inside the
 // cache is reached through a symbolic link: any process may die at any instruction, and
 // another user must not be able to slip a shared object under us.
@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <metajit/error.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -19,9 +20,8 @@
 #include <ctime>
 #include <random>
 
-#include "cache/checksum.h"
-#include "meta_ops/error.h"
-#include "runtime/log.h"
+#include "base/checksum.h"
+#include "base/log.h"
 
 namespace metajit {
 namespace {
@@ -55,12 +55,35 @@ std::string errno_text(int e) {
 struct Fd {
   int fd = -1;
   explicit Fd(int f) : fd(f) {}
+  Fd(Fd&& other) noexcept : fd(other.release()) {}
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
   ~Fd() {
     if (fd >= 0) ::close(fd);
   }
+  int release() {
+    int f = fd;
+    fd = -1;
+    return f;
+  }
 };
+
+// Opens (creating, mode 0600, never through a symlink) the lock file `path` and flocks it with
+// `op` (LOCK_EX or LOCK_SH, maybe | LOCK_NB), retrying when a signal interrupts the wait.
+// Returns the held descriptor, or fd < 0 with errno saying why (EWOULDBLOCK: held elsewhere).
+Fd lock_file(const fs::path& path, int op) {
+  Fd f(::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (f.fd < 0) return f;
+  int r;
+  while ((r = ::flock(f.fd, op)) != 0 && errno == EINTR) {
+  }
+  if (r != 0) {
+    int saved = errno;
+    ::close(f.release());
+    errno = saved;
+  }
+  return f;
+}
 
 const std::string& host_name() {
   static const std::string name = [] {
@@ -673,13 +696,8 @@ uint64_t CacheStore::sweep_stale_staging(double older_than_seconds) {
 EvictionResult CacheStore::evict(uint64_t max_bytes, bool wait) {
   EvictionResult result;
   const fs::path v1 = ensure_version_dir(root_);
-  Fd lock(::open((v1 / kEvictLock).c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
-  if (lock.fd < 0)
-    throw CacheError("cache: cannot open " + quote(v1 / kEvictLock) + ": " + errno_text(errno));
-  int r;
-  while ((r = ::flock(lock.fd, LOCK_EX | (wait ? 0 : LOCK_NB))) != 0 && errno == EINTR) {
-  }
-  if (r != 0) {
+  Fd lock = lock_file(v1 / kEvictLock, LOCK_EX | (wait ? 0 : LOCK_NB));
+  if (lock.fd < 0) {
     if (errno == EWOULDBLOCK) return result;  // someone else is evicting right now
     throw CacheError("cache: cannot lock " + quote(v1 / kEvictLock) + ": " + errno_text(errno));
   }
@@ -783,33 +801,18 @@ void CacheStore::touch(const std::string& key) {
 }
 
 void CacheStore::add_counters(const CacheCounters& d) {
-  if (!d.memory_hits && !d.disk_hits && !d.misses && !d.compiles && !d.errors && !d.evictions &&
-      d.compile_seconds == 0 && d.bytes == 0)
-    return;
+  bool any = d.compile_seconds != 0 || d.bytes != 0;
+  for (const CacheCounterField& f : kCacheCounterFields) any = any || d.*f.member != 0;
+  if (!any) return;
   try {
     const fs::path v1 = ensure_version_dir(root_);
-    Fd lock(::open((v1 / kStatsLock).c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+    Fd lock = lock_file(v1 / kStatsLock, LOCK_EX);
     if (lock.fd < 0)
-      throw CacheError("cache: cannot open " + quote(v1 / kStatsLock) + ": " + errno_text(errno));
-    while (::flock(lock.fd, LOCK_EX) != 0) {
-      if (errno != EINTR)
-        throw CacheError("cache: cannot lock " + quote(v1 / kStatsLock) + ": " + errno_text(errno));
-    }
+      throw CacheError("cache: cannot lock " + quote(v1 / kStatsLock) + ": " + errno_text(errno));
     CacheCounters c = read_counters();
-    c.memory_hits += d.memory_hits;
-    c.disk_hits += d.disk_hits;
-    c.misses += d.misses;
-    c.compiles += d.compiles;
-    c.errors += d.errors;
-    c.evictions += d.evictions;
-    c.compile_seconds += d.compile_seconds;
-    nlohmann::json j = {{"memory_hits", c.memory_hits},
-                        {"disk_hits", c.disk_hits},
-                        {"misses", c.misses},
-                        {"compiles", c.compiles},
-                        {"errors", c.errors},
-                        {"evictions", c.evictions},
-                        {"compile_seconds", c.compile_seconds}};
+    nlohmann::json j = nlohmann::json::object();
+    for (const CacheCounterField& f : kCacheCounterFields) j[f.field] = c.*f.member + d.*f.member;
+    j["compile_seconds"] = c.compile_seconds + d.compile_seconds;
     // An unknown size stays unknown: a delta on top of nothing would look like a measurement.
     if (has_size_estimate()) j[kBytesField] = std::max<int64_t>(0, c.bytes + d.bytes);
     // Statistics are not worth an fsync per kernel; a torn file after a crash reads as zeros.
@@ -823,10 +826,8 @@ void CacheStore::add_counters(const CacheCounters& d) {
 void CacheStore::set_size_estimate(uint64_t bytes) {
   try {
     const fs::path v1 = ensure_version_dir(root_);
-    Fd lock(::open((v1 / kStatsLock).c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+    Fd lock = lock_file(v1 / kStatsLock, LOCK_EX);
     if (lock.fd < 0) return;
-    while (::flock(lock.fd, LOCK_EX) != 0)
-      if (errno != EINTR) return;
     nlohmann::json j = nlohmann::json::object();
     if (std::optional<std::string> text = read_file_nofollow(v1 / kStatsFile)) {
       j = nlohmann::json::parse(*text, nullptr, false);
@@ -852,12 +853,7 @@ CacheCounters CacheStore::read_counters() const {
   if (!text) return c;
   nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (!j.is_object()) return c;
-  c.memory_hits = json_count(j, "memory_hits");
-  c.disk_hits = json_count(j, "disk_hits");
-  c.misses = json_count(j, "misses");
-  c.compiles = json_count(j, "compiles");
-  c.errors = json_count(j, "errors");
-  c.evictions = json_count(j, "evictions");
+  for (const CacheCounterField& f : kCacheCounterFields) c.*f.member = json_count(j, f.field);
   c.bytes = int64_t(json_count(j, kBytesField));
   auto it = j.find("compile_seconds");
   if (it != j.end() && it->is_number() && it->get<double>() >= 0)
@@ -870,22 +866,15 @@ CacheKeyLock CacheStore::lock_key(const std::string& key) {
   try {
     const fs::path path = private_dir(kLocksDir) / (key + ".lock");
     for (;;) {
-      int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-      if (fd < 0) return CacheKeyLock();
-      int r;
-      while ((r = ::flock(fd, LOCK_EX)) != 0 && errno == EINTR) {
-      }
-      if (r != 0) {
-        ::close(fd);
-        return CacheKeyLock();
-      }
+      Fd f = lock_file(path, LOCK_EX);
+      if (f.fd < 0) return CacheKeyLock();
       // The previous holder may have unlinked the file we waited on: then the lock is on an
       // orphan and a newcomer may already hold the path's new file. Try again.
       struct stat held, now;
-      if (::fstat(fd, &held) == 0 && ::lstat(path.c_str(), &now) == 0 &&
+      if (::fstat(f.fd, &held) == 0 && ::lstat(path.c_str(), &now) == 0 &&
           held.st_ino == now.st_ino && held.st_dev == now.st_dev)
-        return CacheKeyLock(fd, path);
-      ::close(fd);  // not ours to unlink
+        return CacheKeyLock(f.release(), path);
+      // not ours to unlink: Fd closes it
     }
   } catch (const CacheError&) {
     return CacheKeyLock();

@@ -1,4 +1,4 @@
-// The on-disk kernel cache of design.md §6:
+// The on-disk kernel cache of docs/design.md §6:
 //   <root>/v1/<k[0:2]>/<key>/{kernel.cc|kernel.cu, kernel.so, meta.json}
 // Entries are built in <root>/v1/tmp/<unique>/ and renamed into place, so a reader never sees
 // a partial entry; kernel.so is checked against the XXH3 checksum in meta.json before it is
@@ -34,6 +34,22 @@ struct CacheCounters {
   int64_t bytes = 0;
 };
 
+// The whole-number counters of CacheCounters, each once: its stats.json field, its label in
+// `metajit cache stats`, and its member. Every reader, writer and printer walks this list.
+struct CacheCounterField {
+  const char* field;
+  const char* label;
+  uint64_t CacheCounters::*member;
+};
+inline constexpr CacheCounterField kCacheCounterFields[] = {
+    {"memory_hits", "memory hits", &CacheCounters::memory_hits},
+    {"disk_hits", "disk hits", &CacheCounters::disk_hits},
+    {"misses", "misses", &CacheCounters::misses},
+    {"compiles", "compiles", &CacheCounters::compiles},
+    {"errors", "errors", &CacheCounters::errors},
+    {"evictions", "evictions", &CacheCounters::evictions},
+};
+
 // One thing `verify()` found wrong: a bad entry, or debris a dead process left behind.
 struct CacheProblem {
   std::string key;             // the entry's key; empty for debris
@@ -47,7 +63,7 @@ struct EvictionResult {
   uint64_t entries_left = 0, bytes_left = 0;
 };
 
-// Holds an exclusive flock on <root>/v1/locks/<key>.lock until destroyed (design.md §6: N
+// Holds an exclusive flock on <root>/v1/locks/<key>.lock until destroyed (docs/design.md §6: N
 // processes needing one kernel compile it once). The holder unlinks the lock file before
 // releasing it and a waiter that wakes on an unlinked file tries again, so lock files never
 // pile up. Move-only; unlocked when default-constructed.

@@ -1,10 +1,11 @@
 #include "cache/manifest.h"
 
+#include <metajit/error.h>
+
 #include <fstream>
 #include <iterator>
 
 #include "cache/cache_store.h"
-#include "meta_ops/error.h"
 
 namespace metajit {
 namespace {

@@ -1,4 +1,4 @@
-// Cache manifests (design.md §6): a JSON list of kernel specs. `metajit cache export` writes
+// Cache manifests (docs/design.md §6): a JSON list of kernel specs. `metajit cache export` writes
 // one from a cache, METAJIT_RECORD=FILE makes a program write the kernels it used, and
 // `metajit cache warm MANIFEST` compiles every kernel missing from the local cache. A manifest
 // carries specs (the fused group's IR), not source or binaries: the warming machine regenerates

@@ -1,4 +1,7 @@
-// `metajit cache ...`: look into and clean the on-disk kernel cache (design.md §6, §9).
+// `metajit cache ...`: look into and clean the on-disk kernel cache (docs/design.md §6, §9).
+#include <metajit/error.h>
+#include <metajit/runtime.h>
+
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -7,13 +10,11 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "base/config.h"
 #include "cache/cache_store.h"
 #include "cache/manifest.h"
 #include "cli/commands.h"
 #include "codegen/kernel_spec.h"
-#include "meta_ops/error.h"
-#include "runtime/config.h"
-#include "runtime/device.h"
 #include "runtime/kernel_library.h"
 
 namespace metajit::cli {
@@ -66,13 +67,8 @@ int cmd_stats(bool json) {
                         {"entries", entries.size()},
                         {"bytes", bytes},
                         {"max_bytes", config().cache_max_size},
-                        {"memory_hits", c.memory_hits},
-                        {"disk_hits", c.disk_hits},
-                        {"misses", c.misses},
-                        {"compiles", c.compiles},
-                        {"compile_seconds", c.compile_seconds},
-                        {"errors", c.errors},
-                        {"evictions", c.evictions}};
+                        {"compile_seconds", c.compile_seconds}};
+    for (const CacheCounterField& f : kCacheCounterFields) j[f.field] = c.*f.member;
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -83,13 +79,11 @@ int cmd_stats(bool json) {
   row("entries", std::to_string(entries.size()));
   row("size", human_bytes(bytes) + " (" + std::to_string(bytes) + " bytes)");
   row("size limit", human_bytes(config().cache_max_size));
-  row("memory hits", std::to_string(c.memory_hits));
-  row("disk hits", std::to_string(c.disk_hits));
-  row("misses", std::to_string(c.misses));
-  row("compiles", std::to_string(c.compiles));
-  row("compile time", fixed(c.compile_seconds, 2) + " s");
-  row("errors", std::to_string(c.errors));
-  row("evictions", std::to_string(c.evictions));
+  for (const CacheCounterField& f : kCacheCounterFields) {
+    row(f.label, std::to_string(c.*f.member));
+    if (f.member == &CacheCounters::compiles)
+      row("compile time", fixed(c.compile_seconds, 2) + " s");
+  }
   return 0;
 }
 

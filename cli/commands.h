@@ -1,4 +1,4 @@
-// The subcommands of the `metajit` command line (api.md "Command line"). Each registers itself
+// The subcommands of the `metajit` command line (docs/api.md "Command line"). Each registers itself
 // on the CLI11 app and, when chosen, leaves the work to do in `action` (run after parsing, so
 // that --cache-dir is applied first). Exit status: 0 success, 1 user error, 2 internal failure.
 #pragma once

@@ -1,6 +1,7 @@
 // `metajit doctor`: checks everything a first kernel compile depends on (compiler, target,
 // OpenMP, nvcc and the GPU, the cache directory and its disk) and says how to fix what is wrong.
 #include <dlfcn.h>
+#include <metajit/error.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -15,11 +16,10 @@
 #include <optional>
 #include <sstream>
 
+#include "base/config.h"
 #include "cache/cache_store.h"
 #include "cli/commands.h"
-#include "meta_ops/error.h"
 #include "runtime/compiler_driver.h"
-#include "runtime/config.h"
 #include "runtime/cuda_runtime.h"
 #include "runtime/cuda_toolchain.h"
 #include "runtime/toolchain.h"

@@ -1,14 +1,15 @@
 // Entry point of the `metajit` command: parses the command line with CLI11, applies
 // --cache-dir, runs the chosen subcommand and turns every failure into one line on stderr.
+#include <metajit/error.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "base/config.h"
 #include "cli/commands.h"
-#include "meta_ops/error.h"
-#include "runtime/config.h"
 
 namespace {
 

@@ -6,8 +6,11 @@
 namespace metajit {
 namespace {
 
-// Folding must give exactly what the kernel would: integers fold in wrapping int64
-// arithmetic, floats in double then rounded to the dtype. A result a double cannot hold
+// Integers fold exactly as the kernel computes them: wrapping int64 arithmetic, then the
+// dtype's wrap. Floats fold in double, then are rounded to the dtype: for + - * / and sqrt that
+// is the kernel's float32 result too, but a float32 transcendental (exp, sin, ...) folded here
+// is the correctly rounded value, while the kernel's float32 vector math is within the 4 ulp
+// the vector-math test allows (tests/test_vector_math.cc). A result a double cannot hold
 // exactly (int64 beyond 2^53) is not folded: scalars travel as doubles.
 std::optional<double> integral_result(int64_t v, DType t) {
   if (t == DType::Int32) v = int32_t(uint32_t(uint64_t(v)));  // wraps like the kernel's cast
@@ -166,10 +169,6 @@ std::optional<double> fold_cast(DType from, DType to, double v) {
   if (to == DType::Bool) return v != 0 ? 1.0 : 0.0;
   if (!is_float(from) && !is_float(to)) return integral_result(int64_t(v), to);  // wraps
   return to_dtype_value(v, to);
-}
-
-bool is_elementwise(OpKind k) {
-  return k == OpKind::Unary || k == OpKind::Binary || k == OpKind::Where || k == OpKind::Cast;
 }
 
 // Folds node `n` whose inputs are the scalars `v` (each already a value of its dtype).

@@ -214,7 +214,8 @@ class CppEmitter : public CFamilyEmitter {
                   ";");
   }
 
-  // Product of loop extents, as an expression; used to keep tiny kernels single-threaded.
+  // Product of loop extents, as an expression: the iterations of a nest (tiny kernels stay
+  // single-threaded) or the extent of a reduction.
   std::string work(const std::vector<KLoop>& loops) {
     std::string s = "1LL";
     for (const KLoop& l : loops) s += " * " + ix(*l.extent);
@@ -382,12 +383,6 @@ class CppEmitter : public CFamilyEmitter {
       }
     }
     return std::nullopt;
-  }
-
-  std::string reduction_extent(const KStmt& r) {
-    std::string kext = "1LL";
-    for (const KLoop& l : r.loops) kext += " * " + ix(*l.extent);
-    return kext;
   }
 
   void generic_map(const KernelIR& ir, const std::vector<int>& levels,
@@ -734,7 +729,7 @@ class CppEmitter : public CFamilyEmitter {
                 (b_once ? "; B packed once per launch" : "") +
                 (merged ? "; columns span two output loops" : "");
 
-    line(1, "const i64 mj_k = " + reduction_extent(r) + ";");
+    line(1, "const i64 mj_k = " + work(r.loops) + ";");
     if (merged) {
       std::string eo;
       for (const KLoop& l : ir.loops)

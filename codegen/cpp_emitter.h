@@ -13,7 +13,7 @@
 //    a micro-kernel whose register tile is the target's (AVX-512 6x64, AVX2 6x16, portable
 //    4x8); the fused epilogue runs on each finished block.
 // The source's first lines name the target and any schedule other than the plain loop nest.
-// The source includes no header at all: compile latency is a product feature (design.md §7).
+// The source includes no header at all: compile latency is a product feature (docs/design.md §7).
 #pragma once
 #include <string>
 

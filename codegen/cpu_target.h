@@ -14,7 +14,7 @@ enum class CpuIsa {
   Avx512,    // 16 floats per vector, FMA, 32 vector registers
 };
 
-// The matrix-product schedule of one ISA (design.md §4: contractions get a packed, blocked
+// The matrix-product schedule of one ISA (docs/design.md §4: contractions get a packed, blocked
 // schedule). C tiles of mr x nr sums stay in registers over kc steps of the reduction; the
 // operands are packed into panels of mr rows / nr columns; a block of mc x nc outputs per work
 // item keeps its packed A (mc x kc) and B (kc x nc) in L2 and one B micro-panel (kc x nr) in L1.

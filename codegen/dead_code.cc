@@ -2,12 +2,6 @@
 
 namespace metajit {
 
-void replace_uses(Graph& g, const std::vector<int>& replacement) {
-  for (GNode& n : g.nodes)
-    for (int& in : n.inputs) in = replacement[in];
-  for (int& o : g.outputs) o = replacement[o];
-}
-
 void eliminate_dead_code(Graph& g) {
   const int n = int(g.nodes.size());
   std::vector<bool> live(n, false);

@@ -28,11 +28,6 @@ int suffix_expansion(const GNode& b) {
   return first;
 }
 
-bool is_elementwise(const GNode& n) {
-  return n.kind == OpKind::Unary || n.kind == OpKind::Binary || n.kind == OpKind::Where ||
-         n.kind == OpKind::Cast;
-}
-
 // A row broadcast: a suffix broadcast whose value flows, through element-wise ops of its own
 // shape, only into outputs or into reductions over expanded axes. Whatever it broadcasts is
 // then invariant in the inner loops of every kernel that reads it, so the emitter computes
@@ -49,7 +44,7 @@ bool is_row_broadcast(const Graph& g, const std::vector<std::vector<int>>& consu
     todo.pop_back();
     for (int c : consumers[id]) {
       const GNode& cn = g.nodes[c];
-      if (is_elementwise(cn) && cn.shape == shape) {
+      if (is_elementwise(cn.kind) && cn.shape == shape) {
         if (!seen[c]) todo.push_back(c), seen[c] = true;
         continue;
       }

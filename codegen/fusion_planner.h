@@ -1,4 +1,4 @@
-// The fusion planner (design.md §4): decides which values are stored in memory and groups
+// The fusion planner (docs/design.md §4): decides which values are stored in memory and groups
 // everything else into the loop nest of the kernel that needs it.
 //
 // O1 rules: element-wise ops, broadcast_to and reindex are inlined into their consumer (index

@@ -97,16 +97,7 @@ Graph capture_graph(const std::vector<NodePtr>& outputs) {
       [&g](const NodePtr& node, const std::vector<int>& inputs) {
         const Node& n = *node;
         GNode gn;
-        gn.kind = n.kind;
-        gn.dtype = n.dtype;
-        gn.shape = n.shape;
-        gn.op = n.op;
-        gn.scalar = n.scalar;
-        gn.axes = n.axes;
-        gn.keepdims = n.keepdims;
-        gn.bcast = n.bcast;
-        gn.indexes = n.indexes;
-        gn.conditions = n.conditions;
+        static_cast<OpAttrs&>(gn) = static_cast<const OpAttrs&>(n);
         gn.inputs = inputs;
         if (n.kind == OpKind::Leaf) {
           gn.leaf = int(g.leaves.size());

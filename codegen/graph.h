@@ -9,20 +9,9 @@
 
 namespace metajit {
 
-struct GNode {
-  OpKind kind = OpKind::Leaf;
-  DType dtype = DType::Float32;
-  Shape shape;
+struct GNode : OpAttrs {
   std::vector<int> inputs;  // ids of earlier nodes
-  int op = 0;
-  double scalar = 0;
-  std::vector<int64_t> axes;
-  bool keepdims = false;
-  std::vector<BroadcastAxis> bcast;
-  std::vector<IndexExprPtr> indexes, conditions;
-  int leaf = -1;  // Leaf: index into Graph::leaves
-
-  int64_t numel() const { return numel_of(shape); }
+  int leaf = -1;            // Leaf: index into Graph::leaves
 };
 
 struct Graph {

@@ -15,8 +15,4 @@ void eliminate_common_subexpressions(Graph& g);
 // Drops nodes no output depends on and renumbers the rest (keeping topological order).
 void eliminate_dead_code(Graph& g);
 
-// Makes every user of node i (inputs and outputs) use replacement[i] instead; the passes call
-// it and then eliminate_dead_code() to drop what became unused.
-void replace_uses(Graph& g, const std::vector<int>& replacement);
-
 }  // namespace metajit

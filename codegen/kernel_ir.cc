@@ -1,7 +1,5 @@
 #include "codegen/kernel_ir.h"
 
-#include <nlohmann/json.hpp>
-
 namespace metajit {
 namespace {
 
@@ -97,10 +95,6 @@ std::string serialize_ir(const KernelIR& ir) {
   out += "params " + std::to_string(ir.num_params) + " scalars " + std::to_string(ir.num_scalars) +
          " vars " + std::to_string(ir.num_vars) + "\n";
   return out;
-}
-
-nlohmann::json ir_to_json(const KernelIR& ir) {
-  return nlohmann::json{{"ir", serialize_ir(ir)}, {"ops", ir.ops}};
 }
 
 }  // namespace metajit

@@ -1,15 +1,14 @@
 // Kernel IR: one fused group as a backend-neutral loop nest. It names no concrete shape or
 // scalar value: extents are Param slots and scalars are Scalar slots, filled in at launch from
-// KernelArgs. Its canonical serialisation is what the kernel key hashes and what a manifest
-// stores, so equal IR means equal source.
+// KernelArgs. Its canonical serialisation (serialize_ir) is what the kernel key hashes, so equal
+// IR means equal source; manifests store the kernel spec JSON instead (codegen/kernel_spec.h).
 #pragma once
 #include <cstdint>
 #include <memory>
-#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
-#include "meta_ops/dtype.h"
+#include "base/dtype.h"
 #include "meta_ops/index_expr.h"
 #include "meta_ops/node.h"
 
@@ -87,7 +86,6 @@ struct KernelArgs {
 
 // Canonical text of the IR (stable across processes); the kernel key hashes it.
 std::string serialize_ir(const KernelIR& ir);
-nlohmann::json ir_to_json(const KernelIR& ir);
 
 // Signature the generated function has in every backend:
 //   extern "C" void metajit_kernel(void* const* buffers /* inputs..., output */,

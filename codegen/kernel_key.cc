@@ -1,18 +1,11 @@
 #include "codegen/kernel_key.h"
 
-#include <cstdint>
-
-#include "cache/checksum.h"
+#include "base/checksum.h"
 
 namespace metajit {
 
 KernelKeyBuilder& KernelKeyBuilder::field(const std::string& label, const std::string& value) {
-  // label \0 length(8 bytes LE) value: no two different field lists produce the same bytes.
-  bytes_ += label;
-  bytes_.push_back('\0');
-  uint64_t n = value.size();
-  for (int k = 0; k < 8; ++k) bytes_.push_back(char((n >> (8 * k)) & 0xff));
-  bytes_ += value;
+  append_field(bytes_, label, value);
   return *this;
 }
 

@@ -1,4 +1,4 @@
-// The kernel key of design.md §5: XXH3-128 over labelled, length-prefixed fields (codegen
+// The kernel key of docs/design.md §5: XXH3-128 over labelled, length-prefixed fields (codegen
 // version, backend, kernel IR, toolchain identity, flags), written as 32 hex digits. Two
 // kernels share a key exactly when they would have the same source and binary.
 #pragma once

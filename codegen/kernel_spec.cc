@@ -1,5 +1,7 @@
 #include "codegen/kernel_spec.h"
 
+#include <metajit/error.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <iterator>
@@ -8,8 +10,6 @@
 #include <string>
 #include <unordered_set>
 #include <vector>
-
-#include "meta_ops/error.h"
 
 namespace metajit {
 namespace {

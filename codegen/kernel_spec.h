@@ -1,5 +1,5 @@
 // Kernel specs: a KernelIR as structured JSON and back. A spec is what meta.json and cache
-// manifests store (design.md §6), so that `metajit cache warm` and `cache verify --fix` can
+// manifests store (docs/design.md §6), so that `metajit cache warm` and `cache verify --fix` can
 // regenerate a kernel with the local code generator instead of trusting foreign source or
 // binaries. Reading is strict: anything malformed is an Error naming the field, never a crash.
 #pragma once

@@ -2,13 +2,14 @@
 // (reindex, broadcast_to, reduce, element-wise), so the fusion planner sees one pattern and
 // never a special node. matmul and conv2d become broadcast/reindex-multiply-reduce groups that
 // fuse into one kernel without materialising the [n,k,m] / 7-D product.
-#include "meta_ops/composite.h"
+#include <metajit/composite.h>
+#include <metajit/error.h>
 
 #include <algorithm>
 #include <limits>
 #include <numeric>
 
-#include "meta_ops/error.h"
+#include "meta_ops/ops.h"
 
 namespace metajit {
 namespace {

@@ -1,10 +1,10 @@
 #include "meta_ops/index_expr.h"
 
+#include <metajit/error.h>
+
 #include <algorithm>
 #include <cctype>
 #include <limits>
-
-#include "meta_ops/error.h"
 
 namespace metajit {
 namespace {

@@ -1,4 +1,4 @@
-// Integer index expressions (design.md §3): the parser for Jittor-style strings such as
+// Integer index expressions (docs/design.md §3): the parser for Jittor-style strings such as
 // "i2*2-1+i4", the expression tree, evaluation and canonical printing.
 //
 // Strings are parsed and checked, never pasted into generated source: the emitter re-prints

@@ -1,18 +1,18 @@
 // Graph nodes behind Var: one node per meta-op application. A node is "realized" once its
-// value has been computed: it then holds a buffer and drops its inputs (design.md §1).
+// value has been computed: it then holds a buffer and drops its inputs (docs/design.md §1).
 #pragma once
+#include <metajit/ops.h>  // ReduceOp (Mean: reduce() only, lowered to Add)
+
 #include <atomic>
 #include <memory>
 #include <mutex>
 #include <vector>
 
-#include "meta_ops/dtype.h"
+#include "base/buffer.h"
+#include "base/dtype.h"
 #include "meta_ops/index_expr.h"
-#include "runtime/allocator.h"
 
 namespace metajit {
-
-enum class ReduceOp { Add, Mul, Max, Min, Mean };  // Mean: reduce() only, lowered to Add
 
 enum class OpKind : uint8_t {
   Leaf,    // realized data (array(), rand(), or a node already evaluated)
@@ -72,14 +72,17 @@ const char* binary_op_name(BinaryOp op);
 const char* reduce_op_name(ReduceOp op);
 bool is_comparison(BinaryOp op);  // Eq..Ge: result Bool
 
-struct Node;
-using NodePtr = std::shared_ptr<Node>;
+// Unary, Binary, Where and Cast: one output element from the same element of each input.
+inline bool is_elementwise(OpKind k) {
+  return k == OpKind::Unary || k == OpKind::Binary || k == OpKind::Where || k == OpKind::Cast;
+}
 
-struct Node {
+// What a node computes, apart from its inputs. The lazy graph's Node and the captured graph's
+// GNode (codegen/graph.h) both carry it, so capturing copies it in one assignment.
+struct OpAttrs {
   OpKind kind = OpKind::Leaf;
   DType dtype = DType::Float32;
   Shape shape;
-  std::vector<NodePtr> inputs;
   int op = 0;                            // UnaryOp / BinaryOp / ReduceOp, by kind
   double scalar = 0;                     // Scalar: value; Reindex: overflow value
   std::vector<int64_t> axes;             // Reduce: reduced input axes (sorted); Iota: {axis}
@@ -87,13 +90,18 @@ struct Node {
   std::vector<BroadcastAxis> bcast;      // BroadcastTo
   std::vector<IndexExprPtr> indexes;     // Reindex / ReindexReduce
   std::vector<IndexExprPtr> conditions;  // Reindex / ReindexReduce overflow conditions
-  BufferPtr data;                        // Leaf: the value (row-major) on data->device()
+
+  int64_t numel() const { return numel_of(shape); }
+};
+
+struct Node : OpAttrs {
+  std::vector<NodePtr> inputs;
+  BufferPtr data;  // Leaf: the value (row-major) on data->device()
   // Leaf: a copy on the other device, made on first use there (runtime/residency.h); guarded
   // by graph_mutex().
   BufferPtr mirror;
   uint64_t id = 0;  // creation order, unique per process
 
-  int64_t numel() const { return numel_of(shape); }
   bool realized() const { return kind == OpKind::Leaf; }
 
   Node() = default;

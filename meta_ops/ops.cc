@@ -1,14 +1,14 @@
 // Graph construction for the element-wise operators and meta-ops: argument checks, shape and
-// dtype rules (design.md §3). Nothing is computed here.
+// dtype rules (docs/design.md §3). Nothing is computed here.
 #include "meta_ops/ops.h"
+
+#include <metajit/error.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
-
-#include "meta_ops/error.h"
 
 namespace metajit {
 namespace {

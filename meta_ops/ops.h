@@ -1,104 +1,19 @@
-// The meta-operators of design.md §3 and the element-wise operators: each checks its
-// arguments (ShapeError / DTypeError / IndexExprError naming the op) and returns a lazy Var.
+// Internal forms of the operators (the public ones are in <metajit/ops.h>): element-wise ops
+// by op code, reindex over expression trees, and the broadcasting rule.
 #pragma once
-#include <string>
+#include <metajit/ops.h>
+
 #include <vector>
 
-#include "meta_ops/var.h"
+#include "meta_ops/index_expr.h"
+#include "meta_ops/node.h"
 
 namespace metajit {
 
-// ---- creating ----
-Var array_from(const void* data, size_t count, DType dtype, Shape shape);
-template <class T>
-Var array(const std::vector<T>& data, Shape shape) {
-  if constexpr (std::is_same_v<T, bool>) {
-    std::vector<uint8_t> bytes(data.begin(), data.end());
-    return array_from(bytes.data(), bytes.size(), DType::Bool, std::move(shape));
-  } else {
-    return array_from(data.data(), data.size(), dtype_of<T>(), std::move(shape));
-  }
-}
-Var full(Shape shape, double value, DType dtype = DType::Float32);
-Var zeros(Shape shape, DType dtype = DType::Float32);
-Var ones(Shape shape, DType dtype = DType::Float32);
-Var arange(int64_t n, DType dtype = DType::Int32);
-Var rand(Shape shape, uint64_t seed = 0, DType dtype = DType::Float32);
-Var randn(Shape shape, uint64_t seed = 0, DType dtype = DType::Float32);
-Var scalar(double value, DType dtype);  // 0-d constant
-
-// ---- element-wise ----
 Var unary(UnaryOp op, const Var& x);
 Var binary(BinaryOp op, const Var& a, const Var& b);  // numpy broadcasting + promotion
 Var binary(BinaryOp op, const Var& a, double b);      // b takes a's dtype
 Var binary(BinaryOp op, double a, const Var& b);
-
-Var operator+(const Var& a, const Var& b);
-Var operator-(const Var& a, const Var& b);
-Var operator*(const Var& a, const Var& b);
-Var operator/(const Var& a, const Var& b);
-Var operator+(const Var& a, double b);
-Var operator-(const Var& a, double b);
-Var operator*(const Var& a, double b);
-Var operator/(const Var& a, double b);
-Var operator+(double a, const Var& b);
-Var operator-(double a, const Var& b);
-Var operator*(double a, const Var& b);
-Var operator/(double a, const Var& b);
-Var operator-(const Var& x);
-Var operator==(const Var& a, const Var& b);
-Var operator!=(const Var& a, const Var& b);
-Var operator<(const Var& a, const Var& b);
-Var operator<=(const Var& a, const Var& b);
-Var operator>(const Var& a, const Var& b);
-Var operator>=(const Var& a, const Var& b);
-Var operator==(const Var& a, double b);
-Var operator!=(const Var& a, double b);
-Var operator<(const Var& a, double b);
-Var operator<=(const Var& a, double b);
-Var operator>(const Var& a, double b);
-Var operator>=(const Var& a, double b);
-Var operator==(double a, const Var& b);
-Var operator!=(double a, const Var& b);
-Var operator<(double a, const Var& b);
-Var operator<=(double a, const Var& b);
-Var operator>(double a, const Var& b);
-Var operator>=(double a, const Var& b);
-
-Var exp(const Var& x);
-Var log(const Var& x);
-Var sqrt(const Var& x);
-Var abs(const Var& x);
-Var sin(const Var& x);
-Var cos(const Var& x);
-Var tanh(const Var& x);
-Var sigmoid(const Var& x);
-Var relu(const Var& x);
-Var floor(const Var& x);
-Var maximum(const Var& a, const Var& b);
-Var minimum(const Var& a, const Var& b);
-Var pow(const Var& a, const Var& b);
-Var maximum(const Var& a, double b);
-Var minimum(const Var& a, double b);
-Var pow(const Var& a, double b);
-Var where(const Var& cond, const Var& a, const Var& b);  // cond: non-Bool is tested != 0
-Var cast(const Var& x, DType dtype);
-Var logical_and(const Var& a, const Var& b);
-Var logical_or(const Var& a, const Var& b);
-Var logical_not(const Var& x);
-
-// ---- meta-ops ----
-Var broadcast_to(const Var& x, Shape shape, std::vector<int64_t> dims = {});
-Var reindex(const Var& x, Shape shape, std::vector<std::string> indexes, double overflow_value = 0,
-            std::vector<std::string> overflow_conditions = {});
-Var reindex_reduce(const Var& y, ReduceOp op, Shape shape, std::vector<std::string> indexes,
-                   std::vector<std::string> overflow_conditions = {});
-Var reduce(const Var& x, ReduceOp op, std::vector<int64_t> dims = {}, bool keepdims = false);
-Var sum(const Var& x, std::vector<int64_t> dims = {}, bool keepdims = false);
-Var mean(const Var& x, std::vector<int64_t> dims = {}, bool keepdims = false);
-Var max(const Var& x, std::vector<int64_t> dims = {}, bool keepdims = false);
-Var min(const Var& x, std::vector<int64_t> dims = {}, bool keepdims = false);
-Var prod(const Var& x, std::vector<int64_t> dims = {}, bool keepdims = false);
 
 // Expression-tree forms of reindex / reindex_reduce for callers that build trees in C++
 // (composite ops). They have their own names: as overloads of the string forms, a braced list

@@ -1,26 +1,22 @@
-#include "meta_ops/var.h"
+// The graph side of Var: what a handle says about its node without evaluating it. Reading
+// values (to_vector, item) evaluates, so it lives with eval() in api/var_values.cc.
+#include <metajit/var.h>
 
-#include "meta_ops/error.h"
-#include "runtime/api.h"
-#include "runtime/residency.h"
+#include "meta_ops/node.h"
 
 namespace metajit {
 
-const void* Var::realized_data(DType want, const char* what) const {
-  if (!node_) throw Error(std::string(what) + ": the Var is undefined (default-constructed)");
-  if (want != node_->dtype)
-    throw DTypeError(std::string(what) + ": the Var has dtype " + dtype_name(node_->dtype) +
-                     " but " + dtype_name(want) + " was requested (use the C++ type of " +
-                     dtype_name(node_->dtype) + ")");
-  if (!realized_acquire(*node_)) eval({*this});
-  return buffer_on(*node_, Device::CPU)->data();
+const Shape& Var::shape() const {
+  return node_->shape;
 }
-
-void Var::check_item() const {
-  if (!node_) throw Error("item: the Var is undefined (default-constructed)");
-  if (numel() != 1)
-    throw ShapeError("item: the Var has shape " + shape_str(shape()) + " (" +
-                     std::to_string(numel()) + " elements); item() needs exactly 1");
+DType Var::dtype() const {
+  return node_->dtype;
+}
+int64_t Var::ndim() const {
+  return static_cast<int64_t>(node_->shape.size());
+}
+int64_t Var::numel() const {
+  return node_->numel();
 }
 
 }  // namespace metajit

@@ -1,4 +1,4 @@
-// Compiler processes (design.md §7): Boost.Process with an argument vector, stdout+stderr read
+// Compiler processes (docs/design.md §7): Boost.Process with an argument vector, stdout+stderr read
 // from one pipe while the child runs (so a chatty compiler never blocks on a full pipe), a
 // deadline after which the whole process group is killed, and a bounded pool of parallel jobs.
 #include "runtime/compiler_driver.h"
@@ -26,7 +26,7 @@
 #include <optional>
 #include <thread>
 
-#include "runtime/log.h"
+#include "base/log.h"
 
 namespace metajit {
 namespace {

@@ -1,6 +1,6 @@
 // Runs compilers through Boost.Process: an argument vector (never a shell), stdout+stderr
 // captured, a timeout after which the compiler is killed, and many jobs in parallel with a
-// progress line on stderr (design.md §7).
+// progress line on stderr (docs/design.md §7).
 #pragma once
 #include <string>
 #include <vector>

@@ -1,6 +1,7 @@
 #include "runtime/cuda_runtime.h"
 
 #include <dlfcn.h>
+#include <metajit/error.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -10,8 +11,8 @@
 #include <new>
 #include <vector>
 
-#include "meta_ops/error.h"
-#include "runtime/config.h"
+#include "base/buffer.h"
+#include "base/config.h"
 #include "runtime/cuda_toolchain.h"
 
 namespace metajit {
@@ -229,6 +230,13 @@ const Loaded& loaded() {
       *out = config().cuda_emulate ? Loaded{new EmulatedCudaRuntime, ""} : load_real();
     } catch (const std::exception& e) {
       out->reason = e.what();
+    }
+    if (out->runtime) {
+      // Device buffers come from the base layer's caching allocator (base/buffer.h), which
+      // gets the device's memory through these; the runtime lives until the process ends.
+      static CudaRuntime* rt = out->runtime;
+      set_device_memory_source(Device::CUDA, {[](size_t bytes) { return rt->allocate(bytes); },
+                                              [](void* p) { rt->release(p); }});
     }
     return out;
   }();

@@ -1,5 +1,6 @@
 #include "runtime/cuda_toolchain.h"
 
+#include <metajit/error.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,12 +9,11 @@
 #include <memory>
 #include <mutex>
 
-#include "cache/checksum.h"
+#include "base/checksum.h"
+#include "base/config.h"
 #include "codegen/cuda_emitter.h"
 #include "codegen/cuda_emulation.h"
-#include "meta_ops/error.h"
 #include "runtime/compiler_driver.h"
-#include "runtime/config.h"
 #include "runtime/cuda_runtime.h"
 #include "runtime/toolchain.h"
 
@@ -21,10 +21,6 @@ namespace metajit {
 namespace {
 
 constexpr double kQueryTimeoutSeconds = 60;
-
-void add_field(std::string& out, const std::string& label, const std::string& value) {
-  add_identity_field(out, label, value);
-}
 
 // nvcc prints a banner first; the line naming the release is the one people recognise.
 std::string release_line(const std::string& text) {
@@ -110,18 +106,18 @@ std::filesystem::path locate_nvcc() {
 
 std::string CudaToolchain::identity() const {
   std::string out;
-  add_field(out, "codegen", kCudaCodegenVersion);
-  add_field(out, "emulated", emulated ? "1" : "0");
-  if (emulated) add_field(out, "prelude", xxh3_128_hex(kCudaEmulationPrelude));
-  add_field(out, "path", path.string());
-  add_field(out, "version", version_output);
-  add_field(out, "size", std::to_string(binary_size));
-  add_field(out, "mtime", std::to_string(binary_mtime));
-  add_field(out, "host", host_identity);
-  add_field(out, "arch", arch);
+  append_field(out, "codegen", kCudaCodegenVersion);
+  append_field(out, "emulated", emulated ? "1" : "0");
+  if (emulated) append_field(out, "prelude", xxh3_128_hex(kCudaEmulationPrelude));
+  append_field(out, "path", path.string());
+  append_field(out, "version", version_output);
+  append_field(out, "size", std::to_string(binary_size));
+  append_field(out, "mtime", std::to_string(binary_mtime));
+  append_field(out, "host", host_identity);
+  append_field(out, "arch", arch);
   std::string joined;
-  for (const std::string& f : flags) add_field(joined, "flag", f);
-  add_field(out, "flags", joined);
+  for (const std::string& f : flags) append_field(joined, "flag", f);
+  append_field(out, "flags", joined);
   return out;
 }
 
@@ -145,11 +141,11 @@ const CudaToolchain& cuda_toolchain() {
   static auto* resolved = new std::map<std::string, std::unique_ptr<CudaToolchain>>;
   const Config& c = config();
   std::string setting;
-  add_field(setting, "emulate", c.cuda_emulate ? "1" : "0");
-  add_field(setting, "nvcc", c.nvcc);
-  add_field(setting, "arch", c.cuda_arch);
-  add_field(setting, "cxx", c.cxx);
-  for (const std::string& f : c.extra_nvccflags) add_field(setting, "flag", f);
+  append_field(setting, "emulate", c.cuda_emulate ? "1" : "0");
+  append_field(setting, "nvcc", c.nvcc);
+  append_field(setting, "arch", c.cuda_arch);
+  append_field(setting, "cxx", c.cxx);
+  for (const std::string& f : c.extra_nvccflags) append_field(setting, "flag", f);
   std::lock_guard<std::mutex> lock(mu);
   auto it = resolved->find(setting);
   if (it != resolved->end()) return *it->second;

@@ -1,4 +1,4 @@
-// The CUDA toolchain, part of every CUDA kernel key (design.md §5, issue "CUDA backend"): nvcc's
+// The CUDA toolchain, part of every CUDA kernel key (docs/design.md §5): nvcc's
 // resolved path, `--version` output, size and mtime, the host compiler nvcc drives (-ccbin,
 // identified like the C++ toolchain), the target architecture (the device's, else
 // METAJIT_CUDA_ARCH, default sm_90) and the full flag list. nvcc needs no GPU: a build machine

@@ -1,11 +1,11 @@
-#include "runtime/device.h"
+#include <metajit/error.h>
+#include <metajit/runtime.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <thread>
 
-#include "meta_ops/error.h"
-#include "runtime/config.h"
+#include "base/config.h"
 #include "runtime/cuda_runtime.h"
 
 namespace metajit {
@@ -34,10 +34,6 @@ Device device() {
   int from_env = config().device == "cuda" ? int(Device::CUDA) : int(Device::CPU);
   chosen_device.compare_exchange_strong(d, from_env, std::memory_order_relaxed);
   return Device(chosen_device.load(std::memory_order_relaxed));
-}
-
-const char* device_name(Device d) {
-  return d == Device::CUDA ? "cuda" : "cpu";
 }
 
 std::string describe_device(Device d) {

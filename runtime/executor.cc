@@ -1,11 +1,12 @@
 #include "runtime/executor.h"
 
+#include <metajit/error.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <mutex>
 
-#include "meta_ops/error.h"
 #include "runtime/cuda_runtime.h"
 #include "runtime/profiler.h"
 #include "runtime/residency.h"

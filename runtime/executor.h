@@ -1,6 +1,6 @@
 // The executor: runs the kernels of one plan in dependency order, allocating each stored
 // value from the caching allocator and freeing intermediates as soon as their last reader
-// has run (design.md §8).
+// has run (docs/design.md §8).
 //
 // A plan is first flattened into an ExecProgram (slots for the stored values, one step per
 // kernel with its launch arguments copied in, the frees after each step), which run_program
@@ -66,7 +66,9 @@ ExecProgram make_program(const Graph& g, const FusionPlan& plan,
 // faults is a CudaError naming its key and ops (or, for a fault found at the end, every kernel
 // of the program: CUDA_LAUNCH_BLOCKING=1 pins it to one). Writes the buffer of each output into
 // `outputs[k]`, except outputs that are leaves (Output::leaf >= 0), which are left untouched.
-// Touches no shared state but the allocator and the stats counters.
+// Shared state it touches: the allocator (its own mutex), the stats counters (atomics), the
+// profiler when it is on, and on CUDA one process-wide launch mutex held around each launch (a
+// kernel's module-level device scratch must not interleave; cuda_launch_mutex in executor.cc).
 void run_program(const ExecProgram& p, void* const* leaf_data, BufferPtr* outputs);
 
 // run_program with `leaves` (moved to p.device first): the Graph::leaves of the graph `p` was

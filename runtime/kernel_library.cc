@@ -1,5 +1,6 @@
 #include "runtime/kernel_library.h"
 
+#include <metajit/error.h>
 #include <sys/statvfs.h>
 
 #include <algorithm>
@@ -14,18 +15,18 @@
 #include <set>
 #include <unordered_map>
 
+#include "base/checksum.h"
+#include "base/config.h"
+#include "base/log.h"
 #include "cache/cache_store.h"
 #include "cache/manifest.h"
 #include "codegen/cpp_emitter.h"
 #include "codegen/cuda_emitter.h"
 #include "codegen/kernel_key.h"
 #include "codegen/kernel_spec.h"
-#include "meta_ops/error.h"
 #include "runtime/compiler_driver.h"
-#include "runtime/config.h"
 #include "runtime/cuda_toolchain.h"
 #include "runtime/loader.h"
-#include "runtime/log.h"
 #include "runtime/runtime_stats.h"
 #include "runtime/toolchain.h"
 
@@ -352,6 +353,41 @@ std::optional<fs::path> find_or_lock(CacheStore& store, Pending& p) {
   return so;
 }
 
+// The sequence obtain_kernels and warm_kernels share: sweep the cache once per process, find
+// each key in it or lock and stage it (`use_cached(p, so)` takes a found entry; false: not
+// usable, build it again), compile and install the missing ones in parallel and hand each to
+// `use_compiled` (its `object` empty where the compile failed) before the cache is maintained
+// (an eviction cannot take a kernel before it is loaded), add the counters to the cache's
+// statistics, maintain the cache. Returns the first compile failure.
+std::optional<CompileError> find_or_compile(
+    std::vector<Pending>& pending, const Backend& backend, int jobs, bool always_show_progress,
+    bool require_writable, const std::function<bool(Pending&, const fs::path&)>& use_cached,
+    const std::function<void(Pending&)>& use_compiled, CacheCounters& delta) {
+  CacheStore store(config().cache_dir);
+  sweep_once(store);
+  if (require_writable) store.private_dir("tmp");
+  std::vector<Pending*> compiled;
+  for (Pending& p : pending) {
+    if (std::optional<fs::path> so = find_or_lock(store, p)) {
+      if (use_cached(p, *so)) continue;
+      p.lock = store.lock_key(p.key);
+    }
+    delta.misses++;
+    log_message(LogLevel::Debug, "miss " + p.key + " (" + std::to_string(p.ir->ops.size()) +
+                                     " ops: " + (p.ir->ops.empty() ? "" : p.ir->ops.front()) +
+                                     (p.ir->ops.size() > 1 ? ", ..." : "") + ")");
+    stage(p, store, backend);
+    compiled.push_back(&p);
+  }
+  std::optional<CompileError> failure;
+  if (!compiled.empty())
+    failure = compile_and_install(compiled, store, backend, jobs, always_show_progress, delta);
+  for (Pending* p : compiled) use_compiled(*p);
+  store.add_counters(delta);
+  if (!compiled.empty()) store.maintain(config().cache_max_size);
+  return failure;
+}
+
 }  // namespace
 
 std::string key_of(const KernelIR& ir, Device device) {
@@ -396,48 +432,33 @@ std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs
 
   const Backend backend = backend_for(device);
   std::vector<Pending> pending = group_by_key(irs, texts, misses, backend);
-
-  CacheStore store(config().cache_dir);
-  sweep_once(store);
   CacheCounters delta;
   delta.memory_hits = unflushed_memory_hits.exchange(0);
-  std::vector<Pending*> to_compile;
-  for (Pending& p : pending) {
-    if (std::optional<fs::path> so = find_or_lock(store, p)) {
-      try {
-        KernelHandle h{load_kernel(*so), p.key, KernelOrigin::Disk};
-        for (size_t i : p.positions) out[i] = h;
-        counters.disk_hits++;
-        delta.disk_hits++;
-        log_message(LogLevel::Debug, "disk hit " + p.key);
-        recorder().record(p.key, *p.ir, device_name(device));
-        continue;
-      } catch (const Error& e) {
-        // Verified a moment ago but gone now (evicted or cleared by another process), or not
-        // loadable here: build it again rather than fail.
-        log_message(LogLevel::Debug, "cannot load " + p.key + " (" + e.what() + "); rebuilding");
-        p.lock = store.lock_key(p.key);
-      }
+  auto load_cached = [&](Pending& p, const fs::path& so) {
+    try {
+      KernelHandle h{load_kernel(so), p.key, KernelOrigin::Disk};
+      for (size_t i : p.positions) out[i] = h;
+      counters.disk_hits++;
+      delta.disk_hits++;
+      log_message(LogLevel::Debug, "disk hit " + p.key);
+      recorder().record(p.key, *p.ir, device_name(device));
+      return true;
+    } catch (const Error& e) {
+      // Verified a moment ago but gone now (evicted or cleared by another process), or not
+      // loadable here: build it again rather than fail.
+      log_message(LogLevel::Debug, "cannot load " + p.key + " (" + e.what() + "); rebuilding");
+      return false;
     }
-    delta.misses++;
-    log_message(LogLevel::Debug, "miss " + p.key + " (" + std::to_string(p.ir->ops.size()) +
-                                     " ops: " + (p.ir->ops.empty() ? "" : p.ir->ops.front()) +
-                                     (p.ir->ops.size() > 1 ? ", ..." : "") + ")");
-    stage(p, store, backend);
-    to_compile.push_back(&p);
-  }
-
-  std::optional<CompileError> failure;
-  if (!to_compile.empty())
-    failure = compile_and_install(to_compile, store, backend, config().jobs, false, delta);
-  for (Pending* p : to_compile) {
-    if (p->object.empty()) continue;
-    KernelHandle h{load_kernel(p->object), p->key, KernelOrigin::Compiled, p->compile_seconds};
-    for (size_t i : p->positions) out[i] = h;
-    recorder().record(p->key, *p->ir, device_name(device));
-  }
-  store.add_counters(delta);
-  if (!to_compile.empty()) store.maintain(config().cache_max_size);
+  };
+  auto load_compiled = [&](Pending& p) {
+    if (p.object.empty()) return;
+    KernelHandle h{load_kernel(p.object), p.key, KernelOrigin::Compiled, p.compile_seconds};
+    for (size_t i : p.positions) out[i] = h;
+    recorder().record(p.key, *p.ir, device_name(device));
+  };
+  std::optional<CompileError> failure =
+      find_or_compile(pending, backend, config().jobs, /*always_show_progress=*/false,
+                      /*require_writable=*/false, load_cached, load_compiled, delta);
   if (failure) throw *failure;
 
   MemoryTable& t = table();
@@ -461,38 +482,37 @@ WarmSummary warm_kernels(const std::vector<KernelIR>& irs, int jobs, Device devi
   std::vector<Pending> pending = group_by_key(ptrs, texts, all, backend);
   summary.total = pending.size();
 
-  CacheStore store(config().cache_dir);
-  sweep_once(store);
-  // Warming a cache that cannot keep what it compiles would be pointless: say so.
-  store.private_dir("tmp");
   CacheCounters delta;
-  std::vector<Pending*> to_compile;
-  for (Pending& p : pending) {
-    if (find_or_lock(store, p)) {
-      summary.cached++;
-      continue;
+  auto count_cached = [&](Pending&, const fs::path&) {
+    summary.cached++;
+    return true;
+  };
+  auto count_compiled = [&](Pending& p) {
+    if (!p.object.empty()) {
+      summary.compiled++;
+    } else {
+      summary.failed++;
+      summary.failed_keys.push_back(p.key);
     }
-    delta.misses++;
-    stage(p, store, backend);
-    to_compile.push_back(&p);
-  }
-  if (!to_compile.empty()) {
-    std::optional<CompileError> failure =
-        compile_and_install(to_compile, store, backend, jobs, true, delta);
-    for (Pending* p : to_compile) {
-      if (!p->object.empty()) {
-        summary.compiled++;
-      } else {
-        summary.failed++;
-        summary.failed_keys.push_back(p->key);
-      }
-    }
-    if (failure) summary.first_failure = failure->what();
-  }
-  store.add_counters(delta);
-  if (!to_compile.empty()) store.maintain(config().cache_max_size);
+  };
+  // Warming a cache that cannot keep what it compiles would be pointless: require_writable.
+  std::optional<CompileError> failure =
+      find_or_compile(pending, backend, jobs, /*always_show_progress=*/true,
+                      /*require_writable=*/true, count_cached, count_compiled, delta);
+  if (failure) summary.first_failure = failure->what();
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
+}
+
+std::filesystem::path cache_dir() {
+  return config().cache_dir;
+}
+
+std::filesystem::path cache_entry_dir(const std::string& key) {
+  if (key.size() != 32 || !is_key_hex(key))
+    throw Error("cache_entry_dir: \"" + key.substr(0, 64) +
+                "\" is not a kernel key; expected the 32 lowercase hex digits of KernelInfo::key");
+  return CacheStore(config().cache_dir).entry_dir(key);
 }
 
 }  // namespace metajit

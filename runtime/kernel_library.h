@@ -4,12 +4,13 @@
 // evaluation compiled in parallel, installed atomically, the cache then kept under its size
 // limit). With METAJIT_RECORD=FILE it also writes the manifest of the kernels used.
 #pragma once
+#include <metajit/runtime.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "codegen/kernel_ir.h"
-#include "runtime/device.h"
 
 namespace metajit {
 

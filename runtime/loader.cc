@@ -1,10 +1,9 @@
 #include "runtime/loader.h"
 
 #include <dlfcn.h>
+#include <metajit/error.h>
 
 #include <mutex>
-
-#include "meta_ops/error.h"
 
 namespace metajit {
 

@@ -1,5 +1,7 @@
 #include "runtime/profiler.h"
 
+#include <metajit/runtime.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -8,8 +10,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "runtime/api.h"
-#include "runtime/config.h"
+#include "base/config.h"
 
 namespace metajit {
 

@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/buffer.h"
 #include "codegen/lowering.h"
-#include "runtime/allocator.h"
 #include "runtime/kernel_library.h"
 
 namespace metajit {

@@ -1,24 +1,26 @@
 #include "runtime/residency.h"
 
+#include <metajit/error.h>
+
 #include <cstring>
 #include <mutex>
 
-#include "meta_ops/error.h"
 #include "runtime/cuda_runtime.h"
 
 namespace metajit {
 
 BufferPtr copy_buffer(const Buffer& src, Device to) {
-  BufferPtr out = allocate_buffer(src.bytes(), to);
-  if (src.bytes() == 0) return out;
   if (src.device() == Device::CPU && to == Device::CPU) {
-    std::memcpy(out->data(), src.data(), src.bytes());
+    BufferPtr out = allocate_buffer(src.bytes(), to);
+    if (src.bytes()) std::memcpy(out->data(), src.data(), src.bytes());
     return out;
   }
-  CudaRuntime* rt = cuda_runtime();
+  CudaRuntime* rt = cuda_runtime();  // loads it, and with it the device's memory
   if (!rt)
     throw CudaError("moving a value to the " + std::string(device_name(to)) +
                     ": CUDA cannot be used here: " + cuda_runtime_problem());
+  BufferPtr out = allocate_buffer(src.bytes(), to);
+  if (src.bytes() == 0) return out;
   if (to == Device::CUDA && src.device() == Device::CPU)
     rt->to_device(out->data(), src.data(), src.bytes());
   else if (to == Device::CPU && src.device() == Device::CUDA)

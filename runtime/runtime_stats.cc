@@ -1,7 +1,8 @@
 #include "runtime/runtime_stats.h"
 
-#include "runtime/allocator.h"
-#include "runtime/api.h"
+#include <metajit/runtime.h>
+
+#include "base/buffer.h"
 
 namespace metajit {
 

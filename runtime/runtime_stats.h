@@ -1,4 +1,4 @@
-// Process-wide counters behind stats() (api.md): kernels launched and compiled, memory and
+// Process-wide counters behind stats() (docs/api.md): kernels launched and compiled, memory and
 // disk cache hits, compile seconds.
 #pragma once
 #include <atomic>

@@ -1,4 +1,4 @@
-// Host toolchain resolution (design.md §5, §7). Finding the compiler is cheap; asking it for
+// Host toolchain resolution (docs/design.md §5, §7). Finding the compiler is cheap; asking it for
 // `--version` and for what -march=native means costs two process starts (~50 ms), so those
 // answers are remembered on disk per (compiler binary, CPU) and a warm process spawns nothing.
 #include "runtime/toolchain.h"
@@ -22,23 +22,20 @@
 #include <cpuid.h>
 #endif
 
+#include <metajit/error.h>
+
+#include "base/checksum.h"
+#include "base/config.h"
+#include "base/log.h"
 #include "cache/cache_store.h"
-#include "cache/checksum.h"
 #include "codegen/cpu_target.h"
-#include "meta_ops/error.h"
 #include "runtime/compiler_driver.h"
-#include "runtime/config.h"
-#include "runtime/log.h"
 
 namespace metajit {
 namespace {
 
 constexpr double kQueryTimeoutSeconds = 60;
 constexpr int kToolchainFileFormat = 2;  // 2: the effective ISA ("isa")
-
-void add_field(std::string& out, const std::string& label, const std::string& value) {
-  add_identity_field(out, label, value);
-}
 
 // The CPU's identity: vendor, family/model/stepping, feature leaves and brand string. Leaf 1
 // EBX is left out: it holds the APIC id of whichever core we happen to run on.
@@ -121,12 +118,12 @@ struct BinaryFacts {
 
 std::string facts_digest(const BinaryFacts& f) {
   std::string text;
-  add_field(text, "format", std::to_string(kToolchainFileFormat));
-  add_field(text, "path", f.path.string());
-  add_field(text, "canonical", f.canonical.string());
-  add_field(text, "size", std::to_string(f.size));
-  add_field(text, "mtime", std::to_string(f.mtime_ns));
-  add_field(text, "cpu", cpu_id());
+  append_field(text, "format", std::to_string(kToolchainFileFormat));
+  append_field(text, "path", f.path.string());
+  append_field(text, "canonical", f.canonical.string());
+  append_field(text, "size", std::to_string(f.size));
+  append_field(text, "mtime", std::to_string(f.mtime_ns));
+  append_field(text, "cpu", cpu_id());
   return xxh3_128_hex(text);
 }
 
@@ -306,10 +303,6 @@ struct Resolved {
 
 }  // namespace
 
-void add_identity_field(std::string& out, const std::string& label, const std::string& value) {
-  out += label + "[" + std::to_string(value.size()) + "]=" + value + "\n";
-}
-
 std::string first_line(const std::string& text) {
   size_t start = text.find_first_not_of("\r\n \t");
   if (start == std::string::npos) return "";
@@ -319,16 +312,16 @@ std::string first_line(const std::string& text) {
 
 std::string Toolchain::identity() const {
   std::string out;
-  add_field(out, "compiler", compiler);
-  add_field(out, "path", path.string());
-  add_field(out, "version", version_output);
-  add_field(out, "size", std::to_string(binary_size));
-  add_field(out, "mtime", std::to_string(binary_mtime));
-  add_field(out, "target", resolved_target);
-  add_field(out, "isa", target.name());
+  append_field(out, "compiler", compiler);
+  append_field(out, "path", path.string());
+  append_field(out, "version", version_output);
+  append_field(out, "size", std::to_string(binary_size));
+  append_field(out, "mtime", std::to_string(binary_mtime));
+  append_field(out, "target", resolved_target);
+  append_field(out, "isa", target.name());
   std::string joined;
-  for (const std::string& f : flags) add_field(joined, "flag", f);
-  add_field(out, "flags", joined);
+  for (const std::string& f : flags) append_field(joined, "flag", f);
+  append_field(out, "flags", joined);
   return out;
 }
 
@@ -353,8 +346,8 @@ const Toolchain& host_toolchain() {
   static Resolved* resolved = new Resolved;
   const Config& c = config();
   std::string setting;
-  add_field(setting, "cxx", c.cxx);
-  for (const std::string& f : c.extra_cxxflags) add_field(setting, "flag", f);
+  append_field(setting, "cxx", c.cxx);
+  for (const std::string& f : c.extra_cxxflags) append_field(setting, "flag", f);
   std::lock_guard<std::mutex> lock(resolved->mu);
   auto it = resolved->by_setting.find(setting);
   if (it != resolved->by_setting.end()) return *it->second;

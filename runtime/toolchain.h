@@ -1,4 +1,4 @@
-// The identity of the host C++ compiler and target, part of every kernel key (design.md §5):
+// The identity of the host C++ compiler and target, part of every kernel key (docs/design.md §5):
 // resolved path, `--version` output, binary size and mtime, the features behind
 // -march=native, and the full flag list.
 #pragma once
@@ -38,8 +38,6 @@ struct Toolchain {
 // the command when the compiler cannot be found or run.
 const Toolchain& host_toolchain();
 
-// Identity text: "label[length]=value\n", so that no two field lists give the same text.
-void add_identity_field(std::string& out, const std::string& label, const std::string& value);
 // The first non-blank line of a tool's output.
 std::string first_line(const std::string& text);
 

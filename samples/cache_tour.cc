@@ -6,8 +6,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "runtime/config.h"
-
 using namespace metajit;
 namespace fs = std::filesystem;
 
@@ -19,10 +17,10 @@ int main() {
   std::printf("y = sqrt(x*x + 1) for x = 0..9 -> %.3f ... %.3f\n", y.to_vector<float>()[0],
               y.to_vector<float>()[9]);
 
-  const fs::path root = config().cache_dir;
+  const fs::path root = cache_dir();
   std::printf("cache root: %s  (METAJIT_CACHE_DIR overrides it)\n", root.c_str());
   for (const KernelInfo& k : kernels) {
-    fs::path entry = root / "v1" / k.key.substr(0, 2) / k.key;
+    fs::path entry = cache_entry_dir(k.key);
     std::printf("\nkernel %s\nentry:    %s\n", k.key.c_str(), entry.c_str());
     if (fs::exists(entry))
       for (const auto& f : fs::directory_iterator(entry))

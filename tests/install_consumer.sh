@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the built metajit into a temporary prefix, then configures, builds and runs a
-# separate project that finds it with find_package(metajit).
+# Installs the built metajit into a temporary prefix, checks that only the public headers were
+# installed, then configures, builds and runs a separate project that finds it with
+# find_package(metajit) and compiles the README's tour and every sample with -Werror.
 set -euo pipefail
 build_dir=$1
 source_dir=$2
@@ -8,9 +9,38 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build_dir" --prefix "$work/prefix" >/dev/null
 test -f "$work/prefix/include/metajit/metajit.h"
+# include/ holds metajit/*.h, the public headers of the source tree, and nothing else.
+installed=$(cd "$work/prefix/include" && find . -type f | sed 's|^\./||' | sort)
+public=$(cd "$source_dir/include" && find . -type f | sed 's|^\./||' | sort)
+if [ "$installed" != "$public" ]; then
+  echo "installed include/ differs from the public headers:" >&2
+  diff <(echo "$public") <(echo "$installed") >&2 || true
+  exit 1
+fi
 test -x "$work/prefix/bin/metajit"
+# The README's tour as written there: its includes on top, the rest inside main().
+tour=$(awk '/^## A tour of the API/ {s=1} s && /^```cpp/ {c=1; next} c && /^```/ {exit} c' \
+       "$source_dir/README.md")
+[ -n "$tour" ] || { echo "README.md: no C++ block under '## A tour of the API'" >&2; exit 1; }
+{
+  echo "// Generated from README.md's tour by tests/install_consumer.sh."
+  echo "#include <iostream>"
+  echo "#include <string>"
+  echo "#include <vector>"
+  grep -E '^(#include|using namespace)' <<<"$tour"
+  echo "int main() {"
+  grep -vE '^(#include|using namespace)' <<<"$tour"
+  echo "  return 0;"
+  echo "}"
+} >"$work/readme_tour.cc"
 cmake -S "$source_dir/tests/consumer" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" \
+      -DMETAJIT_SOURCE_DIR="$source_dir" -DMETAJIT_README_TOUR="$work/readme_tour.cc" \
       -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$work/build" -j 2 >/dev/null
+if ! cmake --build "$work/build" -j 2 >"$work/build.log" 2>&1; then
+  cat "$work/build.log" >&2
+  exit 1
+fi
 "$work/build/consumer"
+"$work/build/readme_tour" >/dev/null
+echo "consumer: README tour and $(ls "$work/build" | grep -c '^sample_') samples built with -Werror"
 "$work/prefix/bin/metajit" --version

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "meta_ops/reference_interpreter.h"
+#include "support/reference_interpreter.h"
 
 namespace metajit_test_detail {
 

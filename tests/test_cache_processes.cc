@@ -1,4 +1,4 @@
-// The kernel cache under real use (design.md §6): many processes at once, processes killed at
+// The kernel cache under real use (docs/design.md §6): many processes at once, processes killed at
 // random moments, corrupted entries, export and warm, eviction, read-only, full and unsafe
 // cache directories. Each case runs tests/programs/many_kernels_program (N distinct kernels,
 // every value checked against the reference interpreter) and the `metajit` CLI as separate

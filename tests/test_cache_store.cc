@@ -1,8 +1,9 @@
-// The on-disk cache (cache/cache_store.h, design.md §6): atomic install, verification on find,
+// The on-disk cache (cache/cache_store.h, docs/design.md §6): atomic install, verification on find,
 // removal of bad entries, concurrent installs, staging sweep, key prefixes, counters, eviction
 // by age, permissions and symlinks. Entries hold a real shared object built by the host compiler.
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <metajit/error.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,9 +17,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "base/checksum.h"
 #include "cache/cache_store.h"
-#include "cache/checksum.h"
-#include "meta_ops/error.h"
 #include "runtime/compiler_driver.h"
 #include "runtime/toolchain.h"
 #include "test_support.h"

@@ -1,4 +1,4 @@
-// The `metajit` command (api.md "Command line"): every subcommand, its output, and that every
+// The `metajit` command (docs/api.md "Command line"): every subcommand, its output, and that every
 // mistake becomes exactly one "metajit: ..." line on stderr with exit status 1 (2 for internal
 // failures). The binary runs as a separate process against a private --cache-dir.
 #include <sys/wait.h>
@@ -11,8 +11,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "base/checksum.h"
 #include "cache/cache_store.h"
-#include "cache/checksum.h"
 #include "runtime/compiler_driver.h"
 #include "runtime/toolchain.h"
 #include "test_support.h"

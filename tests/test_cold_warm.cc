@@ -38,7 +38,7 @@ TEST_CASE("a second process compiles nothing", "[cache][process]") {
   CHECK(warm.disk_hits == cold.compiled);
   CHECK(warm.launched == cold.launched);
   CHECK(warm.checksum == cold.checksum);
-  // The entries are on disk where design.md §6 says.
+  // The entries are on disk where docs/design.md §6 says.
   size_t entries = 0;
   for (const auto& shard : std::filesystem::directory_iterator(dir.path() / "v1")) {
     if (shard.path().filename().string().size() != 2) continue;

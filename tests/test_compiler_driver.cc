@@ -1,6 +1,7 @@
 // The compiler driver (runtime/compiler_driver.h) and the host toolchain (runtime/toolchain.h):
 // output capture, exit codes, missing programs, timeouts, parallel batches, and resolving and
 // identifying the C++ compiler.
+#include <metajit/error.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -13,9 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "meta_ops/error.h"
+#include "base/config.h"
 #include "runtime/compiler_driver.h"
-#include "runtime/config.h"
 #include "runtime/toolchain.h"
 #include "test_support.h"
 

@@ -9,15 +9,15 @@
 #include <sstream>
 #include <string>
 
+#include "base/checksum.h"
+#include "base/config.h"
 #include "cache/cache_store.h"
-#include "cache/checksum.h"
 #include "codegen/cpp_emitter.h"
 #include "codegen/cpu_target.h"
 #include "codegen/kernel_key.h"
+#include "codegen/pipeline.h"
 #include "reference_check.h"
 #include "runtime/compiler_driver.h"
-#include "runtime/config.h"
-#include "runtime/pipeline.h"
 #include "runtime/toolchain.h"
 #include "test_support.h"
 
@@ -159,7 +159,7 @@ TEST_CASE("SELU's exp is vectorised on every width that has vector variants", "[
   for (const Width& w : widths()) {
     if (w.isa == CpuIsa::Portable)
       continue;  // SSE2: glibc has vector variants, but keep to
-                 // the widths the issue names
+                 // both vector widths and the portable path
     ScopedEnv flags("METAJIT_CXXFLAGS", w.flags);
     INFO(w.flags);
     Var x = randn({1000}, 3);
@@ -199,7 +199,7 @@ TEST_CASE("SELU's exp is vectorised on every width that has vector variants", "[
   }
 }
 
-// Kernel keys do not hash the source (design.md §5): a change to what the C++ emitter writes
+// Kernel keys do not hash the source (docs/design.md §5): a change to what the C++ emitter writes
 // must come with a new kCodegenVersion, or caches keep serving kernels built from the old
 // source (tests included). This digest of the emitter's output for a fixed set of graphs, on
 // every target, is recorded next to the version it belongs to; when the output changes, bump

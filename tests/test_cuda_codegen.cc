@@ -12,12 +12,12 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "base/config.h"
 #include "cache/cache_store.h"
 #include "codegen/cuda_emitter.h"
-#include "runtime/config.h"
+#include "codegen/pipeline.h"
 #include "runtime/cuda_toolchain.h"
 #include "runtime/kernel_library.h"
-#include "runtime/pipeline.h"
 #include "test_support.h"
 
 using namespace metajit;

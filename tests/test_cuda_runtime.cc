@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "cache/manifest.h"
+#include "meta_ops/node.h"
 #include "reference_check.h"
 #include "runtime/cuda_runtime.h"
 #include "test_support.h"

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "meta_ops/node.h"
 #include "reference_check.h"
 
 using namespace metajit;

@@ -1,12 +1,12 @@
-// The index-expression parser: grammar of design.md §3, C++ integer semantics, canonical
+// The index-expression parser: grammar of docs/design.md §3, C++ integer semantics, canonical
 // printing, and precise errors.
+#include <metajit/error.h>
 #include <pthread.h>
 
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
-#include "meta_ops/error.h"
 #include "meta_ops/index_expr.h"
 
 using namespace metajit;

@@ -1,5 +1,5 @@
-// jit(fn): trace once per signature, replay afterwards (design.md §8). Replays must equal eager
-// evaluation and the reference interpreter, never trace or compile again, retrace on a new
+// jit(fn): trace once per signature, replay afterwards (docs/design.md §8). Replays must equal
+// eager evaluation and the reference interpreter, never trace or compile again, retrace on a new
 // dtype or shape (with one warning past METAJIT_RETRACE_WARN), work from several threads and
 // with lazy arguments, and report undefined Vars.
 #include <fcntl.h>
@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "meta_ops/node.h"
 #include "reference_check.h"
 #include "test_support.h"
 

@@ -14,7 +14,8 @@
 
 #include "codegen/cpp_emitter.h"
 #include "codegen/kernel_spec.h"
-#include "runtime/pipeline.h"
+#include "codegen/pipeline.h"
+#include "meta_ops/ops.h"
 #include "test_support.h"
 
 using namespace metajit;

@@ -8,14 +8,15 @@
 // used, or a suite that needs nvcc (METAJIT_TEST_NEEDS_NVCC) where there is none, exits 77,
 // which CTest reports as skipped (SKIP_RETURN_CODE), saying why: never a silent pass.
 #define CATCH_CONFIG_RUNNER
+#include <metajit/runtime.h>
+
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
-#include "runtime/config.h"
+#include "base/config.h"
 #include "runtime/cuda_toolchain.h"
-#include "runtime/device.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // Every op, dtype and broadcasting case, compiled and compared with the reference interpreter
 // (tests/reference_check.h), plus hand-computed values where the reference itself could share
-// a misunderstanding of the contract (design.md §3).
+// a misunderstanding of the contract (docs/design.md §3).
 //
 // Compile time matters: each distinct kernel costs a g++ run. Keys do not depend on values
 // or shapes, so special values reuse the kernels of ordinary ones, and many ops are checked
@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "base/config.h"
 #include "reference_check.h"
-#include "runtime/config.h"
 #include "test_support.h"
 
 using namespace metajit;
@@ -428,7 +428,7 @@ TEST_CASE("Jittor-style reindex and reindex_reduce calls with 1, 2 and 3 strings
   Var one_c3 = reindex(v, {4}, {"i0"}, -1.0, {"i0==0", "i0==1", "i0==2"});
   Var two = reindex(m, {4, 4}, {"i0", "i1"});
   Var two_c1 = reindex(m, {4, 4}, {"i0", "i1"}, 0.0, {"i0==0"});
-  Var two_c2 = reindex(m, {4, 4}, {"i0", "i1"}, 0.0, {"i0==0", "i1>=3"});  // the issue's call
+  Var two_c2 = reindex(m, {4, 4}, {"i0", "i1"}, 0.0, {"i0==0", "i1>=3"});  // once ambiguous
   Var two_c3 = reindex(m, {4, 4}, {"i1", "i0"}, 9.0, {"i0==0", "i1>=3", "i0==i1"});
   Var three = reindex(c, {2, 2, 2}, {"i2", "i1", "i0"});
   Var three_c2 = reindex(c, {2, 2, 2}, {"i0", "i1", "i2"}, 0.0, {"i0==1", "i2==0"});

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <thread>
 
-#include "reference_check.h"
+#include "base/buffer.h"
 #include "cache/cache_store.h"
-#include "runtime/allocator.h"
+#include "reference_check.h"
 #include "test_support.h"
 
 using namespace metajit;
@@ -130,7 +130,7 @@ TEST_CASE("memory hits reach the persistent cache statistics", "[runtime][cache]
   metajit_test::TempDir dir;
   metajit_test::ScopedEnv cache("METAJIT_CACHE_DIR", dir.path().string());
   auto f = [](double s) { return sum(exp(full({3, 5}, s)) * 0.5, {1}); };
-  f(1.0).to_vector<float>();  // compiled (or found on disk)
+  f(1.0).to_vector<float>();                                  // compiled (or found on disk)
   for (int i = 0; i < 3; ++i) f(2.0 + i).to_vector<float>();  // memory hits, not yet written
   // The next miss writes the pending memory hits with its own counters.
   sum(sqrt(full({3, 5, 2}, 4.0)) - 1.0, {0, 2}).to_vector<float>();

@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "runtime/config.h"
+#include "base/config.h"
 
 namespace metajit_test {
 

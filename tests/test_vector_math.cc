@@ -1,4 +1,4 @@
-// What the speed work could break (issue "Performance", Tests): transcendental functions run
+// What the speed work could break: transcendental functions run
 // vectorised through glibc's libmvec, so they are checked against scalar libm in ulps, with
 // NaN, infinities and -0; float32 reductions of large, mixed-magnitude inputs are checked
 // against an exact (long double) sum within a stated bound; the register-blocked matrix
@@ -15,9 +15,9 @@
 #include <limits>
 #include <random>
 
+#include "base/config.h"
 #include "cache/cache_store.h"
 #include "reference_check.h"
-#include "runtime/config.h"
 #include "test_support.h"
 
 using namespace metajit;

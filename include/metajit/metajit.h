@@ -1,10 +1,13 @@
 // metajit: a lazy tensor-expression JIT. Build graphs from meta-operators, and metajit fuses
-// them into loop nests, generates C++/OpenMP, compiles, caches on disk and runs them.
+// them into loop nests, generates C++/OpenMP or CUDA, compiles, caches on disk and runs them.
+// This header and the ones it includes are the whole public API (docs/api.md).
 #pragma once
-#include "meta_ops/composite.h"
-#include "meta_ops/dtype.h"
-#include "meta_ops/error.h"
-#include "meta_ops/ops.h"
-#include "meta_ops/var.h"
-#include "runtime/api.h"
-#include "runtime/jit_function.h"
+#include "composite.h"
+#include "device.h"
+#include "dtype.h"
+#include "error.h"
+#include "eval.h"
+#include "jit.h"
+#include "ops.h"
+#include "runtime.h"
+#include "var.h"

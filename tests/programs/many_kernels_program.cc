@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "meta_ops/reference_interpreter.h"
+#include "support/reference_interpreter.h"
 
 using namespace metajit;
 

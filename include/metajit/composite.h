@@ -1,7 +1,7 @@
 // Composite ops built only from meta-ops, as in Jittor: they add no node kinds, so fusion
-// and code generation see only meta-ops (design.md §3).
+// and code generation see only meta-ops (docs/design.md §3).
 #pragma once
-#include "meta_ops/ops.h"
+#include "ops.h"
 
 namespace metajit {
 

@@ -1,4 +1,4 @@
-// Configuration from the environment (api.md "Environment"), read once and cached.
+// Configuration from the environment (docs/api.md "Environment"), read once and cached.
 #pragma once
 #include <cstdint>
 #include <filesystem>

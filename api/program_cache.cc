@@ -1,11 +1,11 @@
-#include "runtime/program_cache.h"
+#include "api/program_cache.h"
 
 #include <cstring>
 #include <deque>
 #include <mutex>
 #include <unordered_map>
 
-#include "runtime/config.h"
+#include "base/config.h"
 
 namespace metajit {
 namespace {

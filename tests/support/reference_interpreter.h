@@ -1,11 +1,11 @@
 // The oracle: evaluates any graph op by op with plain loops, one full tensor per node, no
 // fusion and no code generation. Tests compare every compiled result against it.
 #pragma once
+#include <metajit/var.h>
+
 #include <cstring>
 #include <type_traits>
 #include <vector>
-
-#include "meta_ops/var.h"
 
 namespace metajit {
 

@@ -1,24 +1,29 @@
-// Var: the user's handle on a lazy tensor. Cheap to copy (shares its node); nothing is
+// Var: the user's handle on a lazy tensor. Cheap to copy (shares its graph node); nothing is
 // computed until a value is read (to_vector, item) or eval() is called.
 #pragma once
+#include <cstdint>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
-#include "meta_ops/dtype.h"
-#include "meta_ops/node.h"
+#include "dtype.h"
 
 namespace metajit {
+
+// The graph node behind a Var. Its definition is internal to the library (meta_ops/node.h).
+struct Node;
+using NodePtr = std::shared_ptr<Node>;
 
 class Var {
  public:
   Var() = default;
   explicit Var(NodePtr node) : node_(std::move(node)) {}
 
-  const Shape& shape() const { return node_->shape; }
-  DType dtype() const { return node_->dtype; }
-  int64_t ndim() const { return static_cast<int64_t>(node_->shape.size()); }
-  int64_t numel() const { return node_->numel(); }
+  const Shape& shape() const;
+  DType dtype() const;
+  int64_t ndim() const;
+  int64_t numel() const;
 
   // Evaluates (if needed) and copies the values out. T must match dtype() (bool for Bool),
   // else DTypeError.
@@ -42,10 +47,13 @@ class Var {
     return v;
   }
 
-  const NodePtr& node() const { return node_; }
   bool defined() const { return node_ != nullptr; }
+  // The node itself; opaque outside the library.
+  const NodePtr& node() const { return node_; }
 
  private:
+  // The value on the host, evaluating first if needed. Defined with eval() (api/var_values.cc):
+  // the graph layer below it only builds nodes (docs/architecture.md).
   const void* realized_data(DType want, const char* what) const;
   void check_item() const;
   NodePtr node_;

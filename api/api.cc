@@ -1,17 +1,17 @@
 // eval / plan / explain: the public entry points, on top of the pipeline driver, the kernel
 // library and the executor.
-#include "runtime/api.h"
+#include <metajit/error.h>
+#include <metajit/eval.h>
 
 #include <algorithm>
 #include <mutex>
 #include <unordered_set>
 
-#include "meta_ops/error.h"
+#include "api/program_cache.h"
+#include "base/log.h"
+#include "codegen/pipeline.h"
 #include "runtime/executor.h"
 #include "runtime/kernel_library.h"
-#include "runtime/log.h"
-#include "runtime/pipeline.h"
-#include "runtime/program_cache.h"
 
 namespace metajit {
 namespace {

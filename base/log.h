@@ -2,7 +2,7 @@
 #pragma once
 #include <string>
 
-#include "runtime/config.h"
+#include "base/config.h"
 
 namespace metajit {
 

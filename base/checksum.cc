@@ -1,5 +1,5 @@
 // XXH3-128 digests as 32 lowercase hex digits (high 64 bits first, like XXH128_canonical_t).
-#include "cache/checksum.h"
+#include "base/checksum.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -71,6 +71,15 @@ bool is_key_hex(const std::string& s) {
   for (char c : s)
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   return true;
+}
+
+void append_field(std::string& out, const std::string& label, const std::string& value) {
+  out += label;
+  out += '[';
+  out += std::to_string(value.size());
+  out += "]=";
+  out += value;
+  out += '\n';
 }
 
 }  // namespace metajit

@@ -1,4 +1,4 @@
-// The oracle (design.md §3): evaluates each node with plain loops into a full host tensor.
+// The oracle (docs/design.md §3): evaluates each node with plain loops into a full host tensor.
 // Nothing here is shared with the code generator on purpose, so that a mistake in lowering
 // cannot be mirrored here. Values are computed in the node's own C++ element type (never via
 // double), so int64 results are exact.
@@ -13,7 +13,9 @@
 // - Arithmetic on Bool (which graph building normally promotes to Int32 first) computes in
 //   int32 and converts the result back with != 0.
 // - Maximum/minimum, and max/min reductions, propagate NaN like numpy.
-#include "meta_ops/reference_interpreter.h"
+#include "support/reference_interpreter.h"
+
+#include <metajit/error.h>
 
 #include <algorithm>
 #include <cmath>
@@ -24,7 +26,6 @@
 #include <type_traits>
 #include <unordered_map>
 
-#include "meta_ops/error.h"
 #include "runtime/residency.h"
 
 namespace metajit {

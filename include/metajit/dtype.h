@@ -1,4 +1,4 @@
-// Element types and shapes, with the promotion rules of design.md §3.
+// Element types and shapes, with the promotion rules of docs/design.md §3.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -10,15 +10,10 @@ enum class DType { Bool, Int32, Int64, Float32, Float64 };
 using Shape = std::vector<int64_t>;
 
 size_t dtype_size(DType t);
-const char* dtype_name(DType t);   // "bool", "int32", ...
-const char* dtype_ctype(DType t);  // C type used in generated source: bool, int, long long, ...
+const char* dtype_name(DType t);  // "bool", "int32", ...
 bool is_float(DType t);
 // Wider of the two in Bool < Int32 < Int64 < Float32 < Float64.
 DType promote(DType a, DType b);
-
-// `v` as a value of dtype `t` holds it, back in a double: Bool 0/1, integers truncated toward
-// zero and clamped (NaN -> 0), Float32 rounded. Scalars are stored this way.
-double to_dtype_value(double v, DType t);
 
 int64_t numel_of(const Shape& s);
 std::string shape_str(const Shape& s);  // "[2, 3]"

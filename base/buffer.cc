@@ -1,14 +1,14 @@
-#include "runtime/allocator.h"
+#include "base/buffer.h"
 
+#include <metajit/error.h>
+
+#include <atomic>
 #include <bit>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <new>
 #include <vector>
-
-#include "meta_ops/error.h"
-#include "runtime/cuda_runtime.h"
 
 namespace metajit {
 namespace {
@@ -34,19 +34,28 @@ State& state(Device d) {
   return s[d == Device::CUDA ? 1 : 0];
 }
 
+// The device's source of memory: the C library for the host; for CUDA whatever the CUDA
+// runtime installed (set_device_memory_source), nothing before it was loaded.
+// Published once and never freed: buffers may be released during static teardown.
+std::atomic<const DeviceMemorySource*> cuda_source{nullptr};
+
 void* system_alloc(size_t cap, Device d) {
   if (d == Device::CPU) return std::aligned_alloc(64, cap);
-  CudaRuntime* rt = cuda_runtime();
-  if (!rt)
-    throw Error("allocating device memory: CUDA cannot be used here: " + cuda_runtime_problem());
-  return rt->allocate(cap);
+  const DeviceMemorySource* src = cuda_source.load(std::memory_order_acquire);
+  if (!src)
+    throw Error("allocating " + std::to_string(cap) +
+                " bytes of device memory: the CUDA runtime has not been loaded (use "
+                "set_device(Device::CUDA) or METAJIT_DEVICE=cuda first)");
+  return src->allocate(cap);
 }
 
 void system_free(void* p, Device d) noexcept {
-  if (d == Device::CPU)
+  if (d == Device::CPU) {
     std::free(p);
-  else if (CudaRuntime* rt = cuda_runtime())
-    rt->release(p);
+  } else {
+    const DeviceMemorySource* src = cuda_source.load(std::memory_order_acquire);
+    if (src) src->release(p);
+  }
 }
 
 }  // namespace
@@ -61,6 +70,11 @@ Buffer::~Buffer() {
   } else {
     system_free(ptr_, device_);
   }
+}
+
+void set_device_memory_source(Device device, DeviceMemorySource source) {
+  if (device == Device::CUDA)
+    cuda_source.store(new DeviceMemorySource(source), std::memory_order_release);
 }
 
 BufferPtr allocate_buffer(size_t bytes, Device device) {

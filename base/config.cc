@@ -1,12 +1,12 @@
-#include "runtime/config.h"
+#include "base/config.h"
+
+#include <metajit/error.h>
 
 #include <cctype>
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
 #include <thread>
-
-#include "meta_ops/error.h"
 
 namespace metajit {
 namespace {

@@ -1,4 +1,4 @@
-// The fast path of eval() for a graph whose structure it has seen before (design.md §5: "an
+// The fast path of eval() for a graph whose structure it has seen before (docs/design.md §5: "an
 // in-memory table maps the structural signature straight to the loaded function"): the
 // pending graph's fingerprint -- every node's op, dtype, shape, attributes and scalar
 // constants, how the nodes connect, the device and the configuration -- maps to the
@@ -6,11 +6,12 @@
 // fusion, lowering and the kernel lookups, and only binds its leaves' buffers. Two graphs with
 // one fingerprint plan to the same program: the passes read nothing else (not leaf values).
 #pragma once
+#include <metajit/runtime.h>
+
 #include <memory>
 #include <string>
 
 #include "codegen/graph.h"
-#include "runtime/device.h"
 #include "runtime/executor.h"
 
 namespace metajit {

@@ -1,12 +1,17 @@
-// Caching allocators, one per device: size-binned free lists reused before malloc / cudaMalloc
-// (design.md §8; device memory is never managed memory), with bytes-in-use and peak counters
-// per device for stats(). Buffers return themselves to their device's lists on destruction.
+// Buffers and the caching allocators behind them, one per device: size-binned free lists reused
+// before malloc / cudaMalloc (docs/design.md §8; device memory is never managed memory), with
+// bytes-in-use and peak counters per device for stats(). Buffers return themselves to their
+// device's lists on destruction.
+//
+// This is the base layer: it knows nothing of CUDA. The CUDA runtime (runtime/cuda_runtime.cc)
+// installs the device's memory functions when it is loaded, so allocating a host buffer never
+// pulls in the CUDA runtime, its toolchain or its code generator (docs/architecture.md).
 #pragma once
+#include <metajit/device.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-
-#include "runtime/device.h"
 
 namespace metajit {
 
@@ -29,8 +34,16 @@ class Buffer {
 };
 using BufferPtr = std::shared_ptr<Buffer>;
 
+// Where a device's memory comes from and goes back to, below the free lists.
+struct DeviceMemorySource {
+  void* (*allocate)(size_t bytes) = nullptr;  // throws Error when the device is out of memory
+  void (*release)(void* p) = nullptr;
+};
+// Installs the functions for `device` (CUDA; the host always uses the C library).
+void set_device_memory_source(Device device, DeviceMemorySource source);
+
 // Returns a buffer of at least `bytes` bytes on `device`, 64-byte aligned (never null, even for
-// 0 bytes). CUDA: Error when no CUDA device can be used or its memory is exhausted.
+// 0 bytes). CUDA: Error when the CUDA runtime is not loaded or device memory is exhausted.
 BufferPtr allocate_buffer(size_t bytes, Device device = Device::CPU);
 
 struct AllocatorStats {

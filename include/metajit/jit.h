@@ -1,5 +1,5 @@
 // jit(fn): trace a function of Vars once per input signature, then replay its plan
-// (design.md §8, api.md `template <class F> auto jit(F fn);`).
+// (docs/design.md §8, docs/api.md `template <class F> auto jit(F fn);`).
 //
 //   auto step = jit([](const Var& a, const Var& b, const Var& c) { return a * b + c; }, "step");
 //   Var y = step(x, w, bias);   // first call with these dtypes/shapes: trace, plan, compile
@@ -43,7 +43,7 @@
 #include <utility>
 #include <vector>
 
-#include "meta_ops/var.h"
+#include "var.h"
 
 namespace metajit {
 

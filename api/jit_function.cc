@@ -7,23 +7,23 @@
 // function's mutex (one trace at a time, and a thread that lost the race finds the winner's
 // plan), and, like eval(), graph_mutex() around planning and obtaining kernels. Replay takes
 // no lock of its own: it reads the arguments' buffers (realized_acquire; a lazy argument goes
-// through eval(), which locks), and run_program() gives every call its own buffers. The only
-// shared state a replay touches is the allocator (its own mutex) and the stats counters.
-#include "runtime/jit_function.h"
-
+// through eval(), which locks), and run_program() gives every call its own buffers. The shared
+// state a replay touches is listed at run_program() (runtime/executor.h): the allocator, the
+// counters, and on CUDA a launch mutex, so concurrent CUDA replays serialise their launches.
 #include <cxxabi.h>
+#include <metajit/error.h>
+#include <metajit/eval.h>
+#include <metajit/jit.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
 
-#include "meta_ops/error.h"
-#include "runtime/api.h"
-#include "runtime/config.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "codegen/pipeline.h"
 #include "runtime/executor.h"
 #include "runtime/kernel_library.h"
-#include "runtime/log.h"
-#include "runtime/pipeline.h"
 #include "runtime/residency.h"
 #include "runtime/small_buffer.h"
 

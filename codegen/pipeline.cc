@@ -1,8 +1,8 @@
-#include "runtime/pipeline.h"
+#include "codegen/pipeline.h"
 
+#include "base/config.h"
+#include "base/log.h"
 #include "codegen/graph_passes.h"
-#include "runtime/config.h"
-#include "runtime/log.h"
 
 namespace metajit {
 namespace {

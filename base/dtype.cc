@@ -1,4 +1,4 @@
-#include "meta_ops/dtype.h"
+#include "base/dtype.h"
 
 #include <algorithm>
 #include <cmath>
@@ -33,22 +33,6 @@ const char* dtype_name(DType t) {
       return "float32";
     case DType::Float64:
       return "float64";
-  }
-  return "?";
-}
-
-const char* dtype_ctype(DType t) {
-  switch (t) {
-    case DType::Bool:
-      return "bool";
-    case DType::Int32:
-      return "int";
-    case DType::Int64:
-      return "long long";
-    case DType::Float32:
-      return "float";
-    case DType::Float64:
-      return "double";
   }
   return "?";
 }

@@ -1,0 +1,29 @@
+// Running graphs and looking inside them: eval, plan, explain (docs/api.md "Running").
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "device.h"
+#include "var.h"
+
+namespace metajit {
+
+// Evaluates the Vars together: one graph, one plan; afterwards each holds its value.
+void eval(const std::vector<Var>& vars);
+
+struct KernelInfo {
+  std::string key;               // 32 hex digits (XXH3-128), also the cache entry name
+  std::vector<std::string> ops;  // the meta-ops fused into this kernel, in order
+  std::string source;            // generated source
+};
+// Plans and generates the kernels `eval(vars)` would run on the current device; runs and
+// compiles nothing.
+std::vector<KernelInfo> plan(const std::vector<Var>& vars);
+// The same for `target`: plan(vars, Device::CUDA) writes the CUDA kernels and their keys on a
+// machine without a GPU (it needs nvcc only for the key's toolchain identity).
+std::vector<KernelInfo> plan(const std::vector<Var>& vars, Device target);
+// Human-readable listing of the fused groups of plan(vars).
+std::string explain(const std::vector<Var>& vars);
+
+}  // namespace metajit
