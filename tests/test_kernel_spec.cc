@@ -15,7 +15,7 @@
 #include "codegen/cpp_emitter.h"
 #include "codegen/kernel_spec.h"
 #include "runtime/pipeline.h"
-#include "test_support.h"
+#include "support/scoped_env.h"
 
 using namespace metajit;
 using Catch::Matchers::Contains;
