@@ -5,23 +5,10 @@
 # without whichever peer is missing and says so).
 set -euo pipefail
 [ "${METAJIT_BENCH_NO_INSTALL:-0}" = "1" ] && exit 0
-pkgs=(libhalide14-0-dev libeigen3-dev libopenblas-dev libbenchmark-dev)
-missing=()
-for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "metajit bench: installing missing packages: ${missing[*]}" >&2
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  export DEBIAN_FRONTEND=noninteractive
-  if ! $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"; then
-    $SUDO apt-get update -q
-    # A peer that will not install is not fatal: bench/CMakeLists.txt builds without it.
-    $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" ||
-      echo "metajit bench: could not install ${missing[*]}; building without the missing peers" >&2
-  fi
-fi
+source "$(dirname "$0")/apt_packages.sh"
+# A peer that will not install is not fatal: bench/CMakeLists.txt builds without it.
+apt_install_missing "metajit bench" optional libhalide14-0-dev libeigen3-dev libopenblas-dev \
+  libbenchmark-dev
 
 # The Python peers (bench/peers.py): numpy, PyTorch, JAX from PyPI when missing. A peer that
 # will not install is not fatal: peers.py reports it as skipped, with the reason.

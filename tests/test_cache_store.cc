@@ -21,27 +21,25 @@
 #include "cache/cache_store.h"
 #include "runtime/compiler_driver.h"
 #include "runtime/toolchain.h"
-#include "test_support.h"
+#include "support/exceptions.h"
+#include "support/files.h"
+#include "support/shared_object.h"
+#include "support/threads.h"
 
 using namespace metajit;
 using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
+using metajit_test::count_entries;
+using metajit_test::read_file;
+using metajit_test::write_file;
 
 namespace {
 
 const char* kSource = "extern \"C\" int metajit_test_fn() { return 42; }\n";
 
-// kernel.so compiled once per test process from kSource.
+// kernel.so built once per test process from kSource.
 const fs::path& built_object() {
-  static metajit_test::TempDir dir;
-  static fs::path so = [] {
-    fs::path src = dir.path() / "kernel.cc", out = dir.path() / "kernel.so";
-    std::ofstream(src) << kSource;
-    CompileOutcome r = run_compiler(host_toolchain().compile_command(src, out), 120);
-    if (!r.ok) throw std::runtime_error("cannot build the test kernel: " + r.output);
-    return out;
-  }();
-  return so;
+  return metajit_test::built_object(kSource);
 }
 
 // A staging directory holding what a compile leaves there: the source and the object.
@@ -60,44 +58,30 @@ std::string key_of(const std::string& name) {
   return xxh3_128_hex(name);
 }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-void write_text(const fs::path& p, const std::string& text) {
-  std::ofstream(p, std::ios::binary | std::ios::trunc) << text;
-}
-
 unsigned mode_of(const fs::path& p) {
   struct stat st;
   REQUIRE(::lstat(p.c_str(), &st) == 0);
   return unsigned(st.st_mode & 07777);
 }
 
-void set_mtime_ago(const fs::path& p, int64_t seconds) {
+// Sets p's modification time `seconds` before now; returns the time set.
+int64_t set_mtime_ago(const fs::path& p, int64_t seconds) {
   struct timespec times[2];
   times[0].tv_sec = times[1].tv_sec = std::time(nullptr) - seconds;
   times[0].tv_nsec = times[1].tv_nsec = 0;
   REQUIRE(::utimensat(AT_FDCWD, p.c_str(), times, AT_SYMLINK_NOFOLLOW) == 0);
+  return int64_t(times[0].tv_sec);
 }
 
-size_t count_children(const fs::path& dir) {
-  std::error_code ec;
-  size_t n = 0;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) ++n;
-  return n;
+int64_t mtime_of(const fs::path& p) {
+  struct stat st;
+  REQUIRE(::lstat(p.c_str(), &st) == 0);
+  return int64_t(st.st_mtime);
 }
 
 template <class F>
 std::string cache_error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const CacheError& e) {
-    return e.what();
-  }
-  FAIL("expected CacheError");
-  return "";
+  return metajit_test::message_of<CacheError>(fn);
 }
 
 }  // namespace
@@ -153,7 +137,7 @@ TEST_CASE("install then find returns a verified, loadable kernel.so", "[cache]")
   CHECK(entries[0].created == created);
   CHECK(entries[0].bytes == fs::file_size(so) + fs::file_size(store.entry_dir(key) / "meta.json") +
                                 std::string(kSource).size());
-  CHECK(std::abs(entries[0].last_used - int64_t(std::time(nullptr))) < 120);
+  CHECK(entries[0].last_used == mtime_of(store.entry_dir(key) / ".used"));  // find() marked it
 
   CHECK_FALSE(store.find(key_of("never installed")));
   CHECK_FALSE(store.find("../../etc"));
@@ -173,9 +157,9 @@ TEST_CASE("a bad entry is a miss and is removed", "[cache]") {
     fs::resize_file(so, fs::file_size(so) / 2);
   }
   SECTION("one flipped byte in kernel.so") {
-    std::string bytes = read_text(so);
+    std::string bytes = read_file(so);
     bytes[bytes.size() / 2] ^= 0x01;
-    write_text(so, bytes);
+    write_file(so, bytes);
   }
   SECTION("kernel.so missing") {
     fs::remove(so);
@@ -186,21 +170,21 @@ TEST_CASE("a bad entry is a miss and is removed", "[cache]") {
     fs::create_symlink(tmp.path() / "elsewhere.so", so);
   }
   SECTION("garbled meta.json") {
-    write_text(dir / "meta.json", "{\"key\": \"" + key + "\", ");
+    write_file(dir / "meta.json", "{\"key\": \"" + key + "\", ");
   }
   SECTION("meta.json is empty") {
-    write_text(dir / "meta.json", "");
+    write_file(dir / "meta.json", "");
   }
   SECTION("meta.json names another key") {
     nlohmann::json meta = store.read_meta(key);
     meta["key"] = key_of("another");
-    write_text(dir / "meta.json", meta.dump());
+    write_file(dir / "meta.json", meta.dump());
   }
   SECTION("source missing") {
     fs::remove(dir / "kernel.cc");
   }
   SECTION("source changed") {
-    write_text(dir / "kernel.cc", "int changed;\n");
+    write_file(dir / "kernel.cc", "int changed;\n");
   }
   SECTION("entry directory writable by others") {
     fs::permissions(dir, fs::perms::all);
@@ -210,7 +194,7 @@ TEST_CASE("a bad entry is a miss and is removed", "[cache]") {
   CHECK_FALSE(fs::exists(dir));
   CHECK(store.list().empty());
   // The entry was moved aside and deleted: nothing is left in the staging area.
-  CHECK(count_children(store.version_dir() / "tmp") == 0);
+  CHECK(count_entries(store.version_dir() / "tmp") == 0);
   // And the key can be installed again.
   CHECK(store.install(key, stage(store), test_meta()) == so);
   CHECK(store.find(key) == so);
@@ -244,22 +228,9 @@ TEST_CASE("concurrent installs of one key leave one good entry", "[cache][concur
     stores.push_back(std::make_unique<CacheStore>(tmp.path()));
     staged[i] = stage(*stores[i]);
   }
-  std::atomic<int> ready{0};
-  std::vector<std::thread> threads;
-  std::atomic<int> errors{0};
-  for (int i = 0; i < kThreads; ++i) {
-    threads.emplace_back([&, i] {
-      ready++;
-      while (ready < kThreads) std::this_thread::yield();
-      try {
-        results[i] = stores[i]->install(key, staged[i], test_meta());
-      } catch (...) {
-        errors++;
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  CHECK(errors == 0);
+  const std::vector<std::string> thrown = metajit_test::run_threads(
+      kThreads, [&](int i) { results[i] = stores[i]->install(key, staged[i], test_meta()); });
+  CHECK(thrown == std::vector<std::string>(kThreads));
   for (int i = 0; i < kThreads; ++i) {
     CHECK(results[i] == stores[0]->entry_dir(key) / "kernel.so");
     CHECK_FALSE(fs::exists(staged[i]));
@@ -267,7 +238,7 @@ TEST_CASE("concurrent installs of one key leave one good entry", "[cache][concur
   CacheStore store(tmp.path());
   CHECK(store.list().size() == 1);
   CHECK(store.find(key));
-  CHECK(count_children(store.version_dir() / "tmp") == 0);
+  CHECK(count_entries(store.version_dir() / "tmp") == 0);
 }
 
 TEST_CASE("install replaces a bad entry that is in the way", "[cache]") {
@@ -404,16 +375,13 @@ TEST_CASE("counters persist across CacheStore objects", "[cache][stats]") {
 
 TEST_CASE("concurrent counter updates are not lost", "[cache][stats][concurrency]") {
   metajit_test::TempDir tmp;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&] {
-      CacheStore store(tmp.path());
-      CacheCounters d;
-      d.compiles = 1;
-      for (int i = 0; i < 25; ++i) store.add_counters(d);
-    });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<std::string> thrown = metajit_test::run_threads(4, [&](int) {
+    CacheStore store(tmp.path());
+    CacheCounters d;
+    d.compiles = 1;
+    for (int i = 0; i < 25; ++i) store.add_counters(d);
+  });
+  CHECK(thrown == std::vector<std::string>(4));
   CHECK(CacheStore(tmp.path()).read_counters().compiles == 100);
 }
 
@@ -423,16 +391,16 @@ TEST_CASE("garbled or unwritable statistics read as zeros and never throw", "[ca
   CacheCounters one;
   one.misses = 1;
   store.add_counters(one);
-  write_text(tmp.path() / "v1" / "stats.json", "{\"misses\": 7,");
+  write_file(tmp.path() / "v1" / "stats.json", "{\"misses\": 7,");
   CHECK(store.read_counters().misses == 0);
   store.add_counters(one);
   CHECK(store.read_counters().misses == 1);
-  write_text(tmp.path() / "v1" / "stats.json", "{\"misses\": -4, \"compiles\": \"x\"}");
+  write_file(tmp.path() / "v1" / "stats.json", "{\"misses\": -4, \"compiles\": \"x\"}");
   CHECK(store.read_counters().misses == 0);
   CHECK(store.read_counters().compiles == 0);
 
   // A root below a regular file can never be created.
-  write_text(tmp.path() / "file", "x");
+  write_file(tmp.path() / "file", "x");
   CacheStore broken(tmp.path() / "file" / "cache");
   CHECK_NOTHROW(broken.add_counters(one));
   CHECK(broken.read_counters().misses == 0);
@@ -446,45 +414,47 @@ TEST_CASE("clear removes entries by last use", "[cache]") {
     store.install(k, stage(store), test_meta());
     REQUIRE(store.find(k));  // creates .used
   }
-  set_mtime_ago(store.entry_dir(old_key) / ".used", 3 * 86400);
+  const int64_t old_use = set_mtime_ago(store.entry_dir(old_key) / ".used", 3 * 86400);
   std::vector<CacheEntryInfo> before = store.list();
   REQUIRE(before.size() == 3);
   for (const CacheEntryInfo& e : before)
-    if (e.key == old_key) CHECK(std::time(nullptr) - e.last_used >= 3 * 86400 - 5);
+    if (e.key == old_key) CHECK(e.last_used == old_use);
 
   CHECK(store.clear(86400) == 1);
   CHECK_FALSE(fs::exists(store.entry_dir(old_key)));
   CHECK(store.list().size() == 2);
   CHECK(store.clear() == 2);
   CHECK(store.list().empty());
-  CHECK(count_children(store.version_dir() / "tmp") == 0);
+  CHECK(count_entries(store.version_dir() / "tmp") == 0);
   CHECK(store.clear() == 0);
 }
 
-TEST_CASE("last use falls back to meta.json; touch refreshes at most once a minute", "[cache]") {
+TEST_CASE("last use falls back to meta.json, and touch refreshes at most once a minute",
+          "[cache]") {
   metajit_test::TempDir tmp;
   CacheStore store(tmp.path());
   const std::string key = key_of("touch");
   store.install(key, stage(store), test_meta());
   const fs::path used = store.entry_dir(key) / ".used";
   CHECK_FALSE(fs::exists(used));
-  set_mtime_ago(store.entry_dir(key) / "meta.json", 1000);
-  CHECK(std::time(nullptr) - store.list().at(0).last_used >= 995);
+  const int64_t installed = set_mtime_ago(store.entry_dir(key) / "meta.json", 1000);
+  CHECK(store.list().at(0).last_used == installed);
 
+  int64_t before_touch = std::time(nullptr);
   store.touch(key);
   REQUIRE(fs::exists(used));
-  CHECK(std::time(nullptr) - store.list().at(0).last_used < 60);
+  CHECK(store.list().at(0).last_used == mtime_of(used));  // the marker, now
+  CHECK(mtime_of(used) >= before_touch);
 
-  set_mtime_ago(used, 10);  // recent: left alone
+  const int64_t recent = set_mtime_ago(used, 10);  // recent: left alone
   store.touch(key);
-  struct stat st;
-  REQUIRE(::stat(used.c_str(), &st) == 0);
-  CHECK(std::time(nullptr) - st.st_mtime >= 9);
+  CHECK(mtime_of(used) == recent);
 
-  set_mtime_ago(used, 600);  // stale: refreshed
+  const int64_t stale = set_mtime_ago(used, 600);  // stale: refreshed
+  before_touch = std::time(nullptr);
   store.touch(key);
-  REQUIRE(::stat(used.c_str(), &st) == 0);
-  CHECK(std::time(nullptr) - st.st_mtime < 60);
+  CHECK(mtime_of(used) > stale);
+  CHECK(mtime_of(used) >= before_touch);
 }
 
 TEST_CASE("list skips everything that is not an entry", "[cache]") {
@@ -510,7 +480,7 @@ TEST_CASE("list skips everything that is not an entry", "[cache]") {
 
 TEST_CASE("an unusable or unsafe root is a CacheError and never a crash", "[cache][security]") {
   metajit_test::TempDir tmp;
-  write_text(tmp.path() / "file", "x");
+  write_file(tmp.path() / "file", "x");
   CacheStore under_file(tmp.path() / "file" / "cache");
   CHECK_THAT(cache_error_of([&] { under_file.make_staging_dir(); }), Contains("file"));
   CHECK_FALSE(under_file.find(key_of("anything")));
@@ -539,23 +509,35 @@ TEST_CASE("lock_key serializes holders of one key", "[cache][concurrency]") {
   metajit_test::TempDir tmp;
   CacheStore store(tmp.path());
   const std::string key = key_of("locked");
-  std::atomic<bool> released{false}, second_got_it{false};
+  std::atomic<bool> asking{false}, released{false}, second_got_it{false};
   CacheKeyLock first = store.lock_key(key);
   REQUIRE(first.locked());
   CHECK(fs::exists(tmp.path() / "v1" / "locks" / (key + ".lock")));
+  // The second holder records what it saw; the checks run here, after the join.
+  bool second_locked = false, released_before_second = false;
+  std::string thrown;
   std::thread t([&] {
-    CacheStore other(tmp.path());
-    CacheKeyLock second = other.lock_key(key);
-    CHECK(second.locked());
-    CHECK(released);  // only after the first holder let go
-    second_got_it = true;
+    asking = true;  // first: the main thread waits for it, whatever happens next
+    thrown = metajit_test::thrown_message([&] {
+      CacheStore other(tmp.path());
+      CacheKeyLock second = other.lock_key(key);
+      second_locked = second.locked();
+      released_before_second = released;
+      second_got_it = true;
+    });
   });
+  // Give the second holder time to block on the lock (a slow thread makes this check weaker,
+  // never wrong: released_before_second below is the real check).
+  while (!asking) std::this_thread::yield();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   CHECK_FALSE(second_got_it);
   released = true;
   first = CacheKeyLock();
   t.join();
+  CHECK(thrown.empty());
   CHECK(second_got_it);
+  CHECK(second_locked);
+  CHECK(released_before_second);  // only after the first holder let go
   CHECK_FALSE(fs::exists(tmp.path() / "v1" / "locks" / (key + ".lock")));  // no debris
   // Other keys are independent.
   CHECK(store.lock_key(key_of("other")).locked());
@@ -566,10 +548,10 @@ TEST_CASE("write_file_atomically replaces a file whole", "[cache]") {
   metajit_test::TempDir tmp;
   const fs::path p = tmp.path() / "file.json";
   write_file_atomically(p, "first");
-  CHECK(read_text(p) == "first");
+  CHECK(read_file(p) == "first");
   write_file_atomically(p, "second", /*durable=*/false);
-  CHECK(read_text(p) == "second");
-  CHECK(count_children(tmp.path()) == 1);  // no temp file left behind
+  CHECK(read_file(p) == "second");
+  CHECK(count_entries(tmp.path()) == 1);  // no temp file left behind
   CHECK(mode_of(p) == 0600);
   CHECK_THROWS_AS(write_file_atomically(tmp.path() / "missing" / "x", "y"), CacheError);
 }
@@ -581,7 +563,7 @@ TEST_CASE("checksums and key syntax", "[cache][checksum]") {
   CHECK(h != xxh3_128_hex(std::string("metajiT")));
   CHECK(xxh3_128_hex(std::string()) == "99aa06d3014798d86001c324468d497f");  // XXH3-128 of ""
   metajit_test::TempDir tmp;
-  write_text(tmp.path() / "f", "metajit");
+  write_file(tmp.path() / "f", "metajit");
   CHECK(xxh3_128_file_hex(tmp.path() / "f") == h);
   CHECK_FALSE(xxh3_128_file_hex(tmp.path() / "missing"));
   CHECK(is_key_hex("0"));
@@ -594,27 +576,29 @@ TEST_CASE("checksums and key syntax", "[cache][checksum]") {
 TEST_CASE("contended locks exclude each other and leave no lock files", "[cache][concurrency]") {
   metajit_test::TempDir tmp;
   const std::string key = key_of("contended");
-  std::atomic<int> inside{0}, max_inside{0}, entered{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 8; ++t)
-    threads.emplace_back([&] {
-      CacheStore store(tmp.path());
-      for (int round = 0; round < 25; ++round) {
-        CacheKeyLock lock = store.lock_key(key);
-        REQUIRE(lock.locked());
-        int now = ++inside;
-        int seen = max_inside.load();
-        while (now > seen && !max_inside.compare_exchange_weak(seen, now)) {
-        }
-        std::this_thread::yield();
-        --inside;
-        ++entered;
+  std::atomic<int> inside{0}, max_inside{0}, entered{0}, not_locked{0};
+  const std::vector<std::string> thrown = metajit_test::run_threads(8, [&](int) {
+    CacheStore store(tmp.path());
+    for (int round = 0; round < 25; ++round) {
+      CacheKeyLock lock = store.lock_key(key);
+      if (!lock.locked()) {
+        ++not_locked;
+        continue;
       }
-    });
-  for (std::thread& t : threads) t.join();
+      int now = ++inside;
+      int seen = max_inside.load();
+      while (now > seen && !max_inside.compare_exchange_weak(seen, now)) {
+      }
+      std::this_thread::yield();
+      --inside;
+      ++entered;
+    }
+  });
+  CHECK(thrown == std::vector<std::string>(8));
+  CHECK(not_locked == 0);
   CHECK(entered == 200);
   CHECK(max_inside == 1);  // holders of one key never overlap, though files come and go
-  CHECK(count_children(tmp.path() / "v1" / "locks") == 0);
+  CHECK(count_entries(tmp.path() / "v1" / "locks") == 0);
 }
 
 TEST_CASE("evict removes least recently used entries first, down to the limit", "[cache][evict]") {
@@ -628,10 +612,10 @@ TEST_CASE("evict removes least recently used entries first, down to the limit", 
   // Entry i was last used 50-10*i minutes ago: entry 0 is the least recently used. Entry 1 is
   // then used again now, which makes it the most recent.
   for (int i = 0; i < 5; ++i) {
-    write_text(store.entry_dir(keys[i]) / ".used", "");
+    write_file(store.entry_dir(keys[i]) / ".used", "");
     set_mtime_ago(store.entry_dir(keys[i]) / ".used", 3000 - 600 * i);
   }
-  write_text(store.entry_dir(keys[1]) / ".used", "");
+  write_file(store.entry_dir(keys[1]) / ".used", "");
   set_mtime_ago(store.entry_dir(keys[1]) / ".used", 120);
   store.touch(keys[1]);  // older than a minute: refreshed now
   std::vector<CacheEntryInfo> before = store.list();
@@ -657,7 +641,7 @@ TEST_CASE("evict removes least recently used entries first, down to the limit", 
   CHECK(store.evict(uint64_t(1) << 40, true).removed == 0);
   CHECK(store.evict(0, true).entries_left == 0);
   CHECK(store.list().empty());
-  CHECK(count_children(store.version_dir() / "tmp") == 0);  // removed atomically, fully
+  CHECK(count_entries(store.version_dir() / "tmp") == 0);  // removed atomically, fully
 }
 
 TEST_CASE("evict does not wait for another evicting process", "[cache][evict]") {
@@ -694,7 +678,8 @@ TEST_CASE("installs keep a size estimate that maintain() acts on", "[cache][evic
   CHECK(store.read_counters().bytes == 0);
 }
 
-TEST_CASE("verify reports bad entries and debris; sweep removes the debris", "[cache][verify]") {
+TEST_CASE("verify reports bad entries and debris, and sweep removes the debris",
+          "[cache][verify]") {
   metajit_test::TempDir tmp;
   CacheStore store(tmp.path());
   CHECK(store.verify().empty());  // no cache at all is fine
@@ -712,8 +697,8 @@ TEST_CASE("verify reports bad entries and debris; sweep removes the debris", "[c
   fs::rename(dead, dead_name);
   fs::path live = store.make_staging_dir();  // ours: alive, young
   CacheKeyLock held = store.lock_key(key_of("held"));
-  write_text(store.version_dir() / "locks" / (key_of("orphan") + ".lock"), "");
-  write_text(store.entry_dir(good).parent_path() / "stray.txt", "x");
+  write_file(store.version_dir() / "locks" / (key_of("orphan") + ".lock"), "");
+  write_file(store.entry_dir(good).parent_path() / "stray.txt", "x");
 
   std::vector<CacheProblem> problems = store.verify();
   std::map<std::string, std::string> by_what;

@@ -15,7 +15,9 @@
 #include "cache/cache_store.h"
 #include "runtime/compiler_driver.h"
 #include "runtime/toolchain.h"
-#include "test_support.h"
+#include "support/files.h"
+#include "support/processes.h"
+#include "support/shared_object.h"
 
 using namespace metajit;
 using Catch::Matchers::Contains;
@@ -27,17 +29,8 @@ namespace {
 const char* kSource = "extern \"C\" int metajit_cli_test_fn() { return 7; }\n";
 
 using metajit_test::cli_path;
-
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
+using metajit_test::read_file;
+using metajit_test::shell_quote;
 
 struct CliResult {
   int status = -1;
@@ -54,8 +47,8 @@ CliResult run_cli(const std::vector<std::string>& args, const std::string& env =
   int raw = std::system(cmd.c_str());
   CliResult r;
   r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  r.out = read_text(out);
-  r.err = read_text(err);
+  r.out = read_file(out);
+  r.err = read_file(err);
   return r;
 }
 
@@ -69,17 +62,9 @@ void check_error(const CliResult& r, int status, const std::string& fragment) {
   CHECK_THAT(r.err, Contains(fragment));
 }
 
-// kernel.so compiled once per test process.
+// kernel.so built once per test process from kSource.
 const fs::path& built_object() {
-  static metajit_test::TempDir dir;
-  static fs::path so = [] {
-    fs::path src = dir.path() / "kernel.cc", out = dir.path() / "kernel.so";
-    std::ofstream(src) << kSource;
-    CompileOutcome r = run_compiler(host_toolchain().compile_command(src, out), 120);
-    if (!r.ok) throw std::runtime_error("cannot build the test kernel: " + r.output);
-    return out;
-  }();
-  return so;
+  return metajit_test::built_object(kSource);
 }
 
 void install(CacheStore& store, const std::string& key, const std::vector<std::string>& ops) {

@@ -6,7 +6,8 @@
 #include <regex>
 
 #include "cache/cache_store.h"
-#include "test_support.h"
+#include "support/files.h"
+#include "support/processes.h"
 
 namespace {
 
@@ -16,8 +17,9 @@ struct RunStats {
 };
 
 RunStats run_program(const std::string& cache_dir) {
-  auto r = metajit_test::run_command("METAJIT_CACHE_DIR='" + cache_dir + "' '" +
-                                     metajit_test::test_program("cold_warm_program") + "'");
+  auto r = metajit_test::run_command(
+      "METAJIT_CACHE_DIR=" + metajit_test::shell_quote(cache_dir) + " " +
+      metajit_test::shell_quote(metajit_test::test_program("cold_warm_program")));
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   std::smatch m;
@@ -58,9 +60,9 @@ TEST_CASE("processes started together compile each kernel once", "[cache][proces
   const std::string shared = (dir.path() / "shared").string();
   std::string cmd;
   for (int i = 0; i < 4; ++i)
-    cmd += "METAJIT_CACHE_DIR='" + shared + "' '" +
-           metajit_test::test_program("cold_warm_program") + "' > '" + shared + "." +
-           std::to_string(i) + ".out' & ";
+    cmd += "METAJIT_CACHE_DIR=" + metajit_test::shell_quote(shared) + " " +
+           metajit_test::shell_quote(metajit_test::test_program("cold_warm_program")) + " > " +
+           metajit_test::shell_quote(shared + "." + std::to_string(i) + ".out") + " & ";
   cmd += "wait";
   auto r = metajit_test::run_command(cmd);
   REQUIRE(r.exit_code == 0);
@@ -68,8 +70,7 @@ TEST_CASE("processes started together compile each kernel once", "[cache][proces
   CHECK(store.read_counters().compiles == single.compiled);
   CHECK(store.list().size() == single.compiled);
   for (int i = 0; i < 4; ++i) {
-    std::ifstream out(shared + "." + std::to_string(i) + ".out");
-    std::string text((std::istreambuf_iterator<char>(out)), std::istreambuf_iterator<char>());
+    const std::string text = metajit_test::read_file(shared + "." + std::to_string(i) + ".out");
     CHECK(text.find("checksum=" + single.checksum) != std::string::npos);
   }
 }

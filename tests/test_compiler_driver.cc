@@ -9,27 +9,31 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/config.h"
 #include "runtime/compiler_driver.h"
 #include "runtime/toolchain.h"
-#include "test_support.h"
+#include "support/exceptions.h"
+#include "support/files.h"
+#include "support/processes.h"
+#include "support/scoped_env.h"
 
 using namespace metajit;
 using Catch::Matchers::Contains;
 using Catch::Matchers::EndsWith;
 using Catch::Matchers::StartsWith;
+using metajit_test::message_of;
 
 namespace {
 
-double seconds_of(const std::function<void()>& fn) {
-  auto start = std::chrono::steady_clock::now();
-  fn();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+// The pid a command wrote to `file` (0 when it wrote none).
+pid_t pid_written_to(const std::filesystem::path& file) {
+  const std::string text = metajit_test::read_file(file);
+  return text.empty() ? 0 : pid_t(std::stol(text));
 }
 
 }  // namespace
@@ -91,26 +95,53 @@ TEST_CASE("a file that cannot be executed fails to start and leaves no zombie", 
   CHECK(::waitpid(-1, &status, WNOHANG) <= 0);  // no exited, unreaped child of ours
 }
 
+// The command would run for 5 minutes. That run_compiler returned because it killed it, not
+// because the command ended, shows in the outcome, in the command never reaching its last step,
+// and in its process being gone; no clock is read. (A driver that waited would fail these
+// checks after 5 minutes, or run into ctest's timeout.)
 TEST_CASE("run_compiler kills a command that runs past its timeout", "[driver]") {
-  CompileOutcome r;
-  double took = seconds_of([&] { r = run_compiler({"sleep", "5"}, 0.5); });
+  metajit_test::TempDir dir;
+  const std::string pid_file = (dir.path() / "pid").string(), done = (dir.path() / "done").string();
+  CompileOutcome r = run_compiler(
+      {"sh", "-c", "echo $$ > \"$0\"; sleep 300; echo finished > \"$1\"; echo finished", pid_file,
+       done},
+      2);
+  INFO(r.output);
   CHECK(r.timed_out);
   CHECK_FALSE(r.ok);
   CHECK_FALSE(r.failed_to_start);
-  CHECK_THAT(r.output, Contains("timed out"));
-  CHECK(took < 4.5);  // not a timing assertion: it must simply not wait for sleep to finish
+  CHECK(r.exit_code == -1);  // no exit status: it did not exit, it was killed
+  CHECK_THAT(r.output, Contains("'sh' timed out after 2 s and was killed"));
+  CHECK_THAT(r.output, !Contains("finished"));
+  CHECK_FALSE(std::filesystem::exists(done));
+  const pid_t pid = pid_written_to(pid_file);
+  REQUIRE(pid > 0);
+  CHECK_FALSE(metajit_test::process_is_running(pid));  // killed and reaped
 }
 
 TEST_CASE("a timeout also kills the command's children that hold its output", "[driver]") {
-  // The shell's child keeps the output pipe open; the driver must not wait for it.
-  CompileOutcome r;
-  double took = seconds_of([&] {
-    r = run_compiler({"sh", "-c", "echo started; sleep 6; echo late"}, 0.5);
-  });
+  // The shell's child keeps the output pipe open: the driver must kill it too, not wait for it
+  // to close the pipe (which it would do only after 5 minutes).
+  metajit_test::TempDir dir;
+  const std::string pid_file = (dir.path() / "child").string(),
+                    survived = (dir.path() / "survived").string();
+  CompileOutcome r = run_compiler({"sh", "-c",
+                                   "echo started; (sleep 300; echo survived > \"$1\") & "
+                                   "echo $! > \"$0\"; wait; echo late",
+                                   pid_file, survived},
+                                  2);
+  INFO(r.output);
   CHECK(r.timed_out);
-  CHECK_THAT(r.output, Contains("started"));
+  CHECK_FALSE(r.ok);
+  CHECK_THAT(r.output, Contains("started") && Contains("timed out after 2 s and was killed"));
   CHECK_THAT(r.output, !Contains("late"));
-  CHECK(took < 5.5);
+  // Killed, the child ends at once (it may take a moment to finish exiting); spared, it would
+  // end only after 5 minutes, having written `survived`.
+  const pid_t child = pid_written_to(pid_file);
+  REQUIRE(child > 0);
+  while (metajit_test::process_is_running(child))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK_FALSE(std::filesystem::exists(survived));
 }
 
 TEST_CASE("a command killed by a signal is a failure that says so", "[driver]") {
@@ -238,8 +269,7 @@ TEST_CASE("the toolchain's slow answers are remembered on disk", "[toolchain]") 
   for (const auto& e : std::filesystem::directory_iterator(tdir)) {
     ++files;
     CHECK(e.path().extension() == ".json");
-    std::ifstream in(e.path());
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string text = metajit_test::read_file(e.path());
     CHECK_THAT(text,
                Contains("version_output") && Contains("resolved_target") && Contains(cxx.string()));
     // Mark the remembered answer: a later resolution must read it instead of asking g++.
@@ -275,23 +305,13 @@ TEST_CASE("METAJIT_CXXFLAGS changes the toolchain's flags and identity", "[toolc
 TEST_CASE("a missing compiler is a CompileError naming it", "[toolchain]") {
   {
     metajit_test::ScopedEnv cxx("METAJIT_CXX", "/nonexistent/metajit-cc");
-    try {
-      host_toolchain();
-      FAIL("expected CompileError");
-    } catch (const CompileError& e) {
-      CHECK_THAT(std::string(e.what()),
-                 Contains("/nonexistent/metajit-cc") && Contains("METAJIT_CXX"));
-    }
+    CHECK_THAT(message_of<CompileError>([] { host_toolchain(); }),
+               Contains("/nonexistent/metajit-cc") && Contains("METAJIT_CXX"));
   }
   {
     metajit_test::ScopedEnv cxx("METAJIT_CXX", "metajit-nosuchcc");
-    try {
-      host_toolchain();
-      FAIL("expected CompileError");
-    } catch (const CompileError& e) {
-      CHECK_THAT(std::string(e.what()),
-                 Contains("'metajit-nosuchcc'") && Contains("not found on PATH"));
-    }
+    CHECK_THAT(message_of<CompileError>([] { host_toolchain(); }),
+               Contains("'metajit-nosuchcc'") && Contains("not found on PATH"));
   }
   // Back to the working compiler.
   CHECK_NOTHROW(host_toolchain());
@@ -307,13 +327,9 @@ TEST_CASE("a compiler whose --version fails is a CompileError", "[toolchain]") {
   std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
   metajit_test::ScopedEnv cache("METAJIT_CACHE_DIR", (dir.path() / "c").string());
   metajit_test::ScopedEnv cxx("METAJIT_CXX", fake.string());
-  try {
-    host_toolchain();
-    FAIL("expected CompileError");
-  } catch (const CompileError& e) {
-    CHECK_THAT(std::string(e.what()), Contains("broken-cc") && Contains("--version") &&
-                                          Contains("status 7") && Contains("cannot run"));
-  }
+  CHECK_THAT(message_of<CompileError>([] { host_toolchain(); }),
+             Contains("broken-cc") && Contains("--version") && Contains("status 7") &&
+                 Contains("cannot run"));
 }
 
 TEST_CASE("the host toolchain compiles a shared object", "[toolchain][compile]") {

@@ -7,13 +7,15 @@
 
 #include <catch2/catch.hpp>
 #include <filesystem>
-#include <thread>
 
 #include "cache/manifest.h"
 #include "meta_ops/node.h"
-#include "reference_check.h"
+#include "support/reference_check.h"
 #include "runtime/cuda_runtime.h"
-#include "test_support.h"
+#include "support/files.h"
+#include "support/reference_check.h"
+#include "support/scoped_env.h"
+#include "support/threads.h"
 
 using namespace metajit;
 
@@ -183,12 +185,10 @@ TEST_CASE("threads evaluating on the GPU at once: kernels sharing device scratch
   // A total over everything uses per-module partials: launches from 4 threads must not mix.
   auto total = jit([](const Var& x) { return sum(x) + sum(x, {0}, true) * 0.0; }, "total");
   std::vector<std::vector<float>> got(4);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t)
-    threads.emplace_back([&, t] {
-      for (int r = 0; r < 5; ++r) got[size_t(t)] = total(xs[size_t(t)]).to_vector<float>();
-    });
-  for (std::thread& th : threads) th.join();
+  const std::vector<std::string> thrown = metajit_test::run_threads(4, [&](int t) {
+    for (int r = 0; r < 5; ++r) got[size_t(t)] = total(xs[size_t(t)]).to_vector<float>();
+  });
+  CHECK(thrown == std::vector<std::string>(4));
   for (int t = 0; t < 4; ++t) {
     REQUIRE(got[size_t(t)].size() == 1);
     CHECK(got[size_t(t)][0] == Approx(double(n) * (t + 1)).epsilon(1e-6));

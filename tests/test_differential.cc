@@ -5,7 +5,9 @@
 // by its seed alone:
 //   METAJIT_DIFF_SEED=1234 test_differential "[diff-seed]"
 // runs graph 1234 and prints it as C++. METAJIT_DIFF_GRAPHS=N changes how many graphs each
-// batch runs (default 50; six batches, so ctest can run them in parallel).
+// batch runs (default 50; six batches, so ctest can run them in parallel). N must be a whole
+// number of at least 1: anything else fails the batch, which never passes having checked no
+// graph, and each batch asserts that it checked all N.
 //
 // The generator keeps every graph inside the contract where both sides must agree exactly:
 // it tracks a bound on |value|, whether NaN may appear, and whether a float value is
@@ -31,7 +33,7 @@
 #include <vector>
 
 #include "meta_ops/node.h"
-#include "reference_check.h"
+#include "support/reference_check.h"
 
 using namespace metajit;
 
@@ -761,8 +763,9 @@ class GraphGenerator {
 };
 
 // Builds graph `seed` and checks its outputs against the reference. Failures name the seed
-// and print the graph as C++.
-void run_graph(uint64_t seed, bool print = false) {
+// and print the graph as C++. Returns whether the outputs were compared with the reference
+// (false: building the graph or evaluating it threw, a failure reported here).
+bool run_graph(uint64_t seed, bool print = false) {
   GraphGenerator gen(seed);
   std::vector<Var> outs;
   try {
@@ -770,7 +773,7 @@ void run_graph(uint64_t seed, bool print = false) {
   } catch (const std::exception& e) {
     FAIL_CHECK("seed " << seed << ": building the graph threw: " << e.what() << "\n"
                        << gen.listing());
-    return;
+    return false;
   }
   if (print) std::cout << "seed " << seed << ":\n" << gen.listing() << std::flush;
   INFO("seed " << seed << " (rerun: METAJIT_DIFF_SEED=" << seed
@@ -786,46 +789,77 @@ void run_graph(uint64_t seed, bool print = false) {
     check_against_reference(outs);
   } catch (const std::exception& e) {
     FAIL_CHECK("evaluation threw: " << e.what());
+    return false;
   }
+  return true;
 }
 
+// The whole number `text` spells (decimal digits only); nullopt for anything else: missing,
+// empty, signs, spaces, other characters, or too large for 64 bits.
+std::optional<uint64_t> whole_number(const char* text) {
+  if (!text || !*text) return std::nullopt;
+  uint64_t n = 0;
+  for (const char* c = text; *c; ++c) {
+    if (*c < '0' || *c > '9') return std::nullopt;
+    const uint64_t digit = uint64_t(*c - '0');
+    if (n > (std::numeric_limits<uint64_t>::max() - digit) / 10) return std::nullopt;
+    n = n * 10 + digit;
+  }
+  return n;
+}
+
+// Graphs per batch: METAJIT_DIFF_GRAPHS, 50 when unset. A value that would make the batch check
+// nothing (0, not a number) ends the test with a failure that says so.
+constexpr uint64_t kMaxGraphsPerBatch = 100000;  // seeds of batch b are b * 100000 + k
 int graphs_per_batch() {
   const char* env = std::getenv("METAJIT_DIFF_GRAPHS");
-  return env ? std::max(0, std::atoi(env)) : 50;
+  if (!env) return 50;
+  const std::optional<uint64_t> n = whole_number(env);
+  if (!n || *n < 1 || *n > kMaxGraphsPerBatch)
+    FAIL("METAJIT_DIFF_GRAPHS='" << env << "': expected the number of random graphs per batch, a "
+                                 << "whole number from 1 to " << kMaxGraphsPerBatch
+                                 << " (unset: 50)");
+  return int(*n);
 }
 
 void run_batch(int batch) {
   const int n = graphs_per_batch();
-  for (int k = 0; k < n; ++k) run_graph(uint64_t(batch) * 100000 + uint64_t(k));
+  int checked = 0;
+  for (int k = 0; k < n; ++k) checked += run_graph(uint64_t(batch) * 100000 + uint64_t(k));
+  INFO("batch " << batch << ": graphs compared with the reference interpreter");
+  CHECK(checked == n);
 }
 
 }  // namespace
 
 // Six batches of 50 graphs (seeds batch*100000 + k) so that ctest runs them in parallel.
-TEST_CASE("differential: random graphs, batch 0", "[differential]") {
+TEST_CASE("differential: random graphs, batch 0", "[differential][slow]") {
   run_batch(0);
 }
-TEST_CASE("differential: random graphs, batch 1", "[differential]") {
+TEST_CASE("differential: random graphs, batch 1", "[differential][slow]") {
   run_batch(1);
 }
-TEST_CASE("differential: random graphs, batch 2", "[differential]") {
+TEST_CASE("differential: random graphs, batch 2", "[differential][slow]") {
   run_batch(2);
 }
-TEST_CASE("differential: random graphs, batch 3", "[differential]") {
+TEST_CASE("differential: random graphs, batch 3", "[differential][slow]") {
   run_batch(3);
 }
-TEST_CASE("differential: random graphs, batch 4", "[differential]") {
+TEST_CASE("differential: random graphs, batch 4", "[differential][slow]") {
   run_batch(4);
 }
-TEST_CASE("differential: random graphs, batch 5", "[differential]") {
+TEST_CASE("differential: random graphs, batch 5", "[differential][slow]") {
   run_batch(5);
 }
 
 // Hidden (not run by default): reruns one graph, METAJIT_DIFF_SEED=N, and prints it.
 TEST_CASE("differential: one seed from METAJIT_DIFF_SEED", "[.][diff-seed]") {
   const char* env = std::getenv("METAJIT_DIFF_SEED");
-  REQUIRE(env != nullptr);
-  run_graph(std::strtoull(env, nullptr, 10), true);
+  const std::optional<uint64_t> seed = whole_number(env);
+  if (!seed)
+    FAIL("METAJIT_DIFF_SEED='" << (env ? env : "") << "': expected the seed of one graph, a whole "
+                               << "number (the failure message of a batch names it)");
+  CHECK(run_graph(*seed, true));
 }
 
 // The generator itself: same seed, same graph; it really produces the ops it is meant to.

@@ -4,8 +4,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "reference_check.h"
-#include "test_support.h"
+#include "support/reference_check.h"
+#include "support/scoped_env.h"
 
 using namespace metajit;
 

@@ -7,25 +7,13 @@
 #include <fstream>
 
 #include "cache/cache_store.h"
-#include "test_support.h"
+#include "support/exceptions.h"
+#include "support/files.h"
+#include "support/scoped_env.h"
 
 using namespace metajit;
 using Catch::Matchers::Contains;
-
-namespace {
-
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  FAIL("expected an exception");
-  return {};
-}
-
-}  // namespace
+using metajit_test::message_of;
 
 TEST_CASE("mismatched shapes in a binary op", "[errors]") {
   Var a = zeros({2, 3}), b = zeros({4});
@@ -127,12 +115,7 @@ TEST_CASE("a missing compiler is a CompileError naming the command", "[errors][c
   metajit_test::ScopedEnv dir("METAJIT_CACHE_DIR", cache.path().string());
   metajit_test::ScopedEnv cxx("METAJIT_CXX", "/nonexistent/metajit-no-such-cc");
   Var y = exp(arange(5, DType::Float32)) * 3.0;
-  try {
-    eval({y});
-    FAIL("expected CompileError");
-  } catch (const CompileError& e) {
-    CHECK_THAT(std::string(e.what()), Contains("metajit-no-such-cc"));
-  }
+  CHECK_THAT(message_of<CompileError>([&] { eval({y}); }), Contains("metajit-no-such-cc"));
   CacheStore store(cache.path());
   CHECK(store.list().empty());
 }

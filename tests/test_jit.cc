@@ -11,13 +11,15 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
 #include "meta_ops/node.h"
-#include "reference_check.h"
-#include "test_support.h"
+#include "support/reference_check.h"
+#include "support/scoped_env.h"
+#include "support/text.h"
+#include "support/threads.h"
 
 using namespace metajit;
+using metajit_test::count_occurrences;
 using metajit_test::ScopedEnv;
 
 namespace {
@@ -60,12 +62,6 @@ class CaptureStderr {
   int fd_ = -1, saved_ = -1;
   std::string path_;
 };
-
-size_t count_of(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
 
 std::vector<double> values_of(const Var& v) {
   return metajit_test_detail::eval_values_as_double(v);
@@ -294,11 +290,12 @@ TEST_CASE("jit warns once about retracing, naming the function and the change", 
     CHECK(f.traces() == 12);
     const std::string err = capture.text();
     INFO(err);
-    CHECK(count_of(err, "metajit: warning: ") == 1);
-    CHECK(count_of(err,
-                   "metajit: warning: jit function 'step' was traced 9 times "
-                   "(METAJIT_RETRACE_WARN=8); the last retrace was caused by argument 0: shape "
-                   "[8, 3] -> [9, 3]. Shapes that change every call retrace every call") == 1);
+    CHECK(count_occurrences(err, "metajit: warning: ") == 1);
+    CHECK(count_occurrences(
+              err,
+              "metajit: warning: jit function 'step' was traced 9 times "
+              "(METAJIT_RETRACE_WARN=8); the last retrace was caused by argument 0: shape "
+              "[8, 3] -> [9, 3]. Shapes that change every call retrace every call") == 1);
   }
   SECTION("METAJIT_RETRACE_WARN=2, a dtype change, an unnamed function") {
     ScopedEnv limit("METAJIT_RETRACE_WARN", "2");
@@ -314,11 +311,12 @@ TEST_CASE("jit warns once about retracing, naming the function and the change", 
     CHECK(f.traces() == 4);
     const std::string err = capture.text();
     INFO(err);
-    CHECK(count_of(err, "metajit: warning: ") == 1);
-    CHECK(count_of(err, "metajit: warning: jit function " + f.name() + " (") == 1);
-    CHECK(count_of(err,
-                   " was traced 3 times (METAJIT_RETRACE_WARN=2); the last retrace was caused by "
-                   "argument 1: dtype float32 -> float64. ") == 1);
+    CHECK(count_occurrences(err, "metajit: warning: ") == 1);
+    CHECK(count_occurrences(err, "metajit: warning: jit function " + f.name() + " (") == 1);
+    CHECK(count_occurrences(
+              err,
+              " was traced 3 times (METAJIT_RETRACE_WARN=2); the last retrace was caused by "
+              "argument 1: dtype float32 -> float64. ") == 1);
   }
   SECTION("METAJIT_RETRACE_WARN=0 turns it off") {
     ScopedEnv limit("METAJIT_RETRACE_WARN", "0");
@@ -338,31 +336,28 @@ TEST_CASE("jit from 8 threads at once, with different inputs and shapes", "[jit]
       "threads");
   constexpr int kThreads = 8, kCalls = 200;
   std::vector<int> bad(kThreads, 0);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      const int64_t rows = 1 + t % 3, cols = 4;  // three signatures, traced concurrently
-      for (int i = 0; i < kCalls; ++i) {
-        std::vector<float> va(size_t(rows * cols)), vb(va.size());
-        for (size_t k = 0; k < va.size(); ++k) {
-          va[k] = float(t * 1000 + i) + float(k);
-          vb[k] = float(k % 5) - float(i % 7);
-        }
-        Var a = array(va, {rows, cols}), b = array(vb, {rows, cols});
-        std::vector<Var> out = f(a, b);
-        const std::vector<float> p = out[0].to_vector<float>(), s = out[1].to_vector<float>();
-        for (size_t k = 0; k < va.size(); ++k)
-          if (p[k] != va[k] * vb[k] + 1.0f) ++bad[size_t(t)];
-        for (int64_t r = 0; r < rows; ++r) {
-          float want = 0;
-          for (int64_t c = 0; c < cols; ++c) want += va[size_t(r * cols + c)];
-          if (s[size_t(r)] != want) ++bad[size_t(t)];
-        }
+  const std::vector<std::string> thrown = metajit_test::run_threads(kThreads, [&](int t) {
+    const int64_t rows = 1 + t % 3, cols = 4;  // three signatures, traced concurrently
+    for (int i = 0; i < kCalls; ++i) {
+      std::vector<float> va(size_t(rows * cols)), vb(va.size());
+      for (size_t k = 0; k < va.size(); ++k) {
+        va[k] = float(t * 1000 + i) + float(k);
+        vb[k] = float(k % 5) - float(i % 7);
       }
-    });
-  }
-  for (auto& th : threads) th.join();
-  for (int t = 0; t < kThreads; ++t) CHECK(bad[size_t(t)] == 0);
+      Var a = array(va, {rows, cols}), b = array(vb, {rows, cols});
+      std::vector<Var> out = f(a, b);
+      const std::vector<float> p = out[0].to_vector<float>(), s = out[1].to_vector<float>();
+      for (size_t k = 0; k < va.size(); ++k)
+        if (p[k] != va[k] * vb[k] + 1.0f) ++bad[size_t(t)];
+      for (int64_t r = 0; r < rows; ++r) {
+        float want = 0;
+        for (int64_t c = 0; c < cols; ++c) want += va[size_t(r * cols + c)];
+        if (s[size_t(r)] != want) ++bad[size_t(t)];
+      }
+    }
+  });
+  CHECK(thrown == std::vector<std::string>(kThreads));
+  CHECK(bad == std::vector<int>(kThreads, 0));
   CHECK(f.traces() == 3);
 }
 

@@ -16,7 +16,7 @@
 #include "codegen/kernel_spec.h"
 #include "codegen/pipeline.h"
 #include "meta_ops/ops.h"
-#include "test_support.h"
+#include "support/scoped_env.h"
 
 using namespace metajit;
 using Catch::Matchers::Contains;

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "base/config.h"
-#include "reference_check.h"
-#include "test_support.h"
+#include "support/reference_check.h"
+#include "support/scoped_env.h"
 
 using namespace metajit;
 
@@ -192,7 +192,8 @@ TEST_CASE("binary ops on fractional and special float values", "[ops][binary]") 
   }
 }
 
-TEST_CASE("integer division truncates toward zero; x/0 follows the reference", "[ops][binary]") {
+TEST_CASE("integer division truncates toward zero, and x/0 follows the reference",
+          "[ops][binary]") {
   for (DType dt : {DType::Int32, DType::Int64}) {
     INFO("dtype " << dtype_name(dt));
     Var a = make_array(dt, {7, -7, 7, -7, 1, -1, 0, 5});

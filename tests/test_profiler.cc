@@ -10,7 +10,9 @@
 #include <sstream>
 
 #include "runtime/profiler.h"
-#include "test_support.h"
+#include "support/files.h"
+#include "support/processes.h"
+#include "support/scoped_env.h"
 
 using namespace metajit;
 
@@ -232,9 +234,9 @@ TEST_CASE("profiling off records nothing", "[profiler]") {
 TEST_CASE("METAJIT_PROFILE=1 prints the table at exit, and only then", "[profiler][process]") {
   metajit_test::TempDir cache;
   auto run = [&](const std::string& env, const std::string& args) {
-    auto res =
-        metajit_test::run_command(env + " METAJIT_CACHE_DIR='" + cache.path().string() + "' '" +
-                                  metajit_test::test_program("profile_program") + "' " + args);
+    auto res = metajit_test::run_command(
+        env + " METAJIT_CACHE_DIR=" + metajit_test::shell_quote(cache.path().string()) + " " +
+        metajit_test::shell_quote(metajit_test::test_program("profile_program")) + " " + args);
     INFO(res.output);
     REQUIRE(res.exit_code == 0);
     return res.output;

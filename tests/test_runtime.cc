@@ -4,12 +4,13 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <thread>
 
 #include "base/buffer.h"
 #include "cache/cache_store.h"
-#include "reference_check.h"
-#include "test_support.h"
+#include "support/files.h"
+#include "support/reference_check.h"
+#include "support/scoped_env.h"
+#include "support/threads.h"
 
 using namespace metajit;
 
@@ -76,18 +77,16 @@ TEST_CASE("0-d and zero-size values", "[runtime]") {
 }
 
 TEST_CASE("eval from several threads", "[runtime][threads]") {
-  std::vector<std::thread> threads;
   std::vector<int> ok(4, 0);
-  for (int t = 0; t < 4; ++t)
-    threads.emplace_back([t, &ok] {
-      for (int i = 0; i < 20; ++i) {
-        Var x = full({16}, double(t));
-        float v = sum(x * 2.0 + 1.0).item<float>();
-        ok[t] += v == 16.0f * (2.0f * float(t) + 1.0f);
-      }
-    });
-  for (auto& th : threads) th.join();
-  for (int t = 0; t < 4; ++t) CHECK(ok[t] == 20);
+  const std::vector<std::string> thrown = metajit_test::run_threads(4, [&](int t) {
+    for (int i = 0; i < 20; ++i) {
+      Var x = full({16}, double(t));
+      float v = sum(x * 2.0 + 1.0).item<float>();
+      ok[t] += v == 16.0f * (2.0f * float(t) + 1.0f);
+    }
+  });
+  CHECK(thrown == std::vector<std::string>(4));
+  CHECK(ok == std::vector<int>(4, 20));
 }
 
 TEST_CASE("threads needing the same new kernels compile each once", "[runtime][threads][cache]") {
@@ -102,24 +101,22 @@ TEST_CASE("threads needing the same new kernels compile each once", "[runtime][t
   };
   std::vector<HostTensor> want = interpret(build(0.5));
   reset_stats();
-  std::vector<std::thread> threads;
   std::vector<int> ok(8, 0);
-  for (int t = 0; t < 8; ++t)
-    threads.emplace_back([&, t] {
-      std::vector<Var> outs = build(0.5);
-      eval(outs);
-      auto close = [](const std::vector<float>& got, const std::vector<float>& ref) {
-        if (got.size() != ref.size()) return false;
-        for (size_t i = 0; i < got.size(); ++i)
-          if (!(std::fabs(got[i] - ref[i]) <= 1e-5f * std::max(1.0f, std::fabs(ref[i]))))
-            return false;
-        return true;
-      };
-      ok[t] = close(outs[0].to_vector<float>(), want[0].as<float>()) &&
-              close(outs[1].to_vector<float>(), want[1].as<float>());
-    });
-  for (auto& th : threads) th.join();
-  for (int t = 0; t < 8; ++t) CHECK(ok[t] == 1);
+  const std::vector<std::string> thrown = metajit_test::run_threads(8, [&](int t) {
+    std::vector<Var> outs = build(0.5);
+    eval(outs);
+    auto close = [](const std::vector<float>& got, const std::vector<float>& ref) {
+      if (got.size() != ref.size()) return false;
+      for (size_t i = 0; i < got.size(); ++i)
+        if (!(std::fabs(got[i] - ref[i]) <= 1e-5f * std::max(1.0f, std::fabs(ref[i]))))
+          return false;
+      return true;
+    };
+    ok[t] = close(outs[0].to_vector<float>(), want[0].as<float>()) &&
+            close(outs[1].to_vector<float>(), want[1].as<float>());
+  });
+  CHECK(thrown == std::vector<std::string>(8));
+  CHECK(ok == std::vector<int>(8, 1));
   Stats s = stats();
   CHECK(s.kernels_compiled == 2);
   CHECK(s.kernels_launched == 16);
