@@ -51,7 +51,7 @@ class CFamilyEmitter {
   void sequential_reduce(const KStmt& st, int depth, const std::string& innermost_pragma,
                          const std::string& outermost_pragma);
   // Hook inside a sequential Reduce's innermost loop, after its body (CPU: scratch rows).
-  virtual void reduce_body_extra(const KStmt& st, int depth) {}
+  virtual void reduce_body_extra(const KStmt& /*st*/, int /*depth*/) {}
 
   const KernelIR& ir_;
   Dialect dialect_;

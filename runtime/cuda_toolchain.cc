@@ -40,7 +40,7 @@ void stat_binary(CudaToolchain& t) {
   t.binary_mtime = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
 }
 
-CudaToolchain resolve_emulated(const Config& c) {
+CudaToolchain resolve_emulated() {
   const Toolchain& host = host_toolchain();
   CudaToolchain t;
   t.emulated = true;
@@ -149,7 +149,7 @@ const CudaToolchain& cuda_toolchain() {
   std::lock_guard<std::mutex> lock(mu);
   auto it = resolved->find(setting);
   if (it != resolved->end()) return *it->second;
-  auto t = std::make_unique<CudaToolchain>(c.cuda_emulate ? resolve_emulated(c) : resolve_nvcc(c));
+  auto t = std::make_unique<CudaToolchain>(c.cuda_emulate ? resolve_emulated() : resolve_nvcc(c));
   return *resolved->emplace(setting, std::move(t)).first->second;
 }
 

@@ -409,7 +409,7 @@ TEST_CASE("jit errors: undefined arguments and results", "[jit][errors]") {
   CHECK(f.traces() == 0);
   CHECK(f(x, x).to_vector<float>().size() == 2);
 
-  auto g = jit([](const Var& x) { return Var(); }, "broken");
+  auto g = jit([](const Var&) { return Var(); }, "broken");
   CHECK_THROWS_WITH(g(x), Catch::Contains("jit function 'broken' returned an undefined") &&
                               Catch::Contains("output 0"));
   auto h = jit([](const Var& x) { return std::vector<Var>{x + 1.0, Var()}; }, "broken2");
