@@ -21,6 +21,19 @@ std::string CFamilyEmitter::ctype(DType t) {
   return "?";
 }
 
+std::string CFamilyEmitter::acc_ctype(ReduceOp op, DType t) {
+  const DType at = acc_dtype(op, t);
+  if (is_wrapping(at) && op != ReduceOp::Max && op != ReduceOp::Min)
+    return at == DType::Int64 ? "u64" : "unsigned";
+  return ctype(at);
+}
+
+std::string CFamilyEmitter::wrapping(const std::string& T, DType t, const std::string& a,
+                                     const char* op, const std::string& b) {
+  const std::string U = t == DType::Int64 ? "u64" : "unsigned";
+  return "(" + T + ")((" + U + ")" + a + " " + op + " (" + U + ")" + b + ")";
+}
+
 DType CFamilyEmitter::acc_dtype(ReduceOp op, DType t) {
   return t == DType::Float32 && (op == ReduceOp::Add || op == ReduceOp::Mul || op == ReduceOp::Mean)
              ? DType::Float64
@@ -146,8 +159,10 @@ std::string CFamilyEmitter::combine(ReduceOp op, DType t, const std::string& acc
   switch (op) {
     case ReduceOp::Add:
     case ReduceOp::Mean:
+      if (is_wrapping(t)) return wrapping(T, t, acc, "+", x);
       return "(" + T + ")(" + acc + " + " + x + ")";
     case ReduceOp::Mul:
+      if (is_wrapping(t)) return wrapping(T, t, acc, "*", x);
       return "(" + T + ")(" + acc + " * " + x + ")";
     case ReduceOp::Max:
       if (t == DType::Bool) return "(" + acc + " || " + x + ")";
@@ -202,8 +217,11 @@ std::string CFamilyEmitter::unary(UnaryOp op, DType t, const std::string& x) con
   }
   switch (op) {
     case UnaryOp::Neg:
+      if (is_wrapping(t)) return wrapping(T, t, "0", "-", x);
       return "(" + T + ")(-" + x + ")";
     case UnaryOp::Abs:
+      if (is_wrapping(t))
+        return "(" + x + " < 0 ? " + wrapping(T, t, "0", "-", x) + " : " + x + ")";
       return "(" + T + ")(" + x + " < 0 ? -" + x + " : " + x + ")";
     case UnaryOp::Relu:
       return "(" + x + " > 0 ? " + x + " : (" + T + ")0)";
@@ -223,10 +241,13 @@ std::string CFamilyEmitter::binary(BinaryOp op, DType operand, const std::string
   const bool flt = is_float(operand);
   switch (op) {
     case BinaryOp::Add:
+      if (is_wrapping(operand)) return wrapping(T, operand, a, "+", b);
       return "(" + T + ")(" + a + " + " + b + ")";
     case BinaryOp::Sub:
+      if (is_wrapping(operand)) return wrapping(T, operand, a, "-", b);
       return "(" + T + ")(" + a + " - " + b + ")";
     case BinaryOp::Mul:
+      if (is_wrapping(operand)) return wrapping(T, operand, a, "*", b);
       return "(" + T + ")(" + a + " * " + b + ")";
     case BinaryOp::Div:
       if (flt) return "(" + a + " / " + b + ")";
@@ -333,7 +354,7 @@ void CFamilyEmitter::sequential_reduce(const KStmt& st, int depth,
   dtypes_[st.id] = st.dtype;
   const ReduceOp op = ReduceOp(st.op);
   const DType at = acc_dtype(op, st.dtype);
-  const std::string T = ctype(st.dtype), A = ctype(at);
+  const std::string T = ctype(st.dtype), A = acc_ctype(op, st.dtype);
   std::string acc = "acc" + std::to_string(st.id);
   line(depth, A + " " + acc + " = " + identity(op, at) + ";");
   int d = depth;

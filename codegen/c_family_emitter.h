@@ -27,6 +27,16 @@ class CFamilyEmitter {
   static std::string v(int id) { return "v" + std::to_string(id); }
   // float32 sums and products accumulate in double (see the emitters' headers).
   static DType acc_dtype(ReduceOp op, DType t);
+  // The C type of an accumulator: integer sums and products accumulate unsigned, so that an
+  // OpenMP reduction's combining step wraps too (see wrapping()).
+  static std::string acc_ctype(ReduceOp op, DType t);
+  // Int32/Int64 + - * and negation wrap, as constant folding and the reference interpreter
+  // define them (docs/design.md): computed in the unsigned type of the same width, where
+  // overflow is defined, and converted back (modular since C++20; GCC and NVCC always). Signed
+  // overflow would be undefined behaviour in the generated kernel.
+  static bool is_wrapping(DType t) { return t == DType::Int32 || t == DType::Int64; }
+  static std::string wrapping(const std::string& T, DType t, const std::string& a, const char* op,
+                              const std::string& b);
 
  protected:
   void line(int depth, const std::string& s) { out_ += std::string(2 * depth, ' ') + s + "\n"; }

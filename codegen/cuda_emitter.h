@@ -33,7 +33,7 @@ enum class CudaTarget { Gpu, HostEmulation };
 
 // Bump when the emitted CUDA source for the same IR changes (part of every CUDA key, with a
 // hash of the emulation prelude for emulated kernels).
-inline constexpr const char* kCudaCodegenVersion = "cuda-2";
+inline constexpr const char* kCudaCodegenVersion = "cuda-3";  // 3: integer arithmetic wraps
 
 std::string emit_cuda(const KernelIR& ir, CudaTarget target = CudaTarget::Gpu);
 

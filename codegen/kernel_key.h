@@ -9,7 +9,7 @@
 namespace metajit {
 
 // Bump when the emitted source for the same IR changes.
-inline constexpr const char* kCodegenVersion = "cpp-12";  // 12: row reuse in the output row
+inline constexpr const char* kCodegenVersion = "cpp-13";  // 13: integer arithmetic wraps
 
 class KernelKeyBuilder {
  public:

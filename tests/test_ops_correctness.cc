@@ -776,6 +776,46 @@ TEST_CASE("ops on constants (folded before code generation) agree with the refer
   CHECK(values_of<int32_t>(folded[9])[0] == 4);
 }
 
+TEST_CASE("integer arithmetic wraps in kernels, never overflows (no undefined behaviour)",
+          "[ops][wrap]") {
+  // UBSan found `(int)(v0 + v1)` overflowing in a kernel: generated code computes Int32/Int64
+  // + - *, negation, abs, sums and products in the unsigned type (docs/design.md §3), as the
+  // reference and constant folding do. `make test-asan` runs this with UBSan in the kernels.
+  const int32_t lo32 = std::numeric_limits<int32_t>::lowest();
+  const int32_t hi32 = std::numeric_limits<int32_t>::max();
+  const int64_t lo64 = std::numeric_limits<int64_t>::lowest();
+  const int64_t hi64 = std::numeric_limits<int64_t>::max();
+  Var a = array<int32_t>({hi32, lo32, hi32, -7}, {4});
+  Var b = array<int32_t>({1, -1, hi32, lo32}, {4});
+  Var c = array<int64_t>({hi64, lo64, hi64, -7}, {4});
+  Var d = array<int64_t>({1, -1, hi64, lo64}, {4});
+  std::vector<Var> wrapped = {a + b,
+                              a - b,
+                              a * b,
+                              -a,
+                              abs(b),
+                              sum(a),
+                              prod(a),
+                              c + d,
+                              c - d,
+                              c * d,
+                              -c,
+                              abs(d),
+                              sum(c),
+                              prod(c),
+                              sum(reshape(a, {2, 2}), {1}),
+                              prod(reshape(c, {2, 2}), {0})};
+  check_against_reference(wrapped);
+  CHECK(values_of<int32_t>(wrapped[0]) == std::vector<int32_t>{lo32, hi32, -2, hi32 - 6});
+  CHECK(values_of<int32_t>(wrapped[3])[1] == lo32);  // -lowest is lowest
+  CHECK(values_of<int64_t>(wrapped[7])[0] == lo64);
+  CHECK(values_of<int64_t>(wrapped[11])[3] == lo64);  // abs(lowest) is lowest
+  // The source says so: no signed + - * on integer values.
+  std::string source;
+  for (const auto& k : plan({a + b})) source += k.source;
+  CHECK_THAT(source, Catch::Matchers::Contains("(unsigned)"));
+}
+
 TEST_CASE("large shapes take the OpenMP parallel path and reuse the kernels above",
           "[ops][parallel]") {
   // Kernels run multi-threaded above 32768 loop iterations. Keys do not depend on shapes,
