@@ -3,7 +3,9 @@
 #include <metajit/error.h>
 
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -102,24 +104,25 @@ std::mutex& config_mutex() {
   static std::mutex mu;
   return mu;
 }
-Config*& config_slot() {
-  static Config* c = nullptr;
-  return c;
+// Every Config ever read, the newest last. Old ones are kept alive (callers may still hold a
+// reference to one across reload_config()) and reachable, so leak checkers stay quiet.
+std::vector<std::unique_ptr<Config>>& configs() {
+  static std::vector<std::unique_ptr<Config>> all;
+  return all;
 }
 
 }  // namespace
 
 const Config& config() {
   std::lock_guard<std::mutex> lock(config_mutex());
-  if (!config_slot()) config_slot() = new Config(read_config());
-  return *config_slot();
+  if (configs().empty()) configs().push_back(std::make_unique<Config>(read_config()));
+  return *configs().back();
 }
 
 void reload_config() {
-  Config fresh = read_config();
+  auto fresh = std::make_unique<Config>(read_config());
   std::lock_guard<std::mutex> lock(config_mutex());
-  // The old object is kept alive: callers may still hold a reference to it.
-  config_slot() = new Config(std::move(fresh));
+  configs().push_back(std::move(fresh));
 }
 
 bool parse_size(const std::string& text, uint64_t& bytes) {
@@ -175,7 +178,9 @@ bool parse_duration(const std::string& text, double& seconds) {
     mult = 7 * 86400;
   else
     return false;
-  if (!(v >= 0)) return false;
+  // 1e308d is a finite number of days but not of seconds: an infinite timeout or age would
+  // reach float-to-integer conversions later (found by fuzzing, tests/fuzz/corpus/cli_parsers).
+  if (!(v >= 0) || !std::isfinite(v * mult)) return false;
   seconds = v * mult;
   return true;
 }

@@ -20,6 +20,9 @@ void log_message(LogLevel level, const std::string& message) {
 void warn_once(const std::string& key, const std::string& message) {
   static std::mutex mu;
   static std::set<std::string> seen;
+  // A warning that is not shown is not remembered: a quiet long-running process (or a fuzzer
+  // feeding bad cache entries) would otherwise keep every distinct key for ever.
+  if (!log_enabled(LogLevel::Warn)) return;
   {
     std::lock_guard<std::mutex> lock(mu);
     if (!seen.insert(key).second) return;

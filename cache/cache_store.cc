@@ -22,6 +22,7 @@
 
 #include "base/checksum.h"
 #include "base/log.h"
+#include "cache/untrusted_json.h"
 
 namespace metajit {
 namespace {
@@ -241,7 +242,7 @@ std::string verify_entry(const fs::path& dir, const std::string& key) {
   if (!why.empty()) return "the entry directory " + why;
   std::optional<std::string> text = read_file_nofollow(dir / kMetaFile, &why);
   if (!text) return "meta.json: " + why;
-  nlohmann::json meta = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json meta = parse_untrusted_json(*text);
   if (!meta.is_object()) return "meta.json is not valid JSON";
   auto str = [&meta](const char* k) {
     auto it = meta.find(k);
@@ -339,7 +340,7 @@ CacheEntryInfo entry_info(const std::string& key, const fs::path& dir, bool with
   std::optional<std::string> text;
   if (with_meta) text = read_file_nofollow(dir / kMetaFile);
   if (text) {
-    nlohmann::json meta = nlohmann::json::parse(*text, nullptr, false);
+    nlohmann::json meta = parse_untrusted_json(*text);
     if (meta.is_object()) {
       if (meta.contains("backend") && meta["backend"].is_string())
         info.backend = meta["backend"].get<std::string>();
@@ -617,7 +618,7 @@ nlohmann::json CacheStore::read_meta(const std::string& key) const {
   std::string why;
   std::optional<std::string> text = read_file_nofollow(path, &why);
   if (!text) throw CacheError("cache: cannot read " + quote(path) + ": " + why);
-  nlohmann::json meta = nlohmann::json::parse(*text, nullptr, false);
+  nlohmann::json meta = parse_untrusted_json(*text);
   if (meta.is_discarded()) throw CacheError("cache: " + quote(path) + " is not valid JSON");
   return meta;
 }
@@ -830,7 +831,7 @@ void CacheStore::set_size_estimate(uint64_t bytes) {
     if (lock.fd < 0) return;
     nlohmann::json j = nlohmann::json::object();
     if (std::optional<std::string> text = read_file_nofollow(v1 / kStatsFile)) {
-      j = nlohmann::json::parse(*text, nullptr, false);
+      j = parse_untrusted_json(*text);
       if (!j.is_object()) j = nlohmann::json::object();
     }
     j[kBytesField] = bytes;
@@ -843,7 +844,7 @@ void CacheStore::set_size_estimate(uint64_t bytes) {
 bool CacheStore::has_size_estimate() const {
   std::optional<std::string> text = read_file_nofollow(version_dir() / kStatsFile);
   if (!text) return false;
-  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+  nlohmann::json j = parse_untrusted_json(*text);
   return j.is_object() && j.contains(kBytesField) && j[kBytesField].is_number_unsigned();
 }
 
@@ -851,7 +852,7 @@ CacheCounters CacheStore::read_counters() const {
   CacheCounters c;
   std::optional<std::string> text = read_file_nofollow(version_dir() / kStatsFile);
   if (!text) return c;
-  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+  nlohmann::json j = parse_untrusted_json(*text);
   if (!j.is_object()) return c;
   for (const CacheCounterField& f : kCacheCounterFields) c.*f.member = json_count(j, f.field);
   c.bytes = int64_t(json_count(j, kBytesField));

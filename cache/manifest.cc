@@ -6,6 +6,7 @@
 #include <iterator>
 
 #include "cache/cache_store.h"
+#include "cache/untrusted_json.h"
 
 namespace metajit {
 namespace {
@@ -79,8 +80,10 @@ std::vector<ManifestEntry> read_manifest(const std::filesystem::path& path) {
     if (text.size() > kMaxManifestBytes)
       throw CacheError("manifest " + path.string() + ": larger than 256 MiB");
   }
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) throw CacheError("manifest " + path.string() + ": not valid JSON");
+  nlohmann::json j = parse_untrusted_json(text);
+  if (j.is_discarded())
+    throw CacheError("manifest " + path.string() + ": not valid JSON, or nested deeper than " +
+                     std::to_string(kMaxJsonDepth) + " levels");
   return manifest_from_json(j, path.string());
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <limits>
+#include <optional>
 
 namespace metajit {
 namespace {
@@ -19,8 +20,10 @@ int64_t safe_mod(int64_t a, int64_t b) {
   return a % b;
 }
 
-IndexExprPtr make(IxKind k, int64_t v, IndexExprPtr a = {}, IndexExprPtr b = {},
-                  IndexExprPtr c = {}) {
+// Out of line: the parser's recursive functions call it, and its temporaries would otherwise
+// sit in each of their frames.
+[[gnu::noinline]] IndexExprPtr make(IxKind k, int64_t v, IndexExprPtr a = {}, IndexExprPtr b = {},
+                                    IndexExprPtr c = {}) {
   auto e = std::make_shared<IndexExpr>();
   e->kind = k;
   e->value = v;
@@ -43,7 +46,7 @@ class Parser {
     skip_ws();
     if (pos_ >= s_.size())
       fail("empty expression", "an integer expression over i0..i" + std::to_string(num_vars_ - 1));
-    IndexExprPtr e = parse_or();
+    IndexExprPtr e = parse_binary(0);
     skip_ws();
     if (pos_ < s_.size())
       fail("unexpected '" + std::string(s_.substr(pos_, 12)) + "'",
@@ -52,7 +55,10 @@ class Parser {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& what, const std::string& expected) {
+  // Error paths are kept out of line: the recursive functions then need no room for the
+  // message strings in each frame (ASan builds give every local its own redzone).
+  [[noreturn, gnu::noinline, gnu::cold]] void fail(const std::string& what,
+                                                   const std::string& expected) {
     throw IndexExprError(context_ + ": " + what + " at position " + std::to_string(pos_) +
                          " in \"" + std::string(s_) + "\"; expected " + expected +
                          " (names are i0..i" + std::to_string(num_vars_ - 1) +
@@ -62,7 +68,7 @@ class Parser {
   void skip_ws() {
     while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
   }
-  bool eat(std::string_view tok) {
+  [[gnu::noinline]] bool eat(std::string_view tok) {
     skip_ws();
     if (s_.substr(pos_, tok.size()) == tok) {
       pos_ += tok.size();
@@ -70,101 +76,56 @@ class Parser {
     }
     return false;
   }
-  bool peek(std::string_view tok) {
+  [[gnu::noinline]] bool peek(std::string_view tok) {
     skip_ws();
     return s_.substr(pos_, tok.size()) == tok;
   }
-  void need_condition(const char* op) {
-    if (!condition_)
-      fail(std::string("operator '") + op + "' is only allowed in overflow_conditions",
-           "an integer expression");
+  void need_condition(std::string_view op) {
+    if (!condition_) not_a_condition(op);
+  }
+  [[noreturn, gnu::noinline, gnu::cold]] void not_a_condition(std::string_view op) {
+    fail("operator '" + std::string(op) + "' is only allowed in overflow_conditions",
+         "an integer expression");
   }
 
-  IndexExprPtr parse_or() {
-    IndexExprPtr e = parse_and();
-    while (peek("||")) {
-      need_condition("||");
-      eat("||");
-      e = checked(make(IxKind::Or, 0, e, parse_and()));
-    }
-    return e;
+  // Binary operators by precedence climbing: one function for every level, so that each
+  // parenthesis costs three stack frames (binary, unary, primary) instead of one per level.
+  // Sanitizer builds have large frames, and a worker thread's stack may be 1 MB.
+  struct BinaryOperator {
+    std::string_view token;
+    IxKind kind;
+    int level;  // lowest binds loosest: || && (== !=) (< <= > >=) (+ -) (* / %)
+    bool condition_only;
+  };
+  static constexpr BinaryOperator kBinaryOperators[] = {
+      // Two-character tokens before their one-character prefixes.
+      {"||", IxKind::Or, 0, true},  {"&&", IxKind::And, 1, true}, {"==", IxKind::Eq, 2, true},
+      {"!=", IxKind::Ne, 2, true},  {"<=", IxKind::Le, 3, true},  {">=", IxKind::Ge, 3, true},
+      {"<", IxKind::Lt, 3, true},   {">", IxKind::Gt, 3, true},   {"+", IxKind::Add, 4, false},
+      {"-", IxKind::Sub, 4, false}, {"*", IxKind::Mul, 5, false}, {"/", IxKind::Div, 5, false},
+      {"%", IxKind::Mod, 5, false}};
+
+  const BinaryOperator* peek_binary() {
+    for (const BinaryOperator& op : kBinaryOperators)
+      if (peek(op.token)) return &op;
+    return nullptr;
   }
-  IndexExprPtr parse_and() {
-    IndexExprPtr e = parse_eq();
-    while (peek("&&")) {
-      need_condition("&&");
-      eat("&&");
-      e = checked(make(IxKind::And, 0, e, parse_eq()));
-    }
-    return e;
-  }
-  IndexExprPtr parse_eq() {
-    IndexExprPtr e = parse_rel();
-    for (;;) {
-      if (peek("==")) {
-        need_condition("==");
-        eat("==");
-        e = checked(make(IxKind::Eq, 0, e, parse_rel()));
-      } else if (peek("!=")) {
-        need_condition("!=");
-        eat("!=");
-        e = checked(make(IxKind::Ne, 0, e, parse_rel()));
-      } else {
-        return e;
-      }
-    }
-  }
-  IndexExprPtr parse_rel() {
-    IndexExprPtr e = parse_add();
-    for (;;) {
-      IxKind k;
-      const char* tok;
-      if (peek("<="))
-        k = IxKind::Le, tok = "<=";
-      else if (peek(">="))
-        k = IxKind::Ge, tok = ">=";
-      else if (peek("<"))
-        k = IxKind::Lt, tok = "<";
-      else if (peek(">"))
-        k = IxKind::Gt, tok = ">";
-      else
-        return e;
-      need_condition(tok);
-      eat(tok);
-      e = checked(make(k, 0, e, parse_add()));
-    }
-  }
-  IndexExprPtr parse_add() {
-    IndexExprPtr e = parse_mul();
-    for (;;) {
-      if (eat("+"))
-        e = checked(make(IxKind::Add, 0, e, parse_mul()));
-      else if (eat("-"))
-        e = checked(make(IxKind::Sub, 0, e, parse_mul()));
-      else
-        return e;
-    }
-  }
-  IndexExprPtr parse_mul() {
+
+  // Operands joined by operators of `min_level` or tighter, left-associative.
+  IndexExprPtr parse_binary(int min_level) {
     IndexExprPtr e = parse_unary();
-    for (;;) {
-      IxKind k;
-      if (eat("*"))
-        k = IxKind::Mul;
-      else if (eat("/"))
-        k = IxKind::Div;
-      else if (eat("%"))
-        k = IxKind::Mod;
-      else
-        return e;
-      size_t at = pos_;
-      IndexExprPtr rhs = parse_unary();
-      if (k != IxKind::Mul && rhs->kind == IxKind::Const && rhs->value == 0) {
-        pos_ = at;
-        fail("division by the constant 0", "a non-zero divisor");
+    for (const BinaryOperator* op; (op = peek_binary()) && op->level >= min_level;) {
+      if (op->condition_only) need_condition(op->token);
+      eat(op->token);
+      const size_t at = pos_;
+      IndexExprPtr rhs = parse_binary(op->level + 1);
+      if ((op->kind == IxKind::Div || op->kind == IxKind::Mod) && rhs->kind == IxKind::Const &&
+          rhs->value == 0) {
+        division_by_zero(at);
       }
-      e = checked(make(k, 0, e, rhs));
+      e = checked(make(op->kind, 0, e, rhs));
     }
+    return e;
   }
   // Each recursive step (a unary operator, an opening parenthesis) enters one level; the
   // limit is checked before recursing, so "((((..." or "----...1" cannot exhaust the stack.
@@ -175,7 +136,11 @@ class Parser {
     }
     ~Level() { --p.nesting_; }
   };
-  [[noreturn]] void too_deep() {
+  [[noreturn, gnu::noinline, gnu::cold]] void division_by_zero(size_t at) {
+    pos_ = at;
+    fail("division by the constant 0", "a non-zero divisor");
+  }
+  [[noreturn, gnu::noinline, gnu::cold]] void too_deep() {
     fail("expression nested deeper than " + std::to_string(kMaxIndexExprDepth) + " levels",
          "a flatter expression");
   }
@@ -186,34 +151,44 @@ class Parser {
   }
 
   IndexExprPtr parse_unary() {
+    std::optional<IxKind> op;  // nullopt: unary plus
     if (eat("-")) {
-      Level level(*this);
-      return make(IxKind::Neg, 0, parse_unary());
-    }
-    if (eat("+")) {
-      Level level(*this);
-      return parse_unary();
-    }
-    if (peek("!") && !peek("!=")) {
+      op = IxKind::Neg;
+    } else if (eat("+")) {
+    } else if (peek("!") && !peek("!=")) {
       need_condition("!");
       eat("!");
-      Level level(*this);
-      return make(IxKind::Not, 0, parse_unary());
+      op = IxKind::Not;
+    } else {
+      return parse_primary();
     }
-    return parse_primary();
+    Level level(*this);
+    IndexExprPtr operand = parse_unary();
+    return op ? make(*op, 0, std::move(operand)) : operand;
   }
-  IndexExprPtr parse_primary() {
+  [[gnu::noinline]] IndexExprPtr parse_primary() {
     skip_ws();
-    if (pos_ >= s_.size()) fail("unexpected end", "a number, a name or '('");
-    char c = s_[pos_];
+    if (pos_ >= s_.size()) unexpected();
+    const char c = s_[pos_];
     if (c == '(') {
       Level level(*this);
       ++pos_;
-      IndexExprPtr e = parse_or();
-      if (!eat(")")) fail("missing ')'", "')'");
+      IndexExprPtr e = parse_binary(0);
+      if (!eat(")")) missing_parenthesis();
       return e;
     }
-    if (std::isdigit(static_cast<unsigned char>(c))) {
+    if (std::isdigit(static_cast<unsigned char>(c))) return parse_number();
+    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') return parse_name();
+    unexpected();
+  }
+  [[noreturn, gnu::noinline, gnu::cold]] void missing_parenthesis() { fail("missing ')'", "')'"); }
+  [[noreturn, gnu::noinline, gnu::cold]] void unexpected() {
+    if (pos_ >= s_.size()) fail("unexpected end", "a number, a name or '('");
+    fail(std::string("unexpected character '") + s_[pos_] + "'", "a number, a name or '('");
+  }
+  // Leaves: not recursive, and out of line so that their locals are not in every level's frame.
+  [[gnu::noinline]] IndexExprPtr parse_number() {
+    {
       size_t start = pos_;
       int64_t v = 0;
       while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) {
@@ -231,7 +206,9 @@ class Parser {
       }
       return make(IxKind::Const, v);
     }
-    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+  }
+  [[gnu::noinline]] IndexExprPtr parse_name() {
+    {
       size_t start = pos_;
       while (pos_ < s_.size() &&
              (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_'))
@@ -251,7 +228,6 @@ class Parser {
       }
       return make(IxKind::Var, k);
     }
-    fail(std::string("unexpected character '") + c + "'", "a number, a name or '('");
   }
 
   std::string_view s_;
@@ -299,9 +275,10 @@ const char* op_text(IxKind k) {
 
 IndexExprPtr parse_index_expr(std::string_view text, int num_vars, bool condition,
                               const std::string& context) {
-  if (text.size() > 4096)
+  if (text.size() > kMaxIndexExprLength)
     throw IndexExprError(context + ": expression of " + std::to_string(text.size()) +
-                         " characters is too long (at most 4096)");
+                         " characters is too long (at most " + std::to_string(kMaxIndexExprLength) +
+                         ")");
   return Parser(text, num_vars, condition, context).parse();
 }
 

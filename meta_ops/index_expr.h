@@ -52,6 +52,8 @@ struct IndexExpr {
 // 1 MB: 256 levels bound that recursion far below it, and no real index expression nests
 // more than a few levels.
 inline constexpr int kMaxIndexExprDepth = 256;
+// The longest text the parser accepts.
+inline constexpr size_t kMaxIndexExprLength = 4096;
 
 // Parses `text`. `num_vars` is how many i<k> names exist (i0 .. i<num_vars-1>). With
 // `condition` true the comparison and logical operators are allowed too. `context` names

@@ -130,6 +130,9 @@ TEST_CASE("command-line mistakes are one line on stderr and exit status 1", "[cl
               "'soon' is not a duration");
   check_error(run_cli({"--cache-dir", d, "cache", "clear", "--older-than", "-3d"}), 1,
               "older-than");
+  // Found by fuzzing: a finite number of days that is no finite number of seconds.
+  check_error(run_cli({"--cache-dir", d, "cache", "clear", "--older-than", "1e308d"}), 1,
+              "'1e308d' is not a duration");
   check_error(run_cli({"--cache-dir", d, "cache", "prune", "--max-size", "10Q"}), 1,
               "'10Q' is not a size");
   check_error(run_cli({"--cache-dir", d, "cache", "warm"}), 1, "MANIFEST");
