@@ -3,7 +3,8 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 
-.PHONY: all deps bench-deps build run test bench bench-cuda install format clean
+.PHONY: all deps bench-deps fuzz-deps build run test test-asan test-tsan fuzz bench bench-cuda \
+        install format clean
 
 all: build
 
@@ -21,6 +22,41 @@ run: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
+
+# `make test-asan`: the library, tests and the kernels they compile built with AddressSanitizer
+# and UndefinedBehaviorSanitizer (a report fails the test); runs the unit suites (the cache,
+# differential and fuzz-replay suites among them). `make test-tsan`: ThreadSanitizer on the
+# suites that run threads (jit and eval from many threads, per-key cache locks). Each has a
+# build tree and a kernel cache of its own. README "Sanitizers".
+SAN_CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+                  -DMETAJIT_SAMPLES=OFF $(SAN_EXTRA_CMAKE_FLAGS)
+ASAN_TESTS ?= -L '^unit$$'
+TSAN_TESTS ?= -R '^test_(jit|runtime|cache_store):'
+test-asan: deps
+	cmake -S . -B $(BUILD)-asan $(SAN_CMAKE_FLAGS) -DMETAJIT_SANITIZE=address,undefined
+	cmake --build $(BUILD)-asan -j $(JOBS)
+	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) --timeout 1800 $(ASAN_TESTS)
+
+test-tsan: deps
+	cmake -S . -B $(BUILD)-tsan $(SAN_CMAKE_FLAGS) -DMETAJIT_SANITIZE=thread
+	cmake --build $(BUILD)-tsan -j $(JOBS)
+	cd $(BUILD)-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  ctest --output-on-failure -j $(JOBS) --timeout 1800 $(TSAN_TESTS)
+
+# `make fuzz`: the libFuzzer targets (tests/fuzz/), built with clang, ASan and UBSan, each run
+# for FUZZ_SECONDS from its seed corpus. README "Fuzzing".
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?=
+fuzz-deps:
+	@bash -c 'source scripts/apt_packages.sh && apt_install_missing "metajit fuzz" required clang-14 libclang-rt-14-dev'
+
+fuzz: deps fuzz-deps
+	cmake -S . -B $(BUILD)-fuzz -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DMETAJIT_FUZZ=ON -DMETAJIT_SAMPLES=OFF \
+	  -DMETAJIT_SANITIZE=address,undefined
+	cmake --build $(BUILD)-fuzz -j $(JOBS) --target metajit_fuzzers
+	bash scripts/run_fuzzers.sh $(BUILD)-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # `make bench`: metajit against Halide, Eigen, OpenBLAS, hand loops (C++), then numpy, PyTorch,
 # JAX, Jittor (bench/peers.py, whichever are installed), one JSON file. The bench's packages are
@@ -58,4 +94,4 @@ format:
 	clang-format -i $$(git ls-files '*.h' '*.cc')
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan $(BUILD)-fuzz

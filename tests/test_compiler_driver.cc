@@ -283,7 +283,9 @@ TEST_CASE("the toolchain's slow answers are remembered on disk", "[toolchain]") 
   CHECK(files == 1);
   // New flags make this process resolve again; the binary and CPU are the same, so the
   // answers come from the file.
-  metajit_test::ScopedEnv flags("METAJIT_CXXFLAGS", "-DMETAJIT_REMEMBERED=1");
+  metajit_test::ScopedEnv flags(
+      "METAJIT_CXXFLAGS",
+      metajit_test::ScopedEnv::appended("METAJIT_CXXFLAGS", "-DMETAJIT_REMEMBERED=1"));
   CHECK(host_toolchain().version_line() == "remembered-compiler 1.0");
   CHECK(host_toolchain().resolved_target == tc.resolved_target);
 }
@@ -292,7 +294,9 @@ TEST_CASE("METAJIT_CXXFLAGS changes the toolchain's flags and identity", "[toolc
   const Toolchain& before = host_toolchain();
   std::string id_before = before.identity();
   {
-    metajit_test::ScopedEnv flags("METAJIT_CXXFLAGS", "-DMETAJIT_TEST_FLAG=1 -g0");
+    metajit_test::ScopedEnv flags(
+        "METAJIT_CXXFLAGS",
+        metajit_test::ScopedEnv::appended("METAJIT_CXXFLAGS", "-DMETAJIT_TEST_FLAG=1 -g0"));
     const Toolchain& with = host_toolchain();
     REQUIRE(with.flags.size() == before.flags.size() + 2);
     CHECK(with.flags[with.flags.size() - 2] == "-DMETAJIT_TEST_FLAG=1");

@@ -19,7 +19,6 @@
 
 #include "base/config.h"
 #include "runtime/cuda_toolchain.h"
-#include <metajit/runtime.h>
 #include "support/skip.h"
 
 namespace {
@@ -55,6 +54,14 @@ int main(int argc, char* argv[]) {
   ::setenv("METAJIT_TEST_PROGRAMS", METAJIT_TEST_PROGRAMS_DIR, 0);
   ::setenv("METAJIT_SOURCE_DIR", METAJIT_TEST_SOURCE_DIR, 0);
   ::setenv("METAJIT_JOBS", "2", 0);
+  // A sanitizer build compiles the kernels with its sanitizers too (tests/CMakeLists.txt),
+  // after whatever flags the person running the tests chose.
+  if (const std::string sanitize = METAJIT_TEST_KERNEL_CXXFLAGS; !sanitize.empty()) {
+    const char* chosen = std::getenv("METAJIT_CXXFLAGS");
+    std::string flags = chosen ? chosen : "";
+    if (flags.find(sanitize) == std::string::npos)
+      ::setenv("METAJIT_CXXFLAGS", (flags.empty() ? sanitize : flags + " " + sanitize).c_str(), 1);
+  }
   if (!listing(argc, argv)) {
     metajit::reload_config();
 #ifdef METAJIT_TEST_NEEDS_NVCC

@@ -23,6 +23,13 @@ class ScopedEnv {
       unsetenv(name_);
     metajit::reload_config();
   }
+  // The variable's current value with `extra` after it: how a test adds kernel flags without
+  // dropping those a sanitizer build put there (tests/test_main.cc).
+  static std::string appended(const char* name, const std::string& extra) {
+    const char* now = std::getenv(name);
+    if (!now || !*now) return extra;
+    return extra.empty() ? std::string(now) : std::string(now) + " " + extra;
+  }
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;
 

@@ -1,0 +1,46 @@
+// libFuzzer target: a small random graph built from the fuzzer's bytes
+// (support/random_graph.h, the differential test's generator, reading the bytes as its random
+// stream) is evaluated by the compiled kernels and by the reference interpreter, which must
+// agree (support/reference_compare.h). Kernel structures repeat across inputs and kernels
+// are shape-generic, so after the first few compiles most inputs run from the kernel cache.
+//
+// The kernels are compiled by g++ without sanitizers: this process carries clang's ASan
+// runtime, which a GCC-instrumented kernel cannot use (make test-asan checks kernels under
+// ASan and UBSan).
+#include <metajit/error.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "support/random_graph.h"
+#include "support/reference_compare.h"
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  // A cache of its own unless the caller chose one (make fuzz keeps it between runs).
+  const std::string cache =
+      (std::filesystem::temp_directory_path() / "metajit-fuzz-cache").string();
+  ::setenv("METAJIT_CACHE_DIR", cache.c_str(), 0);
+  ::unsetenv("METAJIT_CXXFLAGS");
+  ::setenv("METAJIT_LOG", "quiet", 1);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  metajit_test::GraphGenerator gen(data, size);
+  std::vector<metajit::Var> outs;
+  outs = gen.build();
+  std::vector<std::string> mismatches;
+  if (std::optional<metajit::Var> staged = gen.staged())
+    mismatches = metajit_test::reference_mismatches({*staged});
+  if (mismatches.empty()) mismatches = metajit_test::reference_mismatches(outs);
+  if (!mismatches.empty()) {
+    std::fprintf(stderr, "graph:\n%s\n", gen.listing().c_str());
+    for (const std::string& m : mismatches) std::fprintf(stderr, "%s\n", m.c_str());
+    std::abort();
+  }
+  return 0;
+}
