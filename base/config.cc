@@ -136,7 +136,8 @@ bool parse_size(const std::string& text, uint64_t& bytes) {
   std::string unit = text.substr(i);
   for (auto& ch : unit) ch = char(std::toupper(static_cast<unsigned char>(ch)));
   if (!unit.empty() && unit.back() == 'B') unit.pop_back();
-  if (!unit.empty() && unit.back() == 'I') unit.pop_back();  // KiB, MiB...
+  // KiB, MiB...: an 'i' only after a unit letter ("5i" and "5iB" are not sizes).
+  if (unit.size() == 2 && unit.back() == 'I') unit.pop_back();
   int shift = 0;
   if (unit.empty())
     shift = 0;

@@ -135,6 +135,9 @@ TEST_CASE("command-line mistakes are one line on stderr and exit status 1", "[cl
               "'1e308d' is not a duration");
   check_error(run_cli({"--cache-dir", d, "cache", "prune", "--max-size", "10Q"}), 1,
               "'10Q' is not a size");
+  for (const char* not_a_size : {"5i", "5iB", "5KiBi"})
+    check_error(run_cli({"--cache-dir", d, "cache", "prune", "--max-size", not_a_size}), 1,
+                std::string("'") + not_a_size + "' is not a size");
   check_error(run_cli({"--cache-dir", d, "cache", "warm"}), 1, "MANIFEST");
   check_error(run_cli({"--cache-dir", d, "cache", "warm", "m.json", "-j", "0"}), 1, "-j 0");
   check_error(run_cli({"--cache-dir", d, "cache", "warm", "m.json", "-j", "many"}), 1, "many");
