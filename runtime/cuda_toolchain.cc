@@ -49,7 +49,9 @@ CudaToolchain resolve_emulated() {
   t.binary_size = host.binary_size;
   t.binary_mtime = host.binary_mtime;
   t.host_identity = host.identity();
-  t.flags = {"-std=c++17", "-O2", "-fPIC", "-shared", "-x", "c++"};
+  // -fwrapv as for C++ kernels (runtime/toolchain.cc): index arithmetic wraps. nvcc has no such
+  // switch for device code; there the emitter's unsigned value arithmetic is all that is defined.
+  t.flags = {"-std=c++17", "-O2", "-fwrapv", "-fPIC", "-shared", "-x", "c++"};
   return t;
 }
 

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
@@ -237,6 +238,8 @@ TEST_CASE("host_toolchain resolves the compiler and the native target", "[toolch
                                    "-fPIC",      "-shared", "-fopenmp"};
   REQUIRE(tc.flags.size() >= want.size());
   CHECK(std::vector<std::string>(tc.flags.begin(), tc.flags.begin() + 6) == want);
+  // Signed arithmetic in kernels wraps, index arithmetic included (docs/design.md §3).
+  CHECK(std::find(tc.flags.begin(), tc.flags.end(), "-fwrapv") != tc.flags.end());
 
   std::vector<std::string> cmd = tc.compile_command("/x/kernel.cc", "/x/kernel.so");
   REQUIRE(cmd.size() == tc.flags.size() + 5);

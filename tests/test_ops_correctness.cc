@@ -810,6 +810,12 @@ TEST_CASE("integer arithmetic wraps in kernels, never overflows (no undefined be
   CHECK(values_of<int32_t>(wrapped[3])[1] == lo32);  // -lowest is lowest
   CHECK(values_of<int64_t>(wrapped[7])[0] == lo64);
   CHECK(values_of<int64_t>(wrapped[11])[3] == lo64);  // abs(lowest) is lowest
+  // Index arithmetic wraps too (kernels are compiled with -fwrapv): (i0 * 2^62) * 4 is i0 * 2^64,
+  // which wraps to 0, so out[i] = x[i]; the reference evaluates index expressions the same way.
+  Var x = array<float>({10, 11, 12, 13}, {4});
+  Var wrapped_index = reindex(x, {4}, {"(i0*4611686018427387904)*4 + i0"}, -1.0);
+  check_against_reference(wrapped_index);
+  CHECK(values_of<float>(wrapped_index) == std::vector<float>{10, 11, 12, 13});
   // The source says so: no signed + - * on integer values.
   std::string source;
   for (const auto& k : plan({a + b})) source += k.source;

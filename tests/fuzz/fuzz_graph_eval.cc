@@ -4,9 +4,9 @@
 // agree (support/reference_compare.h). Kernel structures repeat across inputs and kernels
 // are shape-generic, so after the first few compiles most inputs run from the kernel cache.
 //
-// The kernels are compiled by g++ without sanitizers: this process carries clang's ASan
-// runtime, which a GCC-instrumented kernel cannot use (make test-asan checks kernels under
-// ASan and UBSan).
+// Under libFuzzer the kernels are compiled by g++ without sanitizers: that process carries
+// clang's ASan runtime, which a GCC-instrumented kernel cannot use. make test-asan replays this
+// target's corpus with ASan and UBSan in the kernels too.
 #include <metajit/error.h>
 #include <unistd.h>
 
@@ -24,15 +24,18 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   const std::string cache =
       (std::filesystem::temp_directory_path() / "metajit-fuzz-cache").string();
   ::setenv("METAJIT_CACHE_DIR", cache.c_str(), 0);
+#ifdef METAJIT_LIBFUZZER
+  // See the file comment. The replay of this target in a GCC sanitizer build (make test-asan)
+  // keeps the sanitizer flags, so its kernels are checked there.
   ::unsetenv("METAJIT_CXXFLAGS");
+#endif
   ::setenv("METAJIT_LOG", "quiet", 1);
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   metajit_test::GraphGenerator gen(data, size);
-  std::vector<metajit::Var> outs;
-  outs = gen.build();
+  const std::vector<metajit::Var> outs = gen.build();
   std::vector<std::string> mismatches;
   if (std::optional<metajit::Var> staged = gen.staged())
     mismatches = metajit_test::reference_mismatches({*staged});
