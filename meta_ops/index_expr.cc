@@ -164,7 +164,9 @@ class Parser {
     }
     Level level(*this);
     IndexExprPtr operand = parse_unary();
-    return op ? make(*op, 0, std::move(operand)) : operand;
+    // The Level bounds the recursion; the tree also grows by this node, one deeper than its
+    // operand (found by fuzzing: 256 minus signs before a literal made a tree of depth 257).
+    return op ? checked(make(*op, 0, std::move(operand))) : operand;
   }
   [[gnu::noinline]] IndexExprPtr parse_primary() {
     skip_ws();

@@ -8,9 +8,11 @@
 #include <vector>
 
 #include "meta_ops/index_expr.h"
+#include "support/exceptions.h"
 
 using namespace metajit;
 using Catch::Matchers::Contains;
+using metajit_test::message_of;
 
 namespace {
 
@@ -141,4 +143,16 @@ TEST_CASE("nesting deeper than the limit is an error, not a stack overflow", "[i
   IndexExprPtr chain = parse_index_expr("i0" + repeat("+i1", 200), 2, false, "x");
   CHECK(chain->depth == 201);
   CHECK(ix_eval(*chain, std::vector<int64_t>{5, 1}.data()) == 205);
+
+  // Found by fuzzing: a unary chain as long as the limit built a tree one level deeper than it
+  // (the kernel-spec reader then refused that kernel's spec). Every tree the parser returns is
+  // within the limit; the longest unary chain has 255 operators above its operand.
+  for (const char* op : {"-", "!"}) {
+    INFO(op << " x 255 and x 256");
+    IndexExprPtr longest = parse_index_expr(repeat(op, 255) + "1", 2, true, "x");
+    CHECK(longest->depth == kMaxIndexExprDepth);
+    CHECK_THAT(
+        message_of<IndexExprError>([&] { parse_index_expr(repeat(op, 256) + "1", 2, true, "x"); }),
+        Contains("nested deeper than 256 levels"));
+  }
 }
