@@ -21,6 +21,19 @@ std::string CFamilyEmitter::ctype(DType t) {
   return "?";
 }
 
+std::string CFamilyEmitter::integer_prelude(const std::string& qualifier) {
+  const std::string q = qualifier + " ";
+  return "typedef long long i64;\n"
+         "typedef unsigned long long u64;\n"
+         "// Integer division never traps: x/0 == x%0 == 0, and INT_MIN/-1 wraps.\n" +
+         q +
+         "i64 mj_div(i64 a, i64 b) { return b == 0 ? 0 : (b == -1 ? (i64)(0ULL - (u64)a) : a / b); "
+         "}\n" +
+         q + "i64 mj_mod(i64 a, i64 b) { return (b == 0 || b == -1) ? 0 : a % b; }\n" + q +
+         "i64 mj_min(i64 a, i64 b) { return a < b ? a : b; }\n" + q +
+         "i64 mj_max(i64 a, i64 b) { return a > b ? a : b; }\n";
+}
+
 std::string CFamilyEmitter::acc_ctype(ReduceOp op, DType t) {
   const DType at = acc_dtype(op, t);
   if (is_wrapping(at) && op != ReduceOp::Max && op != ReduceOp::Min)

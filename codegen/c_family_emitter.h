@@ -21,6 +21,10 @@ class CFamilyEmitter {
   virtual ~CFamilyEmitter() = default;
 
   static std::string ctype(DType t);
+  // The first lines of every kernel of both dialects: i64/u64 and the integer helpers the
+  // printed expressions call (mj_div, mj_mod, mj_min, mj_max), each function declared with
+  // `qualifier` ("static inline" in C++, "MJ_HD" in CUDA).
+  static std::string integer_prelude(const std::string& qualifier);
   // An index expression as C (i<k> loop variables, p<k> shape parameters); division and
   // modulo by anything but a non-zero constant go through mj_div/mj_mod (never trap).
   static std::string ix(const IndexExpr& e);

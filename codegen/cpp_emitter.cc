@@ -14,14 +14,9 @@
 namespace metajit {
 namespace {
 
-constexpr const char* kPrelude = R"(typedef long long i64;
-typedef unsigned long long u64;
-// Integer division never traps: x/0 == x%0 == 0, and INT_MIN/-1 wraps.
-static inline i64 mj_div(i64 a, i64 b) { return b == 0 ? 0 : (b == -1 ? (i64)(0ULL - (u64)a) : a / b); }
-static inline i64 mj_mod(i64 a, i64 b) { return (b == 0 || b == -1) ? 0 : a % b; }
-static inline i64 mj_min(i64 a, i64 b) { return a < b ? a : b; }
-static inline i64 mj_max(i64 a, i64 b) { return a > b ? a : b; }
-// Integer pow through double; NaN or out-of-range results give 0.
+// After CFamilyEmitter::integer_prelude("static inline").
+constexpr const char* kPrelude =
+    R"(// Integer pow through double; NaN or out-of-range results give 0.
 static inline int mj_pow_i32(double a, double b) { double r = __builtin_pow(a, b); return (r == r && r >= -2147483648.0 && r <= 2147483647.0) ? (int)r : 0; }
 static inline i64 mj_pow_i64(double a, double b) { double r = __builtin_pow(a, b); return (r == r && r >= -9223372036854775808.0 && r < 9223372036854775808.0) ? (i64)r : 0; }
 // libm, declared SIMD-callable so that loops vectorise through glibc's libmvec (same NaN/Inf
@@ -102,6 +97,7 @@ class CppEmitter : public CFamilyEmitter {
     out_ = "// metajit generated kernel: ";
     for (size_t k = 0; k < ir_.ops.size(); ++k) out_ += (k ? ", " : "") + ir_.ops[k];
     out_ += "\n// target: " + target_.describe() + "\n";
+    out_ += integer_prelude("static inline");
     out_ += kPrelude;
     const size_t kernel_start = out_.size();
     out_ +=

@@ -18,15 +18,10 @@ constexpr const char* kGpuPrelude = R"(#define MJ_HD __host__ __device__ __force
 #define MJ_LAUNCH(kernel, grid, block, ...) kernel<<<(grid), (block)>>>(__VA_ARGS__)
 )";
 
-// Shared by both targets: integer helpers (host and device), block reductions, atomics.
-constexpr const char* kCommonPrelude = R"(typedef long long i64;
-typedef unsigned long long u64;
-// Integer division never traps: x/0 == x%0 == 0, and INT_MIN/-1 wraps.
-MJ_HD i64 mj_div(i64 a, i64 b) { return b == 0 ? 0 : (b == -1 ? (i64)(0ULL - (u64)a) : a / b); }
-MJ_HD i64 mj_mod(i64 a, i64 b) { return (b == 0 || b == -1) ? 0 : a % b; }
-MJ_HD i64 mj_min(i64 a, i64 b) { return a < b ? a : b; }
-MJ_HD i64 mj_max(i64 a, i64 b) { return a > b ? a : b; }
-// Integer pow through double; NaN or out-of-range results give 0.
+// Shared by both targets, after CFamilyEmitter::integer_prelude("MJ_HD"): integer pow, block
+// reductions, atomics.
+constexpr const char* kCommonPrelude =
+    R"(// Integer pow through double; NaN or out-of-range results give 0.
 __device__ __forceinline__ int mj_pow_i32(double a, double b) { double r = pow(a, b); return (r == r && r >= -2147483648.0 && r <= 2147483647.0) ? (int)r : 0; }
 __device__ __forceinline__ i64 mj_pow_i64(double a, double b) { double r = pow(a, b); return (r == r && r >= -9223372036854775808.0 && r < 9223372036854775808.0) ? (i64)r : 0; }
 template <class T> __device__ __forceinline__ T mj_shfl_down(T v, int d) { return __shfl_down_sync(0xffffffffu, v, d); }
@@ -68,6 +63,7 @@ class CudaEmitter : public CFamilyEmitter {
     for (size_t k = 0; k < ir_.ops.size(); ++k) out_ += (k ? ", " : "") + ir_.ops[k];
     out_ += "\n";
     out_ += target_ == CudaTarget::Gpu ? kGpuPrelude : kCudaEmulationPrelude;
+    out_ += integer_prelude("MJ_HD");
     out_ += kCommonPrelude;
     args_struct();
     if (ir_.kind == KernelKind::Scatter) {
