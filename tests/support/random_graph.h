@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <optional>
 #include <random>
 #include <set>
@@ -128,6 +129,11 @@ struct Value {
   double bound = 0;      // max |value| (kInf when unbounded)
   bool may_nan = false;  // NaN may appear
   bool fragile = false;  // float whose last bits may differ between the two evaluations
+  // Fragile at float32 precision: its own dtype is Float32, or it has such an ancestor. Widened
+  // to Float64 (a cast, or promotion by a Float64 operand) its float32-sized differences would
+  // be compared at Float64's tolerance, so no Float64 value may have such an ancestor (found
+  // by fuzz_graph_eval: tanh in float32, cast to float64, differed by one float32 ulp).
+  bool fragile_f32 = false;
 };
 
 struct Rejected {};  // an op that would leave the contract: the generator tries another
@@ -245,6 +251,26 @@ class GraphGenerator {
   }
 
   // ------------------------------------------------------------ values
+  // Whether `node` reads a value marked fragile_f32, directly or through the nodes that ops
+  // like binary broadcasting create in between (which are not values of their own).
+  bool has_fragile_f32_input(const Node* node) const {
+    std::vector<const Node*> stack(1, node);
+    std::set<const Node*> seen;
+    while (!stack.empty()) {
+      const Node* n = stack.back();
+      stack.pop_back();
+      for (const NodePtr& in : n->inputs) {
+        if (!seen.insert(in.get()).second) continue;
+        auto it = value_of_node_.find(in.get());
+        if (it == value_of_node_.end())
+          stack.push_back(in.get());
+        else if (values_[it->second].fragile_f32)
+          return true;
+      }
+    }
+    return false;
+  }
+
   // Records a new value. `arithmetic`: integer results must stay strictly inside the range
   // (an op like neg or * on lowest() overflows); other ops (max, where, identities of empty
   // reductions, ...) may reach lowest() itself.
@@ -262,9 +288,16 @@ class GraphGenerator {
       bound = kInf;
       may_nan = true;  // inf - inf, 0 * inf
     }
-    Value v{std::move(var), "v" + std::to_string(values_.size()), bound, may_nan, fragile};
+    bool fragile_f32 = false;
+    if (fragile && is_float(dt)) {
+      fragile_f32 = dt == DType::Float32 || has_fragile_f32_input(var.node().get());
+      if (fragile_f32 && dt == DType::Float64) throw Rejected{};
+    }
+    Value v{std::move(var), "v" + std::to_string(values_.size()), bound, may_nan, fragile,
+            fragile_f32};
     listing_ << "Var " << v.name << " = " << expr << ";  // " << dtype_name(v.var.dtype()) << " "
              << shape_str(v.var.shape()) << "\n";
+    value_of_node_[v.var.node().get()] = values_.size();
     values_.push_back(std::move(v));
     return values_.back();
   }
@@ -784,6 +817,7 @@ class GraphGenerator {
   bool large_ = false;
   std::optional<size_t> staged_;
   std::vector<Value> values_;
+  std::map<const Node*, size_t> value_of_node_;  // index in values_ of each value's node
   std::ostringstream listing_;
 };
 
