@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <iomanip>
 #include <sstream>
 #include <string>
@@ -83,11 +84,11 @@ inline std::string flat_to_index(int64_t flat, const metajit::Shape& shape) {
 
 }  // namespace metajit_test_detail
 
+namespace metajit_test {
+
 // Evaluates `vars` with the reference interpreter and with eval(), and describes each Var that
 // does not have the reference's shape, dtype and values (see the tolerances above): the first
 // mismatching element and how many differ. Empty when every Var agrees.
-namespace metajit_test {
-
 inline std::vector<std::string> reference_mismatches(const std::vector<metajit::Var>& vars) {
   using namespace metajit;
   using namespace metajit_test_detail;
@@ -120,19 +121,17 @@ inline std::vector<std::string> reference_mismatches(const std::vector<metajit::
       want_text = w.str();
     };
     size_t got_size = 0, want_size = 0;
-    if (ref.dtype == DType::Int64) {  // compared as int64: doubles would round above 2^53
-      const std::vector<int64_t> got = var.to_vector<int64_t>(), want = ref.as<int64_t>();
+    auto compare = [&](const auto& got, const auto& want, auto match) {
       got_size = got.size();
       want_size = want.size();
       for (size_t i = 0; i < got.size() && i < want.size(); ++i)
-        if (got[i] != want[i]) note(i, got[i], want[i]);
-    } else {
-      const std::vector<double> got = eval_values_as_double(var), want = ref.as_double();
-      got_size = got.size();
-      want_size = want.size();
-      for (size_t i = 0; i < got.size() && i < want.size(); ++i)
-        if (!values_match(got[i], want[i], tol)) note(i, got[i], want[i]);
-    }
+        if (!match(got[i], want[i])) note(i, got[i], want[i]);
+    };
+    if (ref.dtype == DType::Int64)  // compared as int64: doubles would round above 2^53
+      compare(var.to_vector<int64_t>(), ref.as<int64_t>(), std::equal_to<>());
+    else
+      compare(eval_values_as_double(var), ref.as_double(),
+              [tol](double got, double want) { return values_match(got, want, tol); });
     if (got_size != want_size) {
       out.push_back(which + ": eval gives " + std::to_string(got_size) + " elements, reference " +
                     std::to_string(want_size));
