@@ -289,6 +289,7 @@ void replay(const JitPlan& p, const Var* const* args, Var* out) {
     } else {
       NodePtr n = new_node(OpKind::Leaf, o.dtype, o.shape);
       n->data = std::move(results[k]);
+      n->evaluated = true;  // computed: grad() cannot see behind it
       out[k] = Var(std::move(n));
     }
   }

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -197,6 +198,13 @@ void fold_constants(Graph& g) {
     GNode& n = g.nodes[i];
     for (int& in : n.inputs) in = replacement[in];
     if (!is_elementwise(n.kind)) continue;
+    // stop_grad()'s identity cast: its users read its input (an output keeps its own kernel).
+    if (n.kind == OpKind::Cast && g.nodes[n.inputs[0]].dtype == n.dtype &&
+        std::find(g.outputs.begin(), g.outputs.end(), int(i)) == g.outputs.end()) {
+      replacement[i] = n.inputs[0];
+      changed = true;
+      continue;
+    }
     // Case 1: all inputs are 0-d scalars.
     bool all_scalar = true;
     std::vector<double> values;

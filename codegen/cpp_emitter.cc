@@ -82,13 +82,29 @@ static void mj_give(int slot, float* q) {
 
 class CppEmitter : public CFamilyEmitter {
  public:
-  // Two output loops walked as one column dimension of a contraction: the loop just outside
-  // the column loop j, when only b reads it (conv2d: the output row, with j the output
-  // column): 8 x 56 x 56 outputs are 64 rows by 3136 columns, not 448 blocks of 64 by 56
-  // (56 padded to the tile's 64).
+  // Output loops walked as one column dimension of a contraction: the loops just outside the
+  // column loop j that only b reads (conv2d: the output row, with j the output column: 8 x 56
+  // x 56 outputs are 64 rows by 3136 columns, not 448 blocks of 64 by 56, 56 padded to the
+  // tile's 64; conv2d's weight gradient: input channel, kernel row and column are 576 columns,
+  // not 192 blocks of 3).
   struct MergedColumns {
-    int outer_var = -1;
+    std::vector<int> outer_vars;  // outermost first; the column loop j is inside the last
+    std::vector<std::string> outer_extents;
   };
+
+  // Declares the merged outer loops' variables from the flat outer index mj_jo.
+  void merged_outer_vars(const MergedColumns& m, int d) {
+    std::string rest = "mj_jo";
+    for (size_t k = m.outer_vars.size(); k-- > 0;) {
+      const std::string name = "i" + std::to_string(m.outer_vars[k]);
+      if (k == 0) {
+        line(d, "const i64 " + name + " = " + rest + ";");
+      } else {
+        line(d, "const i64 " + name + " = " + rest + " % (" + m.outer_extents[k] + ");");
+        rest = "(" + rest + " / (" + m.outer_extents[k] + "))";
+      }
+    }
+  }
 
   CppEmitter(const KernelIR& ir, const CpuTarget& target)
       : CFamilyEmitter(ir, Dialect::Cpp), target_(target), tile_(target.contraction_tile()) {}
@@ -574,7 +590,9 @@ class CppEmitter : public CFamilyEmitter {
         KStmt st = r.body->stmts[s];
         if (st.kind == KOp::Guard && st.cond) {
           std::vector<IndexExprPtr> fixed, varying;
-          split_conjuncts(st.cond, own, merged ? merged->outer_var : -1, fixed, varying);
+          std::set<int> vary = {own};
+          if (merged) vary.insert(merged->outer_vars.begin(), merged->outer_vars.end());
+          split_conjuncts(st.cond, vary, fixed, varying);
           if (!fixed.empty()) {
             const int name = kHoistedVar + hoisted++;
             IndexExprPtr f = fixed[0];
@@ -591,7 +609,6 @@ class CppEmitter : public CFamilyEmitter {
         // The columns are (outer, inner) pairs of two output loops, walked in pieces that stay
         // within one inner row and one panel: inside a piece both loads and stores are
         // contiguous, and the pieces advance without a division.
-        const std::string io = "i" + std::to_string(merged->outer_var);
         line(dd, "i64 mj_jo = mj_fo, mj_ji = mj_fi;");
         line(dd, "for (i64 mj_c = 0; mj_c < " + npad + ";) {");
         line(dd + 1, "i64 mj_len = mj_eji - mj_ji;");
@@ -600,7 +617,7 @@ class CppEmitter : public CFamilyEmitter {
         line(dd + 1, "if (" + npad + " - mj_c < mj_len) mj_len = " + npad + " - mj_c;");
         line(dd + 1, "float* const mj_dst = " + dst + " + (mj_c / " + PW + ") * (" + ps +
                          ") + mj_kk * " + PW + " + mj_c % " + PW + ";");
-        line(dd + 1, "const i64 " + io + " = mj_jo;");
+        merged_outer_vars(*merged, dd + 1);
         line(dd + 1, "#pragma omp simd");
         line(dd + 1, "for (i64 mj_t = 0; mj_t < mj_len; ++mj_t) {");
         line(dd + 2, "float mj_v = 0;");
@@ -645,15 +662,17 @@ class CppEmitter : public CFamilyEmitter {
 
   // The conjuncts of `cond` (an && tree) that read neither loop variable `var` nor `var2`, and
   // those that do.
-  static void split_conjuncts(const IndexExprPtr& cond, int var, int var2,
+  static void split_conjuncts(const IndexExprPtr& cond, const std::set<int>& vars,
                               std::vector<IndexExprPtr>& fixed,
                               std::vector<IndexExprPtr>& varying) {
     if (cond->kind == IxKind::And) {
-      split_conjuncts(cond->a, var, var2, fixed, varying);
-      split_conjuncts(cond->b, var, var2, fixed, varying);
+      split_conjuncts(cond->a, vars, fixed, varying);
+      split_conjuncts(cond->b, vars, fixed, varying);
       return;
     }
-    (uses_var(*cond, var) || uses_var(*cond, var2) ? varying : fixed).push_back(cond);
+    bool uses = false;
+    for (int var : vars) uses = uses || uses_var(*cond, var);
+    (uses ? varying : fixed).push_back(cond);
   }
 
   // The loop variables the statements computing an operand read.
@@ -669,11 +688,13 @@ class CppEmitter : public CFamilyEmitter {
   }
 
   // Whether an operand reading the loop variables `vars` reads no output loop but `own` (its
-  // row or column variable, and `own2` for two-loop columns) and the reduction's: then it is
+  // row or column variable, and `more` for merged columns) and the reduction's: then it is
   // the same for every iteration of the outer loops (conv2d's weights, a matmul without batch)
   // and is packed once per launch.
-  static bool invariant_operand(const std::set<int>& vars, const KStmt& r, int own, int own2 = -1) {
-    std::set<int> allowed = {own, own2};
+  static bool invariant_operand(const std::set<int>& vars, const KStmt& r, int own,
+                                const std::vector<int>& more = {}) {
+    std::set<int> allowed(more.begin(), more.end());
+    allowed.insert(own);
     for (const KLoop& l : r.loops) allowed.insert(l.var);
     for (int x : vars)
       if (!allowed.count(x)) return false;
@@ -686,7 +707,7 @@ class CppEmitter : public CFamilyEmitter {
   // panels of mr rows / nr columns, and the target's micro-kernel accumulates every mr x nr
   // tile of the block's sums (a per-thread buffer) from one A and one B panel. An operand that
   // does not depend on the outer loops is packed once for the whole launch instead (up to
-  // 1 GiB). The columns may span two output loops (MergedColumns). After the last block the
+  // 1 GiB). The columns may span several output loops (MergedColumns). After the last block the
   // rest of the kernel (the epilogue: bias, activation ...) runs on the finished sums. Without
   // scratch memory, or past 1 GiB of packed operand: the plain schedule.
   void contraction_kernel(const KernelIR& ir, const std::vector<int>& levels,
@@ -703,18 +724,21 @@ class CppEmitter : public CFamilyEmitter {
     {
       size_t pj = 0;
       while (ir.loops[pj].var != c.j_var) ++pj;
-      if (pj > 0) {
-        const int o = ir.loops[pj - 1].var;
-        if (o != c.i_var && vb.count(o) && !va.count(o)) {
-          merged = MergedColumns{o};
-          outer.erase(std::find(outer.begin(), outer.end(), &ir.loops[pj - 1]));
-        }
+      MergedColumns m;
+      for (size_t p = pj; p-- > 0;) {
+        const int o = ir.loops[p].var;
+        if (o == c.i_var || !vb.count(o) || va.count(o)) break;
+        m.outer_vars.insert(m.outer_vars.begin(), o);
+        m.outer_extents.insert(m.outer_extents.begin(), ix(*ir.loops[p].extent));
+        outer.erase(std::find(outer.begin(), outer.end(), &ir.loops[p]));
       }
+      if (!m.outer_vars.empty()) merged = std::move(m);
     }
     const std::string ei = ix(*cl.i->extent);
     const std::string eji = ix(*cl.j->extent);
     const bool a_once = invariant_operand(va, r, c.i_var);
-    const bool b_once = invariant_operand(vb, r, c.j_var, merged ? merged->outer_var : -1);
+    const bool b_once =
+        invariant_operand(vb, r, c.j_var, merged ? merged->outer_vars : std::vector<int>{});
     const MergedColumns* mc = merged ? &*merged : nullptr;
     helpers_ += kScratchBuffers;
     helpers_ += micro_kernel();
@@ -723,13 +747,16 @@ class CppEmitter : public CFamilyEmitter {
                 std::to_string(t.mc) + " nc " + std::to_string(t.nc) +
                 (a_once ? "; A packed once per launch" : "") +
                 (b_once ? "; B packed once per launch" : "") +
-                (merged ? "; columns span two output loops" : "");
+                (!merged                             ? ""
+                 : merged->outer_vars.size() == 1 ? "; columns span two output loops"
+                                                  : "; columns span " +
+                                                        std::to_string(merged->outer_vars.size() + 1) +
+                                                        " output loops");
 
     line(1, "const i64 mj_k = " + work(r.loops) + ";");
     if (merged) {
       std::string eo;
-      for (const KLoop& l : ir.loops)
-        if (l.var == merged->outer_var) eo = ix(*l.extent);
+      for (const std::string& e : merged->outer_extents) eo += (eo.empty() ? "" : " * ") + e;
       line(1, "const i64 mj_eji = " + eji + ";");
       line(1, "const i64 mj_ei = " + ei + ", mj_ej = " + eo + " * mj_eji;");
     } else {
@@ -844,7 +871,7 @@ class CppEmitter : public CFamilyEmitter {
       line(e + 1,
            "const i64 mj_len = (mj_eji - mj_ji) < (mj_jn - mj_c) ? (mj_eji - mj_ji) : "
            "(mj_jn - mj_c);");
-      line(e + 1, "const i64 i" + std::to_string(merged->outer_var) + " = mj_jo;");
+      merged_outer_vars(*merged, e + 1);
       ++e;
     }
     line(e, "#pragma omp simd");

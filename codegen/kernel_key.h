@@ -9,7 +9,7 @@
 namespace metajit {
 
 // Bump when the emitted source for the same IR changes.
-inline constexpr const char* kCodegenVersion = "cpp-13";  // 13: integer arithmetic wraps
+inline constexpr const char* kCodegenVersion = "cpp-14";  // 14: contraction columns span 3+ loops
 
 class KernelKeyBuilder {
  public:

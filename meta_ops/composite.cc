@@ -52,18 +52,23 @@ Var reshape(const Var& x, Shape shape) {
                      std::to_string(x.numel()) + " elements) to " + shape_str(shape) + " (" +
                      std::to_string(numel_of(shape)) + " elements)");
   if (shape == x.shape()) return x;
+  std::vector<IndexExprPtr> idx = reshape_indexes(x.shape(), shape);
+  return reindex_tree(x, std::move(shape), std::move(idx), 0, {});
+}
+
+std::vector<IndexExprPtr> reshape_indexes(const Shape& from, const Shape& to) {
   // Row-major flat position of the output index, then the input index that has it.
   IndexExprPtr flat = ix_const(0);
-  for (size_t k = 0; k < shape.size(); ++k) flat = add(mul(flat, shape[k]), ix_var(int(k)));
-  std::vector<IndexExprPtr> idx(x.shape().size());
+  for (size_t k = 0; k < to.size(); ++k) flat = add(mul(flat, to[k]), ix_var(int(k)));
+  std::vector<IndexExprPtr> idx(from.size());
   int64_t stride = 1;
-  for (size_t j = x.shape().size(); j-- > 0;) {
+  for (size_t j = from.size(); j-- > 0;) {
     IndexExprPtr e = stride == 1 ? flat : ix_binary(IxKind::Div, flat, ix_const(stride));
-    if (j > 0) e = ix_binary(IxKind::Mod, e, ix_const(std::max<int64_t>(x.shape()[j], 1)));
+    if (j > 0) e = ix_binary(IxKind::Mod, e, ix_const(std::max<int64_t>(from[j], 1)));
     idx[j] = e;
-    stride *= std::max<int64_t>(x.shape()[j], 1);
+    stride *= std::max<int64_t>(from[j], 1);
   }
-  return reindex_tree(x, std::move(shape), std::move(idx), 0, {});
+  return idx;
 }
 
 Var transpose(const Var& x, std::vector<int64_t> perm) {
@@ -189,7 +194,9 @@ Var softmax(const Var& x, int64_t dim) {
   need(x, "softmax");
   if (x.ndim() == 0) throw ShapeError("softmax: the input is 0-d; it needs at least one axis");
   Var in = is_float(x.dtype()) ? x : cast(x, DType::Float32);
-  Var m = max(in, {dim}, true);
+  // The row max only keeps exp() in range: its gradient cancels exactly, so (as JAX does) none
+  // flows through it, and the backward graph has no max-tie masks.
+  Var m = identity_without_gradient(max(in, {dim}, true));
   Var e = exp(in - m);
   return e / sum(e, {dim}, true);
 }

@@ -62,9 +62,21 @@ Node::~Node() {
   }
 }
 
+namespace {
+thread_local bool building_backward = false;
+}  // namespace
+
+BackwardScope::BackwardScope() : saved_(building_backward) {
+  building_backward = true;
+}
+BackwardScope::~BackwardScope() {
+  building_backward = saved_;
+}
+
 NodePtr new_node(OpKind kind, DType dtype, Shape shape, std::vector<NodePtr> inputs) {
   static std::atomic<uint64_t> next_id{1};
   auto n = std::make_shared<Node>();
+  n->backward = building_backward;
   n->kind = kind;
   n->dtype = dtype;
   n->shape = std::move(shape);
@@ -75,6 +87,7 @@ NodePtr new_node(OpKind kind, DType dtype, Shape shape, std::vector<NodePtr> inp
 
 void realize(Node& n, BufferPtr data) {
   n.data = std::move(data);
+  n.evaluated = true;
   n.mirror.reset();
   n.inputs.clear();
   n.indexes.clear();

@@ -90,6 +90,8 @@ struct OpAttrs {
   std::vector<BroadcastAxis> bcast;      // BroadcastTo
   std::vector<IndexExprPtr> indexes;     // Reindex / ReindexReduce
   std::vector<IndexExprPtr> conditions;  // Reindex / ReindexReduce overflow conditions
+  // Built by grad() (autograd/): drawn as backward in to_dot; no effect on code or keys.
+  bool backward = false;
 
   int64_t numel() const { return numel_of(shape); }
 };
@@ -101,6 +103,11 @@ struct Node : OpAttrs {
   // by graph_mutex().
   BufferPtr mirror;
   uint64_t id = 0;  // creation order, unique per process
+  // stop_grad(): an identity Cast whose gradient is zero (autograd/).
+  bool stops_gradient = false;
+  // A Leaf that was computed (realize()) rather than created from data: grad() cannot look
+  // behind it and says so.
+  bool evaluated = false;
 
   bool realized() const { return kind == OpKind::Leaf; }
 
@@ -113,6 +120,18 @@ struct Node : OpAttrs {
 
 // Creates a node with a fresh id.
 NodePtr new_node(OpKind kind, DType dtype, Shape shape, std::vector<NodePtr> inputs = {});
+// While alive on a thread, every node it creates is marked `backward` (grad() builds under one).
+class BackwardScope {
+ public:
+  BackwardScope();
+  ~BackwardScope();
+  BackwardScope(const BackwardScope&) = delete;
+  BackwardScope& operator=(const BackwardScope&) = delete;
+
+ private:
+  bool saved_;
+};
+
 // Turns `n` into a Leaf holding `data` and drops its inputs (after evaluation). Called with
 // graph_mutex() held; `kind` is published last (release), see realized_acquire().
 void realize(Node& n, BufferPtr data);

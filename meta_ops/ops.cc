@@ -166,6 +166,13 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   return out;
 }
 
+Var identity_without_gradient(const Var& x) {
+  need(x, "stop_grad");
+  NodePtr n = new_node(OpKind::Cast, x.dtype(), x.shape(), {x.node()});
+  n->stops_gradient = true;
+  return Var(std::move(n));
+}
+
 Var cast(const Var& x, DType dtype) {
   need(x, "cast");
   if (x.dtype() == dtype) return x;

@@ -24,6 +24,15 @@ Var reindex_tree(const Var& x, Shape shape, std::vector<IndexExprPtr> indexes,
 Var reindex_reduce_tree(const Var& y, ReduceOp op, Shape shape, std::vector<IndexExprPtr> indexes,
                         std::vector<IndexExprPtr> overflow_conditions);
 
+// stop_grad(x) (include/metajit/autograd.h): an identity cast that autograd does not
+// differentiate through; constant folding removes it from kernels. Composite ops below autograd
+// (softmax's row max) use it directly.
+Var identity_without_gradient(const Var& x);
+
+// The indexes reshape(x, to) reads x (of shape `from`) with: row-major order kept. autograd
+// recognises a reshape by them (its gradient is the reverse reshape, a gather).
+std::vector<IndexExprPtr> reshape_indexes(const Shape& from, const Shape& to);
+
 // Shape of numpy broadcasting of a and b, or ShapeError naming `op`.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 

@@ -54,7 +54,14 @@ expect_ok runtime '#include "runtime/kernel_library.h"'
 expect_refused runtime '#include "api/program_cache.h"'
 expect_refused runtime '#include <metajit/jit.h>'
 
+expect_ok autograd '#include "autograd/backward_rules.h"'
+expect_ok autograd '#include <metajit/autograd.h>'
+expect_refused autograd '#include "codegen/graph.h"'
+expect_refused autograd '#include "runtime/kernel_library.h"'
+expect_refused autograd '#include <metajit/eval.h>'
+
 expect_ok api '#include "api/program_cache.h"'
+expect_ok api '#include "autograd/scatter_as_gather.h"'
 expect_ok api '#include <metajit/metajit.h>'
 
 if [ "$failures" -ne 0 ]; then

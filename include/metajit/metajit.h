@@ -2,6 +2,7 @@
 // them into loop nests, generates C++/OpenMP or CUDA, compiles, caches on disk and runs them.
 // This header and the ones it includes are the whole public API (docs/api.md).
 #pragma once
+#include "autograd.h"
 #include "composite.h"
 #include "device.h"
 #include "dtype.h"

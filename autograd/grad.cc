@@ -1,0 +1,170 @@
+// grad(): reverse-mode accumulation over the lazy graph (include/metajit/autograd.h). The
+// graph is walked once from the loss; the nodes on a differentiable path to a wrt receive
+// gradients in reverse topological order, each input's contributions summed (element-wise
+// adds that fuse into their consumers). Everything built here is a lazy graph of meta-ops.
+#include <metajit/autograd.h>
+#include <metajit/error.h>
+
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "autograd/backward_rules.h"
+#include "base/log.h"
+#include "meta_ops/ops.h"
+
+namespace metajit {
+namespace {
+
+std::string describe(const Var& v) {
+  return std::string(dtype_name(v.dtype())) + shape_str(v.shape());
+}
+
+// The nodes `root` depends on, inputs before users (iterative: graphs can be deep).
+std::vector<NodePtr> topological_order(const NodePtr& root,
+                                       std::unordered_map<const Node*, int>& position) {
+  std::vector<NodePtr> order;
+  std::vector<std::pair<const NodePtr*, size_t>> stack{{&root, 0}};
+  position.emplace(root.get(), -1);
+  while (!stack.empty()) {
+    auto& [n, next] = stack.back();
+    if (next < (*n)->inputs.size()) {
+      const NodePtr* in = &(*n)->inputs[next++];
+      if (position.emplace(in->get(), -1).second) stack.push_back({in, 0});
+      continue;
+    }
+    position[n->get()] = int(order.size());
+    order.push_back(*n);
+    stack.pop_back();
+  }
+  return order;
+}
+
+// The op nearest to `target` on a path from the loss that carries no gradient.
+std::string find_cut(const std::vector<NodePtr>& order,
+                     const std::unordered_map<const Node*, int>& position, const Node* target) {
+  std::vector<bool> reaches(order.size(), false);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Node& n = *order[i];
+    if (&n == target) {
+      reaches[i] = true;
+      continue;
+    }
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      if (!reaches[size_t(position.at(n.inputs[k].get()))]) continue;
+      if (!is_differentiable_edge(n, k)) return cut_reason(n, k);
+      reaches[i] = true;
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+std::vector<Var> grad(const Var& loss, const std::vector<Var>& wrt) {
+  if (!loss.defined()) throw Error("grad: the loss is undefined (default-constructed)");
+  if (!is_float(loss.dtype()))
+    throw DTypeError("grad: the loss " + describe(loss) +
+                     " is not a float; gradients exist for float32 and float64 losses (cast it)");
+  for (size_t k = 0; k < wrt.size(); ++k) {
+    if (!wrt[k].defined())
+      throw Error("grad: wrt[" + std::to_string(k) + "] is undefined (default-constructed)");
+    if (!is_float(wrt[k].dtype()))
+      throw DTypeError("grad: wrt[" + std::to_string(k) + "] " + describe(wrt[k]) +
+                       " is not a float; gradients exist for float32 and float64 Vars");
+  }
+  // Evaluation realizes nodes (dropping their inputs) under this lock: the walk sees a stable
+  // graph.
+  std::lock_guard<std::recursive_mutex> lock(graph_mutex());
+  std::unordered_map<const Node*, int> position;
+  const std::vector<NodePtr> order = topological_order(loss.node(), position);
+  const size_t count = order.size();
+  std::vector<bool> is_wrt(count, false);
+  for (const Var& w : wrt) {
+    auto it = position.find(w.node().get());
+    if (it != position.end()) is_wrt[size_t(it->second)] = true;
+  }
+  // needs[i]: a gradient flows from node i to some wrt.
+  std::vector<bool> needs(count, false);
+  bool passes_evaluated = false;
+  for (size_t i = 0; i < count; ++i) {
+    const Node& n = *order[i];
+    needs[i] = is_wrt[i];
+    if (n.kind == OpKind::Leaf && n.evaluated && !is_wrt[i]) passes_evaluated = true;
+    for (size_t k = 0; k < n.inputs.size() && !needs[i]; ++k)
+      needs[i] = needs[size_t(position.at(n.inputs[k].get()))] && is_differentiable_edge(n, k);
+  }
+  // The wrt the loss does not reach: an error when an evaluated value may hide the path,
+  // otherwise zeros and a warning (checked before anything is built).
+  for (size_t k = 0; k < wrt.size(); ++k) {
+    auto it = position.find(wrt[k].node().get());
+    if (it != position.end() && needs[size_t(it->second)]) continue;
+    if (it == position.end() && passes_evaluated)
+      throw Error("grad: wrt[" + std::to_string(k) + "] " + describe(wrt[k]) +
+                  " is not in the loss's graph, which passes through values that were already "
+                  "evaluated (evaluating a Var drops the graph behind it); build grad() before "
+                  "evaluating and evaluate the loss and its gradients together "
+                  "(eval({loss, g...})), or use value_and_grad");
+  }
+  std::vector<Var> grads(count);
+  {
+    BackwardScope backward_nodes;
+    const size_t last = count - 1;  // the loss: topological_order ends with its root
+    if (needs[last]) grads[last] = full(loss.shape(), 1.0, loss.dtype());
+    for (size_t i = count; i-- > 0;) {
+      if (!needs[i] || !grads[i].defined()) continue;
+      const Node& n = *order[i];
+      if (n.inputs.empty()) continue;
+      std::vector<bool> wanted(n.inputs.size(), false);
+      bool any = false;
+      for (size_t k = 0; k < n.inputs.size(); ++k) {
+        wanted[k] = needs[size_t(position.at(n.inputs[k].get()))] && is_differentiable_edge(n, k);
+        any = any || wanted[k];
+      }
+      if (!any) continue;
+      std::vector<Var> parts = backward(order[i], grads[i], wanted);
+      for (size_t k = 0; k < parts.size(); ++k) {
+        if (!parts[k].defined()) continue;
+        Var& acc = grads[size_t(position.at(n.inputs[k].get()))];
+        acc = acc.defined() ? acc + parts[k] : parts[k];
+      }
+    }
+  }
+  std::vector<Var> out;
+  out.reserve(wrt.size());
+  for (size_t k = 0; k < wrt.size(); ++k) {
+    auto it = position.find(wrt[k].node().get());
+    if (it != position.end() && grads[size_t(it->second)].defined()) {
+      out.push_back(grads[size_t(it->second)]);
+      continue;
+    }
+    std::string why = it == position.end() ? "" : find_cut(order, position, wrt[k].node().get());
+    log_message(LogLevel::Warn, "grad: wrt[" + std::to_string(k) + "] " + describe(wrt[k]) +
+                                    " does not affect the loss" +
+                                    (why.empty() ? "" : " (the path is cut by " + why + ")") +
+                                    "; its gradient is zeros");
+    out.push_back(zeros(wrt[k].shape(), wrt[k].dtype()));
+  }
+  return out;
+}
+
+Var stop_grad(const Var& x) {
+  return identity_without_gradient(x);
+}
+
+namespace detail {
+
+void check_argnums(const std::vector<int>& argnums, size_t num_args) {
+  if (argnums.empty())
+    throw Error("value_and_grad: argnums is empty; name at least one argument to differentiate");
+  for (size_t k = 0; k < argnums.size(); ++k)
+    if (argnums[k] < 0 || size_t(argnums[k]) >= num_args)
+      throw Error("value_and_grad: argnums[" + std::to_string(k) +
+                  "] = " + std::to_string(argnums[k]) + " is out of range for a function of " +
+                  std::to_string(num_args) + " argument" + (num_args == 1 ? "" : "s") +
+                  " (valid: 0.." + std::to_string(int64_t(num_args) - 1) + ")");
+}
+
+}  // namespace detail
+
+}  // namespace metajit
