@@ -1,5 +1,5 @@
 // eval / plan / explain: the public entry points, on top of the pipeline driver, the kernel
-// library and the executor.
+// library and the executor (to_dot: api/dot_graph.cc; METAJIT_DUMP_DOT: api/dot_dump.cc).
 #include <metajit/error.h>
 #include <metajit/eval.h>
 
@@ -7,6 +7,8 @@
 #include <mutex>
 #include <unordered_set>
 
+#include "api/dot_dump.h"
+#include "api/dot_graph.h"
 #include "api/program_cache.h"
 #include "base/log.h"
 #include "codegen/pipeline.h"
@@ -66,6 +68,8 @@ void eval(const std::vector<Var>& vars) {
   if (remember) {
     evaluation_fingerprint(nodes, dev, fingerprint, leaves);
     if (std::shared_ptr<const CachedProgram> cached = find_program(fingerprint)) {
+      // The kept program has no plan to draw: a dump plans again (to_dot).
+      if (dumping_dot()) dump_dot([&] { return to_dot(vars); });
       count_memory_hits(cached->program.handles.size());
       for (int32_t i : cached->leaf_of) program_leaves.push_back(leaves[size_t(i)]);
       std::vector<BufferPtr> results = run_program_on(cached->program, program_leaves);
@@ -74,6 +78,7 @@ void eval(const std::vector<Var>& vars) {
     }
   }
   PipelinePlan p = build_pipeline(nodes);
+  if (dumping_dot()) dump_dot([&] { return plan_to_dot(p, vars, nodes, dev); });
   std::vector<const KernelIR*> irs;
   for (const LoweredKernel& k : p.kernels) irs.push_back(&k.ir);
   std::vector<KernelHandle> handles = obtain_kernels(irs, dev);

@@ -3,8 +3,10 @@
 #include <metajit/composite.h>
 #include <metajit/error.h>
 
+#include <optional>
 #include <string>
 
+#include "autograd/contraction_order.h"
 #include "autograd/scatter_as_gather.h"
 #include "meta_ops/ops.h"
 
@@ -93,7 +95,8 @@ Var unbroadcast(const Node& b, const Var& g, const Shape& in_shape) {
     if (b.bcast[k] == BroadcastAxis::Keep) continue;
     summed.push_back(int64_t(k));
   }
-  Var s = sum(g, summed);
+  std::optional<Var> reordered = sum_product_in_contraction_order(g, summed);
+  Var s = reordered ? *reordered : sum(g, summed);
   if (s.shape() == in_shape) return s;
   // Put the expanded axes back as size 1: s has the input's kept axes, in order.
   std::vector<IndexExprPtr> idx;

@@ -94,18 +94,17 @@ std::vector<Var> grad(const Var& loss, const std::vector<Var>& wrt) {
     for (size_t k = 0; k < n.inputs.size() && !needs[i]; ++k)
       needs[i] = needs[size_t(position.at(n.inputs[k].get()))] && is_differentiable_edge(n, k);
   }
-  // The wrt the loss does not reach: an error when an evaluated value may hide the path,
-  // otherwise zeros and a warning (checked before anything is built).
-  for (size_t k = 0; k < wrt.size(); ++k) {
-    auto it = position.find(wrt[k].node().get());
-    if (it != position.end() && needs[size_t(it->second)]) continue;
-    if (it == position.end() && passes_evaluated)
-      throw Error("grad: wrt[" + std::to_string(k) + "] " + describe(wrt[k]) +
-                  " is not in the loss's graph, which passes through values that were already "
-                  "evaluated (evaluating a Var drops the graph behind it); build grad() before "
-                  "evaluating and evaluate the loss and its gradients together "
-                  "(eval({loss, g...})), or use value_and_grad");
-  }
+  // An evaluated loss has no graph behind it (evaluating drops it): say what to do instead of
+  // returning zeros. Checked before anything is built.
+  if (loss.node()->kind == OpKind::Leaf && loss.node()->evaluated)
+    for (size_t k = 0; k < wrt.size(); ++k)
+      if (wrt[k].node() != loss.node())
+        throw Error("grad: the loss " + describe(loss) +
+                    " was already evaluated, which drops the graph behind it, so wrt[" +
+                    std::to_string(k) + "] " + describe(wrt[k]) +
+                    " cannot be reached from it; build grad() before evaluating and evaluate the "
+                    "loss and its gradients together (eval({loss, g...})), or use "
+                    "value_and_grad");
   std::vector<Var> grads(count);
   {
     BackwardScope backward_nodes;
@@ -139,10 +138,14 @@ std::vector<Var> grad(const Var& loss, const std::vector<Var>& wrt) {
       continue;
     }
     std::string why = it == position.end() ? "" : find_cut(order, position, wrt[k].node().get());
-    log_message(LogLevel::Warn, "grad: wrt[" + std::to_string(k) + "] " + describe(wrt[k]) +
-                                    " does not affect the loss" +
-                                    (why.empty() ? "" : " (the path is cut by " + why + ")") +
-                                    "; its gradient is zeros");
+    std::string msg =
+        "grad: wrt[" + std::to_string(k) + "] " + describe(wrt[k]) + " does not affect the loss" +
+        (why.empty() ? "" : " (the path is cut by " + why + ")") + "; its gradient is zeros";
+    if (why.empty() && passes_evaluated)
+      msg +=
+          " (if it is an input of a value evaluated since, that is why: evaluating drops the "
+          "graph behind a value; build grad() before evaluating)";
+    log_message(LogLevel::Warn, msg);
     out.push_back(zeros(wrt[k].shape(), wrt[k].dtype()));
   }
   return out;

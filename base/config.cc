@@ -97,6 +97,7 @@ Config read_config() {
   if (std::string v = env("METAJIT_COMPILE_TIMEOUT");
       !v.empty() && !parse_duration(v, c.compile_timeout_seconds))
     throw Error("METAJIT_COMPILE_TIMEOUT=" + v + " is not a duration; expected e.g. 300, 90s, 5m");
+  c.dump_dot_dir = env("METAJIT_DUMP_DOT");
   return c;
 }
 

@@ -39,6 +39,8 @@ Impl eigen_matmul(const Mat& a, const Mat& b);
 
 // --- OpenBLAS ---
 Impl openblas_sgemm(const Mat& a, const Mat& b);
+// op(a) x op(b) with op = transpose where asked: a matmul's gradients (g b^T, a^T g).
+Impl openblas_sgemm_transposed(const Mat& a, bool trans_a, const Mat& b, bool trans_b);
 // `batch` row-major [n,k] x [k,m] products, one sgemm each (OpenBLAS's own threads in each).
 Impl openblas_batched_sgemm(const Buffer& a, const Buffer& b, int64_t batch, int64_t n, int64_t k,
                             int64_t m);

@@ -35,11 +35,19 @@ CONV_SHAPE = (8, 64, 56, 56, 64, 3)  # N, C, H=W, -, O, K (stride 1, padding 1)
 CONV_STEM = "conv2d stem 1x3x224x224 * 64x7x7 s2"
 CONV_1X1 = "conv2d 1x1 8x256x56x56 * 64x1x1"
 CONV_ARGS = {CONV: (1, 1), CONV_STEM: (2, 3), CONV_1X1: (1, 0)}  # stride, padding
+# Backward (the autograd issue): the gradients of sum(f(...) * g), PyTorch's against metajit's.
+MATMUL_GA = MATMUL + " grad a"
+MATMUL_GB = MATMUL + " grad b"
+CONV_GX = CONV + " grad input"
+CONV_GW = CONV + " grad weight"
 
 FLOPS = {MATMUL: 2.0 * 1024**3, CONV: 2.0 * 8 * 64 * 56 * 56 * 64 * 3 * 3,
+         MATMUL_GA: 2.0 * 1024**3, MATMUL_GB: 2.0 * 1024**3,
+         CONV_GX: 2.0 * 8 * 64 * 56 * 56 * 64 * 3 * 3, CONV_GW: 2.0 * 8 * 64 * 56 * 56 * 64 * 3 * 3,
          CONV_STEM: 2.0 * 64 * 112 * 112 * 3 * 7 * 7, CONV_1X1: 2.0 * 8 * 64 * 56 * 56 * 256}
 TOLERANCE = {SELU: 1e-3, ROW_SUMS: 2e-3, COL_SUMS: 2e-3, SOFTMAX: 1e-3, MATMUL: 1e-3, CONV: 1e-3,
-             CONV_STEM: 1e-3, CONV_1X1: 1e-3}
+             CONV_STEM: 1e-3, CONV_1X1: 1e-3, MATMUL_GA: 1e-3, MATMUL_GB: 1e-3, CONV_GX: 1e-3,
+             CONV_GW: 1e-3}
 
 
 def make_inputs(np):
@@ -58,6 +66,15 @@ def make_inputs(np):
                     rng.standard_normal((64, 3, 7, 7), dtype=f32)),
         CONV_1X1: (rng.standard_normal((8, 256, 56, 56), dtype=f32),
                    rng.standard_normal((64, 256, 1, 1), dtype=f32)),
+        # (a, b, g) and (x, w, g): g is the gradient of the forward's output
+        MATMUL_GA: tuple(rng.standard_normal((1024, 1024), dtype=f32) for _ in range(3)),
+        MATMUL_GB: tuple(rng.standard_normal((1024, 1024), dtype=f32) for _ in range(3)),
+        CONV_GX: (rng.standard_normal((8, 64, 56, 56), dtype=f32),
+                  rng.standard_normal((64, 64, 3, 3), dtype=f32),
+                  rng.standard_normal((8, 64, 56, 56), dtype=f32)),
+        CONV_GW: (rng.standard_normal((8, 64, 56, 56), dtype=f32),
+                  rng.standard_normal((64, 64, 3, 3), dtype=f32),
+                  rng.standard_normal((8, 64, 56, 56), dtype=f32)),
     }
 
 
@@ -78,6 +95,16 @@ def reference(np, name, args):
         return a[0] @ a[1]
     if name in CONV_ARGS:
         return numpy_conv(np, a[0], a[1], *CONV_ARGS[name])
+    if name == MATMUL_GA:
+        return a[2] @ a[1].T
+    if name == MATMUL_GB:
+        return a[0].T @ a[2]
+    if name == CONV_GX:  # the transposed convolution: g (padded) against flipped, swapped w
+        return numpy_conv(np, a[2], np.ascontiguousarray(a[1][:, :, ::-1, ::-1].transpose(1, 0, 2, 3)))
+    if name == CONV_GW:  # windows of x contracted with g over N, OH, OW
+        p = np.pad(a[0], ((0, 0), (0, 0), (1, 1), (1, 1)))
+        win = np.lib.stride_tricks.sliding_window_view(p, (56, 56), axis=(2, 3))  # N,C,3,3,56,56
+        return np.tensordot(a[2], win, axes=([0, 2, 3], [0, 4, 5]))  # O,C,3,3
     raise KeyError(name)
 
 
@@ -142,6 +169,13 @@ def torch_impls(np, inputs):
         CONV_STEM: (lambda v, w: torch.nn.functional.conv2d(v, w, stride=2, padding=3),
                     t[CONV_STEM]),
         CONV_1X1: (lambda v, w: torch.nn.functional.conv2d(v, w), t[CONV_1X1]),
+        # PyTorch's own backward functions (what autograd calls for these ops)
+        MATMUL_GA: (lambda a, b, g: g @ b.T, t[MATMUL_GA]),
+        MATMUL_GB: (lambda a, b, g: a.T @ g, t[MATMUL_GB]),
+        CONV_GX: (lambda x, w, g: torch.nn.grad.conv2d_input(x.shape, w, g, padding=1),
+                  t[CONV_GX]),
+        CONV_GW: (lambda x, w, g: torch.nn.grad.conv2d_weight(x, w.shape, g, padding=1),
+                  t[CONV_GW]),
     }
     out = {}
     eager = {}
@@ -414,7 +448,9 @@ def main():
                           CONV_STEM: ("PyTorch eager", "(reported)", None),
                           CONV_1X1: ("PyTorch eager", "(reported)", None),
                           SOFTMAX: ("PyTorch eager", "metajit faster", 1.0),
-                          MATMUL: ("PyTorch eager", "(reported)", None)}
+                          MATMUL: ("PyTorch eager", "(reported)", None),
+                          CONV_GX: ("PyTorch eager", "(reported)", None),
+                          CONV_GW: ("PyTorch eager", "(reported)", None)}
                 if name in judged and impl.startswith(judged[name][0]) and base.get("seconds"):
                     row["target"] = judged[name][1]
                     row["measured"] = "metajit at %.0f%% of its speed" % (100 * s / base["seconds"])

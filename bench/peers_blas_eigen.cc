@@ -145,6 +145,21 @@ Impl openblas_sgemm(const Mat& a, const Mat& b) {
   return im;
 }
 
+Impl openblas_sgemm_transposed(const Mat& a, bool trans_a, const Mat& b, bool trans_b) {
+  const int64_t m = trans_a ? a.cols : a.rows, k = trans_a ? a.rows : a.cols;
+  const int64_t n = trans_b ? b.rows : b.cols;
+  Buffer out(m * n);
+  Impl im;
+  im.name = "OpenBLAS sgemm";
+  im.run = [=] {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, int(m), int(n), int(k), 1.0f, a.buf.data(),
+                int(a.cols), b.buf.data(), int(b.cols), 0.0f, out.data(), int(n));
+  };
+  im.result = [out] { return out.to_vector(); };
+  return im;
+}
+
 Impl openblas_batched_sgemm(const Buffer& a, const Buffer& b, int64_t batch, int64_t n, int64_t k,
                             int64_t m) {
   Buffer out(batch * n * m);
@@ -209,6 +224,9 @@ Impl im2col_sgemm(const Buffer& x, const Buffer& w, const ConvShape& s) {
 }
 #else
 Impl openblas_sgemm(const Mat&, const Mat&) {
+  return not_built("OpenBLAS sgemm", "OpenBLAS (libopenblas-dev)");
+}
+Impl openblas_sgemm_transposed(const Mat&, bool, const Mat&, bool) {
   return not_built("OpenBLAS sgemm", "OpenBLAS (libopenblas-dev)");
 }
 Impl openblas_batched_sgemm(const Buffer&, const Buffer&, int64_t, int64_t, int64_t, int64_t) {

@@ -345,6 +345,70 @@ Workload conv2d(const std::string& name, const ConvShape& s, bool with_o0) {
   return w;
 }
 
+// The gradients of sum(matmul(a, b) * g) (autograd issue): `of_a` d/da = g b^T, else
+// d/db = a^T g, each one blocked contraction kernel; OpenBLAS sgemm with the transposes.
+Workload matmul_grad(const std::string& name, int64_t n, bool of_a) {
+  Input a = make_input({n, n}, 15), b = make_input({n, n}, 16), g = make_input({n, n}, 19);
+  const Var av = a.var, bv = b.var, gv = g.var;
+  Workload w;
+  w.name = name;
+  w.impls = {metajit_impl([av, bv, gv, of_a] {
+    return metajit::grad(metajit::sum(metajit::matmul(av, bv) * gv), {of_a ? av : bv})[0];
+  })};
+  Mat ma{a.host, n, n}, mb{b.host, n, n}, mg{g.host, n, n};
+  w.impls.push_back(of_a ? openblas_sgemm_transposed(mg, false, mb, true)
+                         : openblas_sgemm_transposed(ma, true, mg, false));
+  w.flops = 2.0 * n * n * n;
+  w.tol = 1e-3;
+  return w;  // judged against the forward by judge_gradients
+}
+
+// conv2d's gradients (autograd issue): of the input, a transposed convolution (a gather, one
+// contraction kernel); of the weight, a contraction over N, OH, OW.
+Workload conv2d_grad(const std::string& name, const ConvShape& s, bool of_input) {
+  Input x = make_input({s.n, s.c, s.h, s.w}, 17), wt = make_input({s.o, s.c, s.kh, s.kw}, 18);
+  Input g = make_input({s.n, s.o, s.oh(), s.ow()}, 20);
+  const Var xv = x.var, wv = wt.var, gv = g.var;
+  const int64_t stride = s.stride, pad = s.pad;
+  Workload w;
+  w.name = name;
+  w.impls = {metajit_impl([=] {
+    Var loss = metajit::sum(metajit::conv2d(xv, wv, stride, pad) * gv);
+    return metajit::grad(loss, {of_input ? xv : wv})[0];
+  })};
+  w.flops = 2.0 * s.n * s.o * s.oh() * s.ow() * s.c * s.kh * s.kw;
+  w.tol = 1e-3;
+  return w;
+}
+
+// Each gradient's GFLOP/s against its forward's in the same run (autograd issue: matmul's
+// gradients >= 80% of the forward's, conv2d's >= 50%).
+void judge_gradients(Report& report) {
+  const std::pair<const char*, double> suffixes[] = {
+      {" grad a", 0.8}, {" grad b", 0.8}, {" grad input", 0.5}, {" grad weight", 0.5}};
+  for (Row& r : report.rows) {
+    if (r.impl != "metajit") continue;
+    for (const auto& [suffix, fraction] : suffixes) {
+      const std::string sfx = suffix;
+      if (r.workload.size() <= sfx.size() ||
+          r.workload.compare(r.workload.size() - sfx.size(), sfx.size(), sfx) != 0)
+        continue;
+      const std::string forward = r.workload.substr(0, r.workload.size() - sfx.size());
+      char t[64];
+      std::snprintf(t, sizeof t, ">= %.0f%% of forward", fraction * 100);
+      r.target = t;
+      r.met.reset();
+      r.measured = "forward not measured";
+      for (const Row& f : report.rows)
+        if (f.impl == "metajit" && f.workload == forward && !std::isnan(f.gflops) &&
+            !std::isnan(r.gflops)) {
+          r.measured = x(r.gflops / f.gflops) + " forward's GFLOP/s";
+          r.met = r.gflops >= fraction * f.gflops;
+        }
+    }
+  }
+}
+
 }  // namespace
 
 void run_throughput(Report& report, const Options& opt) {
@@ -361,6 +425,19 @@ void run_throughput(Report& report, const Options& opt) {
       {"conv2d 8x64x56x56 * 64x3x3",
        [] {
          return conv2d("conv2d 8x64x56x56 * 64x3x3", {8, 64, 56, 56, 64, 3, 3, 1, 1}, true);
+       }},
+      // Backward (autograd): each gradient judged against its forward above.
+      {"matmul 1024^3 grad a", [] { return matmul_grad("matmul 1024^3 grad a", 1024, true); }},
+      {"matmul 1024^3 grad b", [] { return matmul_grad("matmul 1024^3 grad b", 1024, false); }},
+      {"conv2d 8x64x56x56 * 64x3x3 grad input",
+       [] {
+         return conv2d_grad("conv2d 8x64x56x56 * 64x3x3 grad input",
+                            {8, 64, 56, 56, 64, 3, 3, 1, 1}, true);
+       }},
+      {"conv2d 8x64x56x56 * 64x3x3 grad weight",
+       [] {
+         return conv2d_grad("conv2d 8x64x56x56 * 64x3x3 grad weight",
+                            {8, 64, 56, 56, 64, 3, 3, 1, 1}, false);
        }},
       // Reported against PyTorch (bench/peers.py) and im2col + OpenBLAS: a ResNet stem and a
       // 1x1 bottleneck projection.
@@ -432,6 +509,7 @@ void run_throughput(Report& report, const Options& opt) {
       std::cerr << "bench: " << name << " failed: " << e.what() << std::endl;
     }
   }
+  judge_gradients(report);
 }
 
 }  // namespace bench

@@ -14,9 +14,10 @@
 // - wrt may hold leaves or any intermediate Var of the loss's graph. A Var the loss does not
 //   depend on gets zeros and one warning naming it (and the op that cut the path: a cast to an
 //   integer type, a comparison, floor, a logical op or stop_grad).
-// - Evaluating a Var drops the graph behind it (docs/design.md §1). grad() of a loss whose path
-//   to a wrt runs through an evaluated value is an Error saying so: build grad() before
-//   evaluating (then evaluate loss and gradients together) or use value_and_grad.
+// - Evaluating a Var drops the graph behind it (docs/design.md §1). grad() of a loss that was
+//   already evaluated is an Error saying so: build grad() before evaluating (then evaluate the
+//   loss and its gradients together) or use value_and_grad. A gradient that stops at some other
+//   evaluated value is zeros, and the warning says it may be why.
 // - Gradients of gradients are ordinary graphs: grad(grad(y, {x})[0], {x}) works.
 #pragma once
 #include <cstddef>

@@ -1,4 +1,4 @@
-// Running graphs and looking inside them: eval, plan, explain (docs/api.md "Running").
+// Running graphs and looking inside them: eval, plan, explain, to_dot (docs/api.md "Running").
 #pragma once
 #include <cstdint>
 #include <string>
@@ -25,5 +25,10 @@ std::vector<KernelInfo> plan(const std::vector<Var>& vars);
 std::vector<KernelInfo> plan(const std::vector<Var>& vars, Device target);
 // Human-readable listing of the fused groups of plan(vars).
 std::string explain(const std::vector<Var>& vars);
+// Graphviz DOT picture of plan(vars): one cluster per kernel holding its fused ops (op, dtype,
+// shape), inputs and the values stored between kernels outside them, requested outputs marked,
+// ops built by grad() coloured apart from forward ones. Compiles nothing; deterministic.
+// Render with `dot -Tsvg`. METAJIT_DUMP_DOT=DIR writes one for every eval().
+std::string to_dot(const std::vector<Var>& vars);
 
 }  // namespace metajit
