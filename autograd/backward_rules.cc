@@ -21,6 +21,16 @@ Var zero(const Var& like) {
   return scalar(0.0, like.dtype());
 }
 
+// The elements of x that attain the extremum y (read at each element's own position). x may be
+// recomputed in another kernel than the one that computed y (max(exp(x)): exp is fused into
+// both), and vectorised and scalar libm calls may differ in the last bits (docs/design.md §6), so
+// "attains" means within 16 ulp of |y|: an exact comparison could find no maximum at all.
+Var attains(const Var& x, const Var& y, ReduceOp op) {
+  const double ulp = x.dtype() == DType::Float32 ? 0x1p-23 : 0x1p-52;
+  Var slack = abs(y) * (16 * ulp);
+  return op == ReduceOp::Max ? x >= y - slack : x <= y + slack;
+}
+
 // ---------------------------------------------------------------- element-wise
 
 Var unary_backward(UnaryOp op, const Var& x, const Var& y, const Var& g) {
@@ -124,8 +134,8 @@ Var reduce_backward(const NodePtr& y, const Var& g) {
     case ReduceOp::Max:
     case ReduceOp::Min: {
       // Shared evenly among the tied extrema.
-      Var hit = x == spread(r, Var(y), in);
-      Var count = reduce(cast(hit, dt), ReduceOp::Add, r.axes, r.keepdims);
+      Var hit = attains(x, spread(r, Var(y), in), ReduceOp(r.op));
+      Var count = maximum(reduce(cast(hit, dt), ReduceOp::Add, r.axes, r.keepdims), 1.0);
       return where(hit, spread(r, g / count, in), zero(g));
     }
     case ReduceOp::Mul: {
@@ -179,8 +189,8 @@ Var reindex_reduce_backward(const NodePtr& y, const Var& g) {
       return at_target(g);
     case ReduceOp::Max:
     case ReduceOp::Min: {
-      Var hit = x == at_target(Var(y));
-      Var count = to_targets(cast(hit, dt), ReduceOp::Add);
+      Var hit = attains(x, at_target(Var(y)), ReduceOp(r.op));
+      Var count = maximum(to_targets(cast(hit, dt), ReduceOp::Add), 1.0);
       return where(hit, at_target(g / count), zero(g));
     }
     case ReduceOp::Mul: {

@@ -183,15 +183,19 @@ std::optional<Var> scatter_as_gather(const Var& g, const Shape& x_shape,
   // reindex wants one index per axis of what it reads (g): exprs, over g_shape's indices.
   Var gathered;
   const Node& gn = *g.node();
+  Var u, v;
   if (gn.kind == OpKind::Binary && BinaryOp(gn.op) == BinaryOp::Mul) {
-    // g = u*v (conv2d: the output gradient times the broadcast weight). Gathering each factor,
-    // the conditions and bounds on one, keeps the kernel a sum of products, and a broadcast factor
-    // read through its broadcast depends only on its own indices: the contraction schedule
-    // (codegen/kernel_patterns.h) then applies, as it does to the forward convolution. Where
-    // the conditioned factor is 0 the other is not read as 0 but multiplied by it.
-    Var u(gn.inputs[0]), v(gn.inputs[1]);
+    u = Var(gn.inputs[0]), v = Var(gn.inputs[1]);
     if (u.node()->kind == OpKind::BroadcastTo && v.node()->kind != OpKind::BroadcastTo)
       std::swap(u, v);
+  }
+  if (v.defined() && v.node()->kind == OpKind::BroadcastTo) {
+    // g = u * broadcast (conv2d: the output gradient times the broadcast weight). Gathering
+    // each factor, the conditions and bounds on u, keeps the kernel a sum of products, and the
+    // broadcast read through its broadcast depends only on its own indices: the contraction
+    // schedule (codegen/kernel_patterns.h) then applies, as it does to the forward convolution.
+    // Where u is 0 for want of a source, the broadcast's value is read anyway and multiplied by
+    // it: the same unless that value is inf or NaN (README "Autograd").
     gathered = gather_through_broadcast(u, g_shape, exprs, conds, in_range, true) *
                gather_through_broadcast(v, g_shape, exprs, {}, in_range, false);
   } else {

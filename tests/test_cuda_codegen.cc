@@ -156,6 +156,56 @@ TEST_CASE("every op kind and fusion pattern compiles with nvcc into the cache", 
   }
 }
 
+// Backward graphs are lazy graphs of meta-ops like any other, but with patterns forward code
+// rarely makes: gathers with division/modulo conditions (conv2d's input gradient), max
+// reductions compared back against their inputs, scatters of counts (atomics).
+TEST_CASE("backward kernels of softmax, matmul, conv2d and a reindex_reduce max compile with nvcc",
+          "[cuda][nvcc][autograd]") {
+  const CudaToolchain& tc = cuda_toolchain();
+  REQUIRE_FALSE(tc.emulated);
+  CacheStore store(config().cache_dir);
+  Var a = rand({24, 40}, 1), w = rand({40, 16}, 2), c = rand({24, 16}, 3);
+  Var x = rand({2, 3, 9, 9}, 4), k = rand({4, 3, 3, 3}, 5), s = rand({30}, 6);
+  Var ad = cast(a, DType::Float64);
+  eval({a, w, c, x, k, s, ad});
+  std::vector<std::pair<std::string, std::vector<Var>>> cases;
+  cases.push_back(
+      {"softmax, float32 and float64",
+       {grad(sum(softmax(a, 1) * a), {a})[0], grad(sum(softmax(ad, 0) * ad), {ad})[0]}});
+  {
+    Var loss = sum(matmul(a, w) * c);
+    cases.push_back({"matmul", grad(loss, {a, w})});
+  }
+  for (int64_t stride : {1, 2}) {
+    Var y = conv2d(x, k, stride, 1);
+    cases.push_back({"conv2d stride " + std::to_string(stride), grad(sum(y * y), {x, k})});
+  }
+  {
+    Var r = reindex_reduce(s, ReduceOp::Max, {8}, {"i0%8"});
+    cases.push_back({"reindex_reduce max", grad(sum(r * r), {s})});
+  }
+  for (auto& [what, vars] : cases) {
+    SECTION(what) {
+      const std::vector<KernelInfo> ks = plan(vars, Device::CUDA);
+      REQUIRE(!ks.empty());
+      for (const KernelInfo& ki : ks) CHECK(ki.source.find("__global__") != std::string::npos);
+      Planned p = planned(vars);
+      std::vector<KernelHandle> hs = obtain_kernels(p.irs(), Device::CUDA);
+      REQUIRE(hs.size() == ks.size());
+      std::set<std::string> planned_keys;
+      for (const KernelInfo& ki : ks) planned_keys.insert(ki.key);
+      CHECK(keys_of(hs) == planned_keys);  // plan(vars, CUDA) names the kernels compiled here
+      for (size_t i = 0; i < hs.size(); ++i) {
+        INFO(what << ", kernel " << i << " (" << hs[i].key << ")");
+        CHECK(hs[i].fn != nullptr);  // nvcc compiled it and the object loaded
+        const nlohmann::json meta = store.read_meta(hs[i].key);
+        CHECK(meta["backend"] == "cuda");
+        CHECK(meta["target"] == tc.arch);
+      }
+    }
+  }
+}
+
 TEST_CASE("each schedule of the CUDA emitter is used where it belongs", "[cuda][codegen]") {
   Var a = rand({64, 48}, 1), w = rand({48, 32}, 2);
   eval({a, w});
