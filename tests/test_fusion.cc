@@ -145,3 +145,16 @@ TEST_CASE("softmax keeps each row's exponentials instead of computing them twice
   CHECK(metajit_test::count_occurrences(variant, "expf(") == 1);
   check_against_reference({softmax(x, 1), softmax(x * 3.0 - 1.0, -1)});
 }
+
+TEST_CASE("two column sums fused into one kernel each keep their own row counter", "[fusion]") {
+  // Both reductions are interchanged into one strip of the last axis (extent 1 here); each
+  // declared the same row counter, and the kernel did not compile (found by the gradient
+  // random-graph test: softmax over axis 0 of a [3, 1] input, differentiated).
+  Var x = rand({3, 1}, 5);
+  eval({x});
+  Var y = sum(x, {0}, true) + sum(x * x, {0}, true);
+  CHECK(plan({y}).size() == 1);
+  check_against_reference({y});
+  Var z = rand({7, 1}, 6);
+  check_against_reference({grad(sum(softmax(z, 0) * rand({7, 1}, 7)), {z})[0]});
+}
