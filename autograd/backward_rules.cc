@@ -3,6 +3,7 @@
 #include <metajit/composite.h>
 #include <metajit/error.h>
 
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -26,8 +27,13 @@ Var zero(const Var& like) {
 // both), and vectorised and scalar libm calls may differ in the last bits (docs/design.md §6), so
 // "attains" means within 16 ulp of |y|: an exact comparison could find no maximum at all.
 Var attains(const Var& x, const Var& y, ReduceOp op) {
-  const double ulp = x.dtype() == DType::Float32 ? 0x1p-23 : 0x1p-52;
-  Var slack = abs(y) * (16 * ulp);
+  const bool f32 = x.dtype() == DType::Float32;
+  const double ulp = f32 ? 0x1p-23 : 0x1p-52;
+  // Capped at the largest finite value: an infinite extremum keeps a finite slack (inf - slack
+  // is inf, while inf - inf would be NaN and nothing would attain it).
+  const double largest =
+      f32 ? double(std::numeric_limits<float>::max()) : std::numeric_limits<double>::max();
+  Var slack = minimum(abs(y) * (16 * ulp), largest);
   return op == ReduceOp::Max ? x >= y - slack : x <= y + slack;
 }
 

@@ -850,6 +850,22 @@ TEST_CASE("reduce max and min share tied extrema evenly", "[autograd][convention
   check_values(g[4], {0, 0, 1, 1.0 / 3, 1.0 / 3, 1.0 / 3});
 }
 
+TEST_CASE("an infinite extremum of max and min receives the gradient", "[autograd][conventions]") {
+  // The element that is the maximum gets the gradient even when it is inf (as in PyTorch and
+  // JAX); -inf maxima tie like any others.
+  Var a = f64({1, kInf, 2});
+  Var b = f64({1, -kInf, 2});
+  Var c = f64({-kInf, -kInf});
+  Var y = f64({3, kInf, 1, 2});
+  std::vector<Var> g = {grad(max(a), {a})[0], grad(min(b), {b})[0], grad(max(c), {c})[0],
+                        grad(reindex_reduce(y, ReduceOp::Max, {2}, {"i0/2"}), {y})[0]};
+  eval(g);
+  check_values(g[0], {0, 1, 0});
+  check_values(g[1], {0, 1, 0});
+  check_values(g[2], {0.5, 0.5});
+  check_values(g[3], {0, 1, 0, 1});
+}
+
 TEST_CASE("prod with zeros: one zero takes the product of the others, two give zeros, no NaN",
           "[autograd][conventions]") {
   Var one = f64({2, 0, 3});
@@ -1069,6 +1085,28 @@ TEST_CASE("jittor: y = x, then 9 times y = y*x, gives 10 * 2^9 (top-sort)", "[au
   check_values(grad(y2 + x * x, {x})[0], {10 * 512.0 + 4});
 }
 
+TEST_CASE("a chain 300 levels deep", "[autograd][jittor]") {
+  // y <- sin(y)/2 + y/2, 300 times: the gradient is the product of the levels' derivatives.
+  const std::vector<double> x0 = {0.5, -1.25};
+  Var x = f64(x0);
+  Var y = x;
+  for (int k = 0; k < 300; ++k) y = sin(y) * 0.5 + y * 0.5;
+  Var g = grad(y, {x})[0];
+  eval({y, g});
+  std::vector<double> want_y, want_g;
+  for (double v : x0) {
+    double d = 1;
+    for (int k = 0; k < 300; ++k) {
+      d *= 0.5 * std::cos(v) + 0.5;
+      v = 0.5 * std::sin(v) + 0.5 * v;
+    }
+    want_y.push_back(v);
+    want_g.push_back(d);
+  }
+  check_values(y, want_y, 1e-10);
+  check_values(g, want_g, 1e-10);
+}
+
 TEST_CASE("jittor: gradients of gradients (nth order)", "[autograd][jittor]") {
   Var x = array(std::vector<double>{2.0}, {});
   Var y = x * x * x * x;
@@ -1174,7 +1212,11 @@ TEST_CASE("the warning names the op that cuts the path: floor, stop_grad, int ca
        "(the path is cut by a cast to int32)"},
       {"comparison", sum(cast(x > y, DType::Float64) * y),
        "(the path is cut by a comparison (gt))"},
-      {"where's condition", sum(where(x > 0.0, y, y * 2.0)), "the path is cut by"},
+      {"where's condition", sum(where(x > 0.0, y, y * 2.0)),
+       "(the path is cut by a comparison (gt))"},
+      // A logical op reads its float operands through a cast to bool: that cast is the cut.
+      {"logical op", sum(cast(logical_and(x, y), DType::Float64) * y),
+       "(the path is cut by a cast to bool)"},
   };
   for (const Case& c : cases) {
     INFO(c.what);
@@ -1305,6 +1347,12 @@ TEST_CASE("value_and_grad returns {value, grads...}, eagerly and under jit", "[a
     check_values(j[1], {1.0, -6.0, -4.0});
   }
   CHECK(step.traces() == 1);
+  // A new shape retraces; the values are still the eager ones.
+  Var a5 = f64({1, 2, 3, 4, 5}), b5 = f64({0.5, 1.5, -2, 1, 0});
+  std::vector<Var> j5 = step(a5, b5);
+  CHECK(step.traces() == 2);
+  check_values(j5[0], {0.25 + 2 * 2.25 + 3 * 4 + 4 + 0});
+  check_values(j5[1], {1, 6, -12, 8, 0});
 }
 
 TEST_CASE("value_and_grad with bad argnums throws at creation", "[autograd][errors]") {

@@ -13,7 +13,8 @@
 // - A non-float loss or wrt is a DTypeError. Gradients have the dtype and shape of their wrt.
 // - wrt may hold leaves or any intermediate Var of the loss's graph. A Var the loss does not
 //   depend on gets zeros and one warning naming it (and the op that cut the path: a cast to an
-//   integer type, a comparison, floor, a logical op or stop_grad).
+//   integer type or to bool (logical ops cast their operands), a comparison, floor or
+//   stop_grad).
 // - Evaluating a Var drops the graph behind it (docs/design.md §1). grad() of a loss that was
 //   already evaluated is an Error saying so: build grad() before evaluating (then evaluate the
 //   loss and its gradients together) or use value_and_grad. A gradient that stops at some other
