@@ -585,25 +585,40 @@ class CppEmitter : public CFamilyEmitter {
       // for every row of the panel: those tests run once per reduction step, here, and the
       // vector loop below tests only what depends on the row (conv2d: 2 of 8 comparisons).
       std::vector<KStmt> body;
+      // The same with each guard reduced to its hoisted part, for panels whose every row passes
+      // the row-dependent tests (below); `span_tests` are those tests, when each is an affine
+      // comparison of the row (then a panel's first and last rows decide for all of it).
+      std::vector<KStmt> full_body;
+      std::vector<IndexExprPtr> span_tests;
+      bool spannable = !merged;
       int hoisted = 0;
       for (size_t s : stmts) {
         KStmt st = r.body->stmts[s];
+        KStmt full = st;
         if (st.kind == KOp::Guard && st.cond) {
           std::vector<IndexExprPtr> fixed, varying;
           std::set<int> vary = {own};
           if (merged) vary.insert(merged->outer_vars.begin(), merged->outer_vars.end());
           split_conjuncts(st.cond, vary, fixed, varying);
+          for (const IndexExprPtr& e : varying) {
+            spannable = spannable && is_affine_comparison(*e, own);
+            span_tests.push_back(e);
+          }
+          IndexExprPtr f = ix_const(1);
           if (!fixed.empty()) {
             const int name = kHoistedVar + hoisted++;
-            IndexExprPtr f = fixed[0];
+            f = fixed[0];
             for (size_t k = 1; k < fixed.size(); ++k) f = ix_binary(IxKind::And, f, fixed[k]);
             line(dd, "const i64 i" + std::to_string(name) + " = " + ix(*f) + ";");
             IndexExprPtr c = ix_var(name);
+            f = c;
             for (const IndexExprPtr& e : varying) c = ix_binary(IxKind::And, c, e);
             st.cond = c;
           }
+          full.cond = f;
         }
         body.push_back(std::move(st));
+        full_body.push_back(std::move(full));
       }
       if (merged) {
         // The columns are (outer, inner) pairs of two output loops, walked in pieces that stay
@@ -637,22 +652,75 @@ class CppEmitter : public CFamilyEmitter {
       line(dd, "for (i64 mj_q = 0; mj_q < " + npad + "; mj_q += " + PW + ") {");
       line(dd + 1, "float* const mj_dst = " + dst + " + (mj_q / " + PW + ") * (" + ps +
                        ") + mj_kk * " + PW + ";");
-      line(dd + 1, "#pragma omp simd");
-      line(dd + 1, "for (i64 mj_t = 0; mj_t < " + PW + "; ++mj_t) {");
-      line(dd + 2, "float mj_v = 0;");
-      line(dd + 2, "if (mj_q + mj_t < " + n + ") {");
-      line(dd + 3, "const i64 " + var + " = " + x0 + " + mj_q + mj_t;");
-      for (const KStmt& st : body) stmt(st, dd + 3);
-      line(dd + 3, "mj_v = " + v(value) + ";");
-      line(dd + 2, "}");
-      line(dd + 2, "mj_dst[mj_t] = mj_v;");
-      line(dd + 1, "}");
+      int e = dd + 1;
+      if (spannable && !span_tests.empty()) {
+        // A whole panel inside the bounds (conv2d's weight gradient: every input channel):
+        // the loads are unconditional, so the compiler vectorises the strided reads (a
+        // conditional strided load it does not).
+        IndexExprPtr all = ix_const(1);
+        for (const IndexExprPtr& t : span_tests) all = ix_binary(IxKind::And, all, t);
+        line(e, "bool mj_span = mj_q + " + PW + " <= " + n + ";");
+        for (const std::string& row :
+             {std::string(" + mj_q;"), " + mj_q + " + std::to_string(pw - 1) + ";"}) {
+          line(e, "if (mj_span) {");
+          line(e + 1, "const i64 " + var + " = " + x0 + row);
+          line(e + 1, "mj_span = " + ix(*all) + ";");
+          line(e, "}");
+        }
+        line(e, "if (mj_span) {");
+        line(e + 1, "#pragma omp simd");
+        line(e + 1, "for (i64 mj_t = 0; mj_t < " + PW + "; ++mj_t) {");
+        line(e + 2, "const i64 " + var + " = " + x0 + " + mj_q + mj_t;");
+        for (const KStmt& st : full_body) stmt(st, e + 2);
+        line(e + 2, "mj_dst[mj_t] = " + v(value) + ";");
+        line(e + 1, "}");
+        line(e, "} else {");
+        ++e;
+      }
+      line(e, "#pragma omp simd");
+      line(e, "for (i64 mj_t = 0; mj_t < " + PW + "; ++mj_t) {");
+      line(e + 1, "float mj_v = 0;");
+      line(e + 1, "if (mj_q + mj_t < " + n + ") {");
+      line(e + 2, "const i64 " + var + " = " + x0 + " + mj_q + mj_t;");
+      for (const KStmt& st : body) stmt(st, e + 2);
+      line(e + 2, "mj_v = " + v(value) + ";");
+      line(e + 1, "}");
+      line(e + 1, "mj_dst[mj_t] = mj_v;");
+      line(e, "}");
+      if (e > dd + 1) line(dd + 1, "}");
       line(dd, "}");
     });
   }
 
   // Loop variable numbers for values hoisted out of packing loops: no kernel has this many loops.
   static constexpr int kHoistedVar = 1 << 20;
+
+  // Whether `e` compares two sides that are affine in loop variable `var` (sums of constants,
+  // other variables and constant multiples of `var`; no division or modulo of `var`): then the
+  // values of `var` that pass it form an interval.
+  static bool is_affine_comparison(const IndexExpr& e, int var) {
+    if (e.kind != IxKind::Lt && e.kind != IxKind::Le && e.kind != IxKind::Gt &&
+        e.kind != IxKind::Ge)
+      return false;
+    return is_affine_in(*e.a, var) && is_affine_in(*e.b, var);
+  }
+  static bool is_affine_in(const IndexExpr& e, int var) {
+    if (!uses_var(e, var)) return true;
+    switch (e.kind) {
+      case IxKind::Var:
+        return true;
+      case IxKind::Neg:
+        return is_affine_in(*e.a, var);
+      case IxKind::Add:
+      case IxKind::Sub:
+        return is_affine_in(*e.a, var) && is_affine_in(*e.b, var);
+      case IxKind::Mul:  // one side free of `var` and constant along the panel
+        return (e.a->kind == IxKind::Const && is_affine_in(*e.b, var)) ||
+               (e.b->kind == IxKind::Const && is_affine_in(*e.a, var));
+      default:
+        return false;
+    }
+  }
 
   static bool uses_var(const IndexExpr& e, int var) {
     if (e.kind == IxKind::Var) return e.value == var;

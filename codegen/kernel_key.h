@@ -9,7 +9,7 @@
 namespace metajit {
 
 // Bump when the emitted source for the same IR changes.
-inline constexpr const char* kCodegenVersion = "cpp-14";  // 14: columns span 3+ loops; mj_r<id>
+inline constexpr const char* kCodegenVersion = "cpp-14";  // 14: columns over 3+ loops, full panels
 
 class KernelKeyBuilder {
  public:
