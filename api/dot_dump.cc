@@ -5,14 +5,12 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 
 #include "base/config.h"
 #include "base/log.h"
+#include "cache/cache_store.h"  // write_file_atomically
 #include "runtime/compiler_driver.h"
 
 namespace metajit {
@@ -23,30 +21,6 @@ namespace fs = std::filesystem;
 constexpr double kDotTimeoutSeconds = 60;
 
 std::atomic<uint64_t> dump_count{0};
-
-// `text` at `path` all at once: readers see the whole file or none.
-void write_atomically(const fs::path& path, const std::string& text) {
-  fs::path tmp = path;
-  tmp += ".tmp";  // named after the dump, which is unique: no other writer uses it
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw Error("cannot create " + tmp.string() + ": " + std::strerror(errno));
-    f.write(text.data(), std::streamsize(text.size()));
-    f.close();
-    if (!f) {
-      std::error_code ignored;
-      fs::remove(tmp, ignored);
-      throw Error("cannot write " + tmp.string());
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    std::error_code ignored;
-    fs::remove(tmp, ignored);
-    throw Error("cannot rename " + tmp.string() + " to " + path.string() + ": " + ec.message());
-  }
-}
 
 // `svg` from `dot_file` by Graphviz, through Boost.Process with an argument vector (no shell:
 // the paths come from the environment). Without `dot` on PATH, nothing (said once at info).
@@ -94,7 +68,7 @@ void dump_dot(const std::function<std::string()>& picture) {
     if (ec) throw Error("cannot create the directory " + where.string() + ": " + ec.message());
     const std::string stem = "eval-" + std::to_string(::getpid()) + "-" + std::to_string(n);
     const fs::path dot_file = where / (stem + ".dot");
-    write_atomically(dot_file, picture());
+    write_file_atomically(dot_file, picture(), /*durable=*/false);  // a picture, not data
     render_svg(dot_file, where / (stem + ".svg"));
   } catch (const std::exception& e) {
     warn_once("METAJIT_DUMP_DOT", "METAJIT_DUMP_DOT=" + dir + ": " + e.what() +
