@@ -21,11 +21,15 @@
 #include <string>
 #include <vector>
 
+#include "support/capture_stderr.h"
 #include "support/exceptions.h"
 #include "support/reference_check.h"
+#include "support/text.h"
 
 using namespace metajit;
 using Catch::Matchers::Contains;
+using metajit_test::CaptureStderr;
+using metajit_test::count_occurrences;
 using metajit_test::message_of;
 
 namespace {
@@ -216,51 +220,6 @@ Var f64(double v) {
 }
 
 // ---------------------------------------------------------------- stderr
-
-// Everything written to file descriptor 2 while it lives (as tests/test_jit.cc does).
-class CaptureStderr {
- public:
-  CaptureStderr() {
-    std::fflush(stderr);
-    char path[] = "/tmp/metajit-test-stderr-XXXXXX";
-    fd_ = mkstemp(path);
-    path_ = path;
-    saved_ = dup(2);
-    dup2(fd_, 2);
-  }
-  ~CaptureStderr() {
-    restore();
-    std::remove(path_.c_str());
-  }
-  CaptureStderr(const CaptureStderr&) = delete;
-  CaptureStderr& operator=(const CaptureStderr&) = delete;
-  // Stops capturing and returns everything written to stderr meanwhile.
-  std::string text() {
-    restore();
-    std::ifstream in(path_);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-
- private:
-  void restore() {
-    if (saved_ < 0) return;
-    std::fflush(stderr);
-    dup2(saved_, 2);
-    close(saved_);
-    close(fd_);
-    saved_ = -1;
-  }
-  int fd_ = -1, saved_ = -1;
-  std::string path_;
-};
-
-size_t count_occurrences(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
 
 // grad(loss, wrt) with stderr captured: the gradients and what was written.
 std::vector<Var> grad_capturing(const Var& loss, const std::vector<Var>& wrt, std::string& err) {

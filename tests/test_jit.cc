@@ -13,55 +13,18 @@
 #include <sstream>
 
 #include "meta_ops/node.h"
+#include "support/capture_stderr.h"
 #include "support/reference_check.h"
 #include "support/scoped_env.h"
 #include "support/text.h"
 #include "support/threads.h"
 
 using namespace metajit;
+using metajit_test::CaptureStderr;
 using metajit_test::count_occurrences;
 using metajit_test::ScopedEnv;
 
 namespace {
-
-// Redirects file descriptor 2 (where metajit's warnings go) to a temporary file for the scope.
-class CaptureStderr {
- public:
-  CaptureStderr() {
-    std::fflush(stderr);
-    char path[] = "/tmp/metajit-test-stderr-XXXXXX";
-    fd_ = mkstemp(path);
-    path_ = path;
-    saved_ = dup(2);
-    dup2(fd_, 2);
-  }
-  ~CaptureStderr() {
-    restore();
-    std::remove(path_.c_str());
-  }
-  CaptureStderr(const CaptureStderr&) = delete;
-  CaptureStderr& operator=(const CaptureStderr&) = delete;
-  // Stops capturing and returns everything written to stderr meanwhile.
-  std::string text() {
-    restore();
-    std::ifstream in(path_);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-
- private:
-  void restore() {
-    if (saved_ < 0) return;
-    std::fflush(stderr);
-    dup2(saved_, 2);
-    close(saved_);
-    close(fd_);
-    saved_ = -1;
-  }
-  int fd_ = -1, saved_ = -1;
-  std::string path_;
-};
 
 std::vector<double> values_of(const Var& v) {
   return metajit_test_detail::eval_values_as_double(v);
