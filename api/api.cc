@@ -9,6 +9,7 @@
 
 #include "api/dot_dump.h"
 #include "api/dot_graph.h"
+#include "api/jit_trace.h"
 #include "api/program_cache.h"
 #include "base/log.h"
 #include "codegen/pipeline.h"
@@ -51,6 +52,7 @@ void eval(const std::vector<Var>& vars) {
   std::lock_guard<std::recursive_mutex> lock(graph_mutex());
   std::vector<NodePtr> nodes = pending_nodes(vars, "eval");
   if (nodes.empty()) return;
+  if (jit_trace_depth() > 0) detail::check_not_traced_argument(nodes, "eval");
   const Device dev = usable_device("eval");
   // A structure seen before runs its remembered program (program_cache.h). With debug logging
   // every evaluation goes the whole way, so that the log shows each pass and lookup.

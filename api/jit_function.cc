@@ -15,10 +15,15 @@
 #include <metajit/eval.h>
 #include <metajit/jit.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
+#include <map>
 #include <mutex>
+#include <unordered_set>
 
+#include "api/jit_trace.h"
 #include "base/config.h"
 #include "base/log.h"
 #include "codegen/pipeline.h"
@@ -30,15 +35,22 @@
 namespace metajit::detail {
 namespace {
 
-// Depth of traces in progress on this thread: a jit function called while fn is traced is
-// inlined into that trace.
-thread_local int tracing_depth = 0;
+// The function whose placeholders this thread's trace reads (the outermost trace: a jit
+// function called while fn is traced is inlined into that trace, jit_trace_depth() > 1).
+thread_local const JitCore* tracing_core = nullptr;
 
 struct TracingScope {
-  TracingScope() { ++tracing_depth; }
-  ~TracingScope() { --tracing_depth; }
+  explicit TracingScope(const JitCore& c) : saved(tracing_core) {
+    ++jit_trace_depth();
+    tracing_core = &c;
+  }
+  ~TracingScope() {
+    --jit_trace_depth();
+    tracing_core = saved;
+  }
   TracingScope(const TracingScope&) = delete;
   TracingScope& operator=(const TracingScope&) = delete;
+  const JitCore* saved;
 };
 
 // Scratch sizes that keep a replay of a small function free of mallocs but its outputs'.
@@ -75,10 +87,21 @@ struct JitPlan {
 
 class JitCore {
  public:
-  JitCore(JitTraceFn trace, size_t num_args, std::string name, const char* type_name)
-      : trace_fn(std::move(trace)), num_args(num_args) {
+  JitCore(JitTraceFn trace, size_t num_args, std::string name, const char* type_name,
+          std::string fn_identity, const std::vector<int>& static_args)
+      : trace_fn(std::move(trace)), num_args(num_args), is_static(num_args, false) {
+    for (int i : static_args) {
+      if (i < 0 || size_t(i) >= num_args)
+        throw Error("jit: static_args holds " + std::to_string(i) +
+                    ", out of range for a function of " + std::to_string(num_args) +
+                    " argument(s) (valid: 0.." + std::to_string(num_args == 0 ? 0 : num_args - 1) +
+                    ")");
+      is_static[size_t(i)] = true;
+      any_static = true;
+    }
     static std::atomic<uint64_t> next_number{1};
-    const uint64_t number = next_number.fetch_add(1, std::memory_order_relaxed);
+    number = next_number.fetch_add(1, std::memory_order_relaxed);
+    identity = (name.empty() ? "type " : "name " + name + " type ") + fn_identity;
     if (!name.empty()) {
       this->name = std::move(name);
       label = "jit function '" + this->name + "'";
@@ -91,6 +114,12 @@ class JitCore {
 
   JitTraceFn trace_fn;
   const size_t num_args;
+  std::vector<bool> is_static;  // per argument: JitOptions::static_args
+  bool any_static = false;
+  uint64_t number = 0;
+  std::string identity;  // who counts as "the same function" for the compiled-again warning
+  // Names arguments the user did not pass (a train step's parameters); "" for the user's own.
+  std::function<std::string(size_t)> describe_argument;
   std::string name;   // "step", or "#3"
   std::string label;  // "jit function 'step'", or "jit function #3 (main::{lambda(...)#1})"
 
@@ -101,14 +130,26 @@ class JitCore {
   std::vector<std::unique_ptr<JitPlan>> plans;
   std::vector<int64_t> last_signature;
   bool warned = false;
+  bool warned_recreated = false;
 };
 
 namespace {
 
-bool matches(const JitPlan& p, const Var* const* args, size_t n, Device dev) {
+// A static argument's value, as it is kept in a signature: its byte count, then its bytes in
+// int64 words (zero-padded).
+void append_value(const Node& n, std::vector<int64_t>& s) {
+  const size_t bytes = size_t(n.numel()) * dtype_size(n.dtype);
+  s.push_back(int64_t(bytes));
+  const size_t at = s.size();
+  s.resize(at + (bytes + 7) / 8, 0);
+  if (bytes) std::memcpy(s.data() + at, buffer_on(n, Device::CPU)->data(), bytes);
+}
+
+bool matches(const JitCore& c, const JitPlan& p, const Var* const* args, Device dev) {
   if (p.program.device != dev) return false;
   const int64_t* s = p.signature.data();
-  for (size_t i = 0; i < n; ++i) {
+  std::vector<int64_t> value;
+  for (size_t i = 0; i < c.num_args; ++i) {
     const Node& node = *args[i]->node();
     const size_t nd = node.shape.size();
     if (s[0] != int64_t(node.dtype) || s[1] != int64_t(nd)) return false;
@@ -116,6 +157,12 @@ bool matches(const JitPlan& p, const Var* const* args, size_t n, Device dev) {
     for (size_t d = 0; d < nd; ++d)
       if (s[d] != node.shape[d]) return false;
     s += nd;
+    if (c.is_static[i]) {
+      value.clear();
+      append_value(node, value);
+      if (!std::equal(value.begin(), value.end(), s)) return false;
+      s += value.size();
+    }
   }
   return true;
 }
@@ -123,7 +170,7 @@ bool matches(const JitPlan& p, const Var* const* args, size_t n, Device dev) {
 const JitPlan* find_plan(const JitCore& c, const Var* const* args) {
   const Device dev = device();
   for (const JitPlan* p = c.head.load(std::memory_order_acquire); p; p = p->next)
-    if (matches(*p, args, c.num_args, dev)) return p;
+    if (matches(c, *p, args, dev)) return p;
   return nullptr;
 }
 
@@ -152,32 +199,43 @@ void evaluate_lazy_args(const JitCore& c, const Var* const* args) {
   eval(lazy);
 }
 
-std::vector<int64_t> signature_of(const Var* const* args, size_t n) {
+std::vector<int64_t> signature_of(const JitCore& c, const Var* const* args) {
   std::vector<int64_t> s;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < c.num_args; ++i) {
     const Node& node = *args[i]->node();
     s.push_back(int64_t(node.dtype));
     s.push_back(int64_t(node.shape.size()));
     s.insert(s.end(), node.shape.begin(), node.shape.end());
+    if (c.is_static[i]) append_value(node, s);
   }
   return s;
 }
 
-// "argument 0: shape [4, 3] -> [5, 3]", "argument 1: dtype float32 -> float64", joined by "and".
-std::string describe_change(const std::vector<int64_t>& before, const std::vector<int64_t>& after,
-                            size_t n) {
+// "argument 0: shape [4, 3] -> [5, 3]", "argument 1: dtype float32 -> float64", "argument 2:
+// value" (a static argument), joined by "and".
+std::string describe_change(const JitCore& c, const std::vector<int64_t>& before,
+                            const std::vector<int64_t>& after) {
   std::string out;
   size_t a = 0, b = 0;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < c.num_args; ++i) {
     const DType da = DType(before[a]), db = DType(after[b]);
     const Shape sa(before.begin() + long(a) + 2, before.begin() + long(a) + 2 + before[a + 1]);
     const Shape sb(after.begin() + long(b) + 2, after.begin() + long(b) + 2 + after[b + 1]);
     a += 2 + sa.size();
     b += 2 + sb.size();
+    bool value_changed = false;
+    if (c.is_static[i]) {
+      const size_t wa = (size_t(before[a]) + 7) / 8 + 1, wb = (size_t(after[b]) + 7) / 8 + 1;
+      value_changed = !std::equal(before.begin() + long(a), before.begin() + long(a + wa),
+                                  after.begin() + long(b), after.begin() + long(b + wb));
+      a += wa;
+      b += wb;
+    }
     std::string what;
     if (da != db) what = std::string("dtype ") + dtype_name(da) + " -> " + dtype_name(db);
     if (sa != sb)
       what += (what.empty() ? "shape " : ", shape ") + shape_str(sa) + " -> " + shape_str(sb);
+    if (value_changed && what.empty()) what = "a new value (a static argument)";
     if (!what.empty())
       out += (out.empty() ? "argument " : " and argument ") + std::to_string(i) + ": " + what;
   }
@@ -188,7 +246,7 @@ std::string describe_change(const std::vector<int64_t>& before, const std::vecto
 void note_trace(JitCore& c, const std::vector<int64_t>& sig) {
   const uint64_t count = c.traces.fetch_add(1, std::memory_order_relaxed) + 1;
   std::string change;
-  if (count > 1) change = describe_change(c.last_signature, sig, c.num_args);
+  if (count > 1) change = describe_change(c, c.last_signature, sig);
   c.last_signature = sig;
   const int limit = config().retrace_warn;
   if (limit <= 0 || count <= uint64_t(limit) || count < 2 || c.warned) return;
@@ -198,6 +256,58 @@ void note_trace(JitCore& c, const std::vector<int64_t>& sig) {
                   std::to_string(limit) + "); the last retrace was caused by " + change +
                   ". Shapes that change every call retrace every call; pad or bucket them to a "
                   "few sizes, or raise METAJIT_RETRACE_WARN to silence this");
+}
+
+// "float32[64, 64], int32[64]": the dtypes and shapes of a signature.
+std::string describe_signature(const JitCore& c, const std::vector<int64_t>& sig) {
+  std::string out;
+  size_t a = 0;
+  for (size_t i = 0; i < c.num_args; ++i) {
+    const Shape sh(sig.begin() + long(a) + 2, sig.begin() + long(a) + 2 + sig[a + 1]);
+    out += (i ? ", " : "") + std::string(dtype_name(DType(sig[a]))) + shape_str(sh);
+    a += 2 + sh.size();
+    if (c.is_static[i]) {
+      out += " (static)";
+      a += (size_t(sig[a]) + 7) / 8 + 1;
+    }
+  }
+  return out;
+}
+
+// Every signature traced in this process, per function identity, with the jit object that traced
+// it first: a new object tracing one of them again is the "compiled again" mistake (a jit
+// function re-created inside a loop), which costs a trace and a plan per object. One warning per
+// function: in a loop, the first re-creation says it all.
+void note_recreated(JitCore& c, const std::vector<int64_t>& sig) {
+  struct Traced {
+    std::map<std::vector<int64_t>, uint64_t> first_object;  // signature -> JitCore::number
+    bool warned = false;
+  };
+  static std::mutex mu;
+  static auto* traced = new std::map<std::string, Traced>;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    Traced& t = (*traced)[c.identity];
+    const uint64_t first = t.first_object.emplace(sig, c.number).first->second;
+    if (first == c.number || t.warned) return;
+    t.warned = true;
+  }
+  std::string what = describe_signature(c, sig);
+  if (c.num_args > 4) {  // a train step's list of parameters says nothing more
+    size_t cut = 0;
+    for (int commas = 0; commas < 4 && cut != std::string::npos; ++commas)
+      cut = what.find("], ", cut == 0 ? 0 : cut + 1);
+    if (cut != std::string::npos)
+      what = std::to_string(c.num_args) + " arguments: " + what.substr(0, cut + 1) + ", ...";
+  }
+  log_message(LogLevel::Warn,
+              c.label + " was traced again only because a new jit object was created: an " +
+                  "earlier jit function of the same " +
+                  (c.identity.rfind("name ", 0) == 0 ? "name and type" : "type") +
+                  " already traced this signature (" + what +
+                  "). Every new jit object traces and plans again; create the jit function "
+                  "once, outside the loop, and reuse it (this warning is given once per "
+                  "function)");
 }
 
 // Traces fn for the signature of `args` (realized) unless another thread just did.
@@ -214,17 +324,18 @@ const JitPlan& trace(JitCore& c, const Var* const* args) {
     const Node& arg = *args[i]->node();
     NodePtr ph = new_node(OpKind::Leaf, arg.dtype, arg.shape);
     ph->data = arg.data;
+    if (!c.is_static[i]) ph->jit_argument = int32_t(i);  // its value may not be read
     placeholders.emplace_back(std::move(ph));
   }
   std::vector<Var> outs;
   {
-    TracingScope scope;
+    TracingScope scope(c);
     outs = c.trace_fn(placeholders.data());
   }
   check_outputs(c, outs);
 
   auto plan = std::make_unique<JitPlan>();
-  plan->signature = signature_of(args, c.num_args);
+  plan->signature = signature_of(c, args);
   {
     std::vector<NodePtr> nodes;
     for (const Var& v : outs) nodes.push_back(v.node());
@@ -260,6 +371,7 @@ const JitPlan& trace(JitCore& c, const Var* const* args) {
   }
 
   note_trace(c, plan->signature);
+  note_recreated(c, plan->signature);
   plan->next = c.head.load(std::memory_order_relaxed);
   c.head.store(plan.get(), std::memory_order_release);
   c.plans.push_back(std::move(plan));
@@ -315,12 +427,48 @@ const JitPlan& plan_for(JitCore& c, const Var* const* args) {
 }  // namespace
 
 std::shared_ptr<JitCore> make_jit_core(JitTraceFn trace, size_t num_args, std::string name,
-                                       const char* type_name) {
-  return std::make_shared<JitCore>(std::move(trace), num_args, std::move(name), type_name);
+                                       const char* type_name, std::string identity,
+                                       std::vector<int> static_args,
+                                       std::function<std::string(size_t)> describe_argument) {
+  auto core = std::make_shared<JitCore>(std::move(trace), num_args, std::move(name), type_name,
+                                        std::move(identity), static_args);
+  core->describe_argument = std::move(describe_argument);
+  return core;
+}
+
+void check_not_traced_argument(const std::vector<NodePtr>& nodes, const char* what) {
+  if (jit_trace_depth() == 0 || !tracing_core) return;
+  std::vector<const Node*> stack;
+  std::unordered_set<const Node*> seen;
+  for (const NodePtr& n : nodes) stack.push_back(n.get());
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n).second) continue;
+    if (n->jit_argument >= 0) {
+      const std::string arg = std::to_string(n->jit_argument);
+      if (tracing_core->describe_argument) {  // a jit train step's parameters and state
+        const std::string internal = tracing_core->describe_argument(size_t(n->jit_argument));
+        if (!internal.empty())
+          throw Error(tracing_core->label + ": " + what + " reads the value of " + internal +
+                      " while the step is traced. It would be baked into the plan and every "
+                      "later step would replay that value; compute with the Var instead");
+      }
+      throw Error(tracing_core->label + ": " + what + " reads the value of argument " + arg +
+                  " while the function is traced. The value would be baked into the plan and "
+                  "every later call, whatever its argument " +
+                  arg +
+                  ", would replay it. Compute with the Var instead (e.g. where() for a branch), "
+                  "or declare the argument static: jit(fn, \"" +
+                  tracing_core->name + "\", {.static_args = {" + arg +
+                  "}}) (a new value then traces again)");
+    }
+    for (const NodePtr& in : n->inputs) stack.push_back(in.get());
+  }
 }
 
 Var jit_call_one(JitCore& core, const Var* const* args) {
-  if (tracing_depth > 0) {
+  if (jit_trace_depth() > 0) {
     check_defined(core, args);
     return call_inline(core, args)[0];
   }
@@ -331,7 +479,7 @@ Var jit_call_one(JitCore& core, const Var* const* args) {
 }
 
 std::vector<Var> jit_call_many(JitCore& core, const Var* const* args) {
-  if (tracing_depth > 0) {
+  if (jit_trace_depth() > 0) {
     check_defined(core, args);
     return call_inline(core, args);
   }

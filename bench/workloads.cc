@@ -13,6 +13,7 @@
 #include "base/config.h"
 #include "bench/floor.h"
 #include "bench/peers.h"
+#include "samples/digits_data.h"
 
 namespace bench {
 
@@ -409,6 +410,71 @@ void judge_gradients(Report& report) {
   }
 }
 
+// One whole training step (training issue): forward, cross-entropy, backward and the Adam update
+// of every parameter, as the one jit function Optimizer::jit_step makes; the same model, data,
+// batch and optimizer as bench/peers.py's PyTorch, torch.compile and JAX rows, which get the
+// ratios. The batches cycle (the digits: the first 22 batches of 64 of the training split in
+// order; the large MLP: 4 random batches of 256). Parameters change every call, so no result is
+// compared; samples/train_* and tests/test_train.cc check the training itself.
+enum class TrainModel { DigitsMLP, LargeMLP, DigitsCNN };
+Workload train_step(const std::string& name, TrainModel kind) {
+  struct State {
+    std::function<Var(const Var&)> model;
+    std::vector<Var> params;
+    std::vector<std::pair<Var, Var>> batches;
+    size_t next = 0;
+  };
+  auto st = std::make_shared<State>();
+  if (kind == TrainModel::LargeMLP) {
+    auto m = std::make_shared<digits::MLP>(std::vector<int64_t>{784, 512, 512, 10});
+    st->model = [m](const Var& x) { return (*m)(x); };
+    st->params = m->params();
+    for (uint64_t b = 0; b < 4; ++b) {
+      Var x = metajit::randn({256, 784}, 100 + b);
+      Var y = metajit::cast(metajit::floor(metajit::rand({256}, 200 + b) * 10.0),
+                            metajit::DType::Int32);
+      metajit::eval({x, y});
+      st->batches.push_back({x, y});
+    }
+  } else {
+    const digits::Data data = digits::load();
+    std::vector<int64_t> order(size_t(data.train.n));
+    for (size_t i = 0; i < order.size(); ++i) order[i] = int64_t(i);
+    for (int64_t b = 0; b < data.train.n / 64; ++b) {
+      auto [x, y] = digits::batch(data.train, order, b * 64, 64);
+      metajit::eval({x, y});
+      st->batches.push_back({x, y});
+    }
+    if (kind == TrainModel::DigitsMLP) {
+      auto m = std::make_shared<digits::MLP>(std::vector<int64_t>{64, 64, 10});
+      st->model = [m](const Var& x) { return (*m)(x); };
+      st->params = m->params();
+    } else {
+      auto m = std::make_shared<digits::CNN>();
+      st->model = [m](const Var& x) { return (*m)(x); };
+      st->params = m->params();
+    }
+  }
+  auto opt = std::make_shared<metajit::Adam>(st->params, 1e-3);
+  auto step =
+      std::make_shared<decltype(opt->jit_step(std::function<Var(const Var&, const Var&)>()))>(
+          opt->jit_step(
+              std::function<Var(const Var&, const Var&)>([st](const Var& x, const Var& y) {
+                return metajit::cross_entropy(st->model(x), y);
+              }),
+              "train step"));
+  Workload w;
+  w.name = name;
+  Impl im;
+  im.name = "metajit";
+  im.run = [st, opt, step] {
+    const auto& [x, y] = st->batches[st->next++ % st->batches.size()];
+    (*step)(x, y);
+  };
+  w.impls = {im};
+  return w;
+}
+
 }  // namespace
 
 void run_throughput(Report& report, const Options& opt) {
@@ -450,6 +516,14 @@ void run_throughput(Report& report, const Options& opt) {
        [] {
          return conv2d("conv2d 1x1 8x256x56x56 * 64x1x1", {8, 256, 56, 56, 64, 1, 1, 1, 0}, false);
        }},
+      // Training (bench/README.md "Training"): against PyTorch eager, torch.compile and JAX in
+      // bench/peers.py.
+      {"train digits MLP 64-64-10 b64 adam",
+       [] { return train_step("train digits MLP 64-64-10 b64 adam", TrainModel::DigitsMLP); }},
+      {"train MLP 784-512-512-10 b256 adam",
+       [] { return train_step("train MLP 784-512-512-10 b256 adam", TrainModel::LargeMLP); }},
+      {"train digits CNN b64 adam",
+       [] { return train_step("train digits CNN b64 adam", TrainModel::DigitsCNN); }},
   };
   if (opt.variants) {
     auto variant = [](Workload w, const std::string& base) {

@@ -39,6 +39,8 @@ constexpr const char* kStatsFile = "stats.json";
 constexpr const char* kStatsLock = "stats.lock";
 constexpr const char* kEvictLock = "evict.lock";
 constexpr const char* kBytesField = "bytes";
+constexpr const char* kMissCausesField = "misses_by_cause";
+constexpr const char* kIrIndexDir = "by-ir";
 // Refreshing .used at most this often keeps a hit to a stat() in the common case.
 constexpr int64_t kTouchIntervalSeconds = 60;
 
@@ -648,6 +650,11 @@ uint64_t CacheStore::clear(double older_than_seconds) {
     }
     if (remove_atomically(version_dir(), e.dir)) ++removed;
   }
+  // The index names kernels that are gone now: a later compile is a new kernel, not one
+  // compiled again. (Clearing some entries keeps it: their misses count as "removed".)
+  struct stat index_st;
+  if (older_than_seconds < 0 && ::lstat((version_dir() / kIrIndexDir).c_str(), &index_st) == 0)
+    remove_atomically(version_dir(), version_dir() / kIrIndexDir);
   if (removed) set_size_estimate(left);
   return removed;
 }
@@ -670,7 +677,8 @@ uint64_t CacheStore::sweep_stale_staging(double older_than_seconds) {
     }
   }
   // Temp files of interrupted write_file_atomically() calls.
-  for (const fs::path& dir : {version_dir(), version_dir() / "toolchains"}) {
+  for (const fs::path& dir :
+       {version_dir(), version_dir() / "toolchains", version_dir() / kIrIndexDir}) {
     for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
       std::string name = e.path().filename().string();
       size_t tmp = name.find(".tmp-");
@@ -804,6 +812,7 @@ void CacheStore::touch(const std::string& key) {
 void CacheStore::add_counters(const CacheCounters& d) {
   bool any = d.compile_seconds != 0 || d.bytes != 0;
   for (const CacheCounterField& f : kCacheCounterFields) any = any || d.*f.member != 0;
+  for (const CacheCounterField& f : kMissCauseFields) any = any || d.*f.member != 0;
   if (!any) return;
   try {
     const fs::path v1 = ensure_version_dir(root_);
@@ -813,6 +822,9 @@ void CacheStore::add_counters(const CacheCounters& d) {
     CacheCounters c = read_counters();
     nlohmann::json j = nlohmann::json::object();
     for (const CacheCounterField& f : kCacheCounterFields) j[f.field] = c.*f.member + d.*f.member;
+    nlohmann::json causes = nlohmann::json::object();
+    for (const CacheCounterField& f : kMissCauseFields) causes[f.field] = c.*f.member + d.*f.member;
+    j[kMissCausesField] = std::move(causes);
     j["compile_seconds"] = c.compile_seconds + d.compile_seconds;
     // An unknown size stays unknown: a delta on top of nothing would look like a measurement.
     if (has_size_estimate()) j[kBytesField] = std::max<int64_t>(0, c.bytes + d.bytes);
@@ -855,11 +867,35 @@ CacheCounters CacheStore::read_counters() const {
   nlohmann::json j = parse_untrusted_json(*text);
   if (!j.is_object()) return c;
   for (const CacheCounterField& f : kCacheCounterFields) c.*f.member = json_count(j, f.field);
+  // Files written before misses had causes have no such object: every cause reads as 0.
+  if (auto causes = j.find(kMissCausesField); causes != j.end() && causes->is_object())
+    for (const CacheCounterField& f : kMissCauseFields) c.*f.member = json_count(*causes, f.field);
   c.bytes = int64_t(json_count(j, kBytesField));
   auto it = j.find("compile_seconds");
   if (it != j.end() && it->is_number() && it->get<double>() >= 0)
     c.compile_seconds = it->get<double>();
   return c;
+}
+
+std::optional<nlohmann::json> CacheStore::read_ir_record(const std::string& ir_digest) const {
+  if (ir_digest.size() != 32 || !is_key_hex(ir_digest)) return std::nullopt;
+  const fs::path dir = version_dir() / kIrIndexDir;
+  // Written by us only: a directory of someone else's could say anything.
+  if (!unsafe_reason(dir, false).empty()) return std::nullopt;
+  std::optional<std::string> text = read_file_nofollow(dir / (ir_digest + ".json"));
+  if (!text) return std::nullopt;
+  nlohmann::json j = parse_untrusted_json(*text);
+  if (!j.is_object()) return std::nullopt;
+  return j;
+}
+
+void CacheStore::write_ir_record(const std::string& ir_digest, const nlohmann::json& record) {
+  if (ir_digest.size() != 32 || !is_key_hex(ir_digest))
+    throw CacheError("cache: '" + printable(ir_digest) + "' is not a kernel IR digest");
+  const fs::path dir = private_dir(kIrIndexDir);
+  // Only a hint for messages and statistics: not worth an fsync per kernel. A record torn by a
+  // crash reads as garbled (no record); the rename still makes it all or nothing for readers.
+  write_file_atomically(dir / (ir_digest + ".json"), record.dump() + "\n", /*durable=*/false);
 }
 
 CacheKeyLock CacheStore::lock_key(const std::string& key) {

@@ -32,6 +32,11 @@ struct CacheCounters {
   // add_counters). An estimate: a process killed between an install and its update leaves it
   // low; every eviction scan sets it to the measured total again.
   int64_t bytes = 0;
+  // Misses by cause (runtime/miss_cause.h): a kernel never compiled here, or compiled again
+  // because the compiler, the target, the flags or the code generator changed, or because its
+  // entry had been removed. Their sum is `misses` (for files written since they were counted).
+  uint64_t misses_new = 0, misses_compiler = 0, misses_target = 0, misses_flags = 0,
+           misses_codegen = 0, misses_removed = 0;
 };
 
 // The whole-number counters of CacheCounters, each once: its stats.json field, its label in
@@ -48,6 +53,16 @@ inline constexpr CacheCounterField kCacheCounterFields[] = {
     {"compiles", "compiles", &CacheCounters::compiles},
     {"errors", "errors", &CacheCounters::errors},
     {"evictions", "evictions", &CacheCounters::evictions},
+};
+// The misses by cause: stats.json's "misses_by_cause" object (a missing field reads as 0), the
+// same object in `metajit cache stats --json`, one "misses by cause" row in its text.
+inline constexpr CacheCounterField kMissCauseFields[] = {
+    {"new", "new", &CacheCounters::misses_new},
+    {"compiler", "compiler", &CacheCounters::misses_compiler},
+    {"target", "target", &CacheCounters::misses_target},
+    {"flags", "flags", &CacheCounters::misses_flags},
+    {"codegen", "codegen", &CacheCounters::misses_codegen},
+    {"removed", "removed", &CacheCounters::misses_removed},
 };
 
 // One thing `verify()` found wrong: a bad entry, or debris a dead process left behind.
@@ -116,6 +131,7 @@ class CacheStore {
   std::string resolve_prefix(const std::string& prefix) const;
   nlohmann::json read_meta(const std::string& key) const;  // CacheError if unreadable
   // Removes entries (all, or those not used for `older_than_seconds`); returns how many.
+  // Clearing all also removes the kernel-IR index (below).
   uint64_t clear(double older_than_seconds = -1);
   // Removes one entry (atomically); false if it was not there.
   bool remove_entry(const std::string& key);
@@ -133,6 +149,15 @@ class CacheStore {
 
   // Every bad entry (the checks find() makes) and debris older than `debris_age_seconds`.
   std::vector<CacheProblem> verify(double debris_age_seconds = 3600) const;
+  // The kernel-IR index, root/v1/by-ir/<digest>.json: for each kernel IR (a 32-hex digest that
+  // does not depend on the toolchain), a small JSON record of the key it was last installed
+  // under and what that key was made of, so that a miss can tell why it compiles again without
+  // reading every meta.json. A record is replaced atomically; a missing, foreign or garbled
+  // one reads as nullopt (an index is a hint, never trusted for anything but a message).
+  std::optional<nlohmann::json> read_ir_record(const std::string& ir_digest) const;
+  // Throws CacheError when the cache cannot be written.
+  void write_ir_record(const std::string& ir_digest, const nlohmann::json& record);
+
   // Marks an entry used now (cheap: refreshes root/v1/<k[0:2]>/<key>/.used at most once a minute).
   void touch(const std::string& key);
 

@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "codegen/kernel_spec.h"
 #include "runtime/kernel_library.h"
+#include "runtime/miss_cause.h"
 
 namespace metajit::cli {
 namespace {
@@ -69,6 +70,9 @@ int cmd_stats(bool json) {
                         {"max_bytes", config().cache_max_size},
                         {"compile_seconds", c.compile_seconds}};
     for (const CacheCounterField& f : kCacheCounterFields) j[f.field] = c.*f.member;
+    nlohmann::json causes = nlohmann::json::object();
+    for (const CacheCounterField& f : kMissCauseFields) causes[f.field] = c.*f.member;
+    j["misses_by_cause"] = std::move(causes);
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -81,6 +85,7 @@ int cmd_stats(bool json) {
   row("size limit", human_bytes(config().cache_max_size));
   for (const CacheCounterField& f : kCacheCounterFields) {
     row(f.label, std::to_string(c.*f.member));
+    if (f.member == &CacheCounters::misses) row("misses by cause", miss_causes_text(c));
     if (f.member == &CacheCounters::compiles)
       row("compile time", fixed(c.compile_seconds, 2) + " s");
   }
@@ -374,7 +379,8 @@ void register_cache_commands(CLI::App& app, Action& action) {
     action = cmd_path;
   });
 
-  CLI::App* stats = cache->add_subcommand("stats", "Hits, misses, compiles, entries and size");
+  CLI::App* stats =
+      cache->add_subcommand("stats", "Hits, misses (by cause), compiles, entries and size");
   stats->add_flag("--json", args->json, "Print a JSON object");
   stats->callback([&action, args] { action = [args] { return cmd_stats(args->json); }; });
 

@@ -201,4 +201,49 @@ Var softmax(const Var& x, int64_t dim) {
   return e / sum(e, {dim}, true);
 }
 
+Var log_softmax(const Var& x, int64_t dim) {
+  need(x, "log_softmax");
+  if (x.ndim() == 0) throw ShapeError("log_softmax: the input is 0-d; it needs at least one axis");
+  Var in = is_float(x.dtype()) ? x : cast(x, DType::Float32);
+  Var shifted = in - identity_without_gradient(max(in, {dim}, true));  // as softmax
+  return shifted - log(sum(exp(shifted), {dim}, true));
+}
+
+namespace {
+
+// The first index along dim where x equals its extremum `ext` (keepdims), or a NaN is.
+Var first_index_of(const Var& x, const Var& ext, int64_t dim, const char* op) {
+  const int64_t nd = x.ndim();
+  const int64_t axis = dim < 0 ? dim + nd : dim;
+  if (axis < 0 || axis >= nd)
+    throw ShapeError(std::string(op) + ": dim " + std::to_string(dim) +
+                     " is out of range for shape " + shape_str(x.shape()) +
+                     " (valid: " + std::to_string(-nd) + ".." + std::to_string(nd - 1) + ")");
+  const int64_t extent = x.shape()[size_t(axis)];
+  if (extent == 0)
+    throw ShapeError(std::string(op) + ": axis " + std::to_string(dim) + " of shape " +
+                     shape_str(x.shape()) + " is empty; there is no first extremum");
+  Var hit = x == ext;
+  if (is_float(x.dtype())) hit = logical_or(hit, x != x);
+  std::vector<int64_t> other_axes;
+  for (int64_t k = 0; k < nd; ++k)
+    if (k != axis) other_axes.push_back(k);
+  Var index = broadcast_to(arange(extent, DType::Int32), x.shape(), other_axes);
+  return min(where(hit, index, full(x.shape(), double(extent), DType::Int32)), {axis});
+}
+
+}  // namespace
+
+Var argmax(const Var& x, int64_t dim) {
+  need(x, "argmax");
+  if (x.ndim() == 0) throw ShapeError("argmax: the input is 0-d; it needs at least one axis");
+  return first_index_of(x, max(x, {dim}, true), dim, "argmax");
+}
+
+Var argmin(const Var& x, int64_t dim) {
+  need(x, "argmin");
+  if (x.ndim() == 0) throw ShapeError("argmin: the input is 0-d; it needs at least one axis");
+  return first_index_of(x, min(x, {dim}, true), dim, "argmin");
+}
+
 }  // namespace metajit

@@ -98,6 +98,11 @@ void realize(Node& n, BufferPtr data) {
   std::atomic_ref<OpKind>(n.kind).store(OpKind::Leaf, std::memory_order_release);
 }
 
+int& jit_trace_depth() {
+  thread_local int depth = 0;
+  return depth;
+}
+
 std::recursive_mutex& graph_mutex() {
   static std::recursive_mutex mu;
   return mu;

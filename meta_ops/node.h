@@ -108,6 +108,9 @@ struct Node : OpAttrs {
   // A Leaf that was computed (realize()) rather than created from data: grad() cannot look
   // behind it and says so.
   bool evaluated = false;
+  // A jit trace's placeholder for a (non-static) argument: its value may not be read while the
+  // function is traced (api/jit_function.cc). -1 for every other node.
+  int32_t jit_argument = -1;
 
   bool realized() const { return kind == OpKind::Leaf; }
 
@@ -131,6 +134,11 @@ class BackwardScope {
  private:
   bool saved_;
 };
+
+// How many jit traces are in progress on this thread (api/jit_function.cc counts them): what
+// happens while tracing runs once, not on replay, so assign() refuses and reading an argument's
+// value is an error.
+int& jit_trace_depth();
 
 // Turns `n` into a Leaf holding `data` and drops its inputs (after evaluation). Called with
 // graph_mutex() held; `kind` is published last (release), see realized_acquire().

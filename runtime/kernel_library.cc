@@ -22,11 +22,13 @@
 #include "cache/manifest.h"
 #include "codegen/cpp_emitter.h"
 #include "codegen/cuda_emitter.h"
+#include "codegen/cuda_emulation.h"
 #include "codegen/kernel_key.h"
 #include "codegen/kernel_spec.h"
 #include "runtime/compiler_driver.h"
 #include "runtime/cuda_toolchain.h"
 #include "runtime/loader.h"
+#include "runtime/miss_cause.h"
 #include "runtime/runtime_stats.h"
 #include "runtime/toolchain.h"
 
@@ -150,7 +152,22 @@ struct Backend {
   std::function<std::string(const KernelIR&)> emit;
   std::function<std::vector<std::string>(const fs::path&, const fs::path&)> command;
   nlohmann::json meta;  // compiler, compiler_version, target, flags: recorded in meta.json
+  KeyParts parts;       // what the key is made of besides the IR (key left empty)
 };
+
+// Digest of the fields of a toolchain identity that name the compiler binary.
+std::string compiler_id(const std::string& name, const fs::path& path,
+                        const std::string& version_output, uint64_t size, int64_t mtime,
+                        const std::string& host_identity = "") {
+  std::string text;
+  append_field(text, "compiler", name);
+  append_field(text, "path", path.string());
+  append_field(text, "version", version_output);
+  append_field(text, "size", std::to_string(size));
+  append_field(text, "mtime", std::to_string(mtime));
+  append_field(text, "host", host_identity);
+  return xxh3_128_hex(text);
+}
 
 std::string emit_cuda_for_gpu(const KernelIR& ir) {
   return emit_cuda(ir, CudaTarget::Gpu);
@@ -177,6 +194,15 @@ Backend backend_for(Device device) {
               {"target", tc.resolved_target},
               {"isa", tc.target.name()},
               {"flags", tc.flags}};
+    b.parts.backend = b.name;
+    b.parts.codegen = kCodegenVersion;
+    b.parts.compiler = tc.path.string();
+    b.parts.compiler_version = tc.version_line();
+    b.parts.compiler_id =
+        compiler_id(tc.compiler, tc.path, tc.version_output, tc.binary_size, tc.binary_mtime);
+    b.parts.target = tc.resolved_target;
+    b.parts.isa = tc.target.name();
+    b.parts.flags = tc.flags;
     return b;
   }
   const CudaToolchain& tc = cuda_toolchain();
@@ -191,6 +217,16 @@ Backend backend_for(Device device) {
             {"compiler_version", tc.version_line()},
             {"target", tc.emulated ? "host emulation" : tc.arch},
             {"flags", tc.flags}};
+  b.parts.backend = b.name;
+  b.parts.codegen = std::string(kCodegenVersion) + " " + kCudaCodegenVersion;
+  if (tc.emulated)  // the prelude is part of the code the kernels are compiled with
+    b.parts.codegen += " emulation-" + xxh3_128_hex(kCudaEmulationPrelude).substr(0, 8);
+  b.parts.compiler = tc.path.string();
+  b.parts.compiler_version = tc.version_line();
+  b.parts.compiler_id = compiler_id("", tc.path, tc.version_output, tc.binary_size, tc.binary_mtime,
+                                    tc.host_identity);
+  b.parts.target = tc.emulated ? "host emulation" : tc.arch;
+  b.parts.flags = tc.flags;
   return b;
 }
 
@@ -208,6 +244,7 @@ std::string memory_settings(Device device) {
 
 struct Pending {
   std::string key;
+  std::string ir_digest;  // the kernel-IR index's name for it (miss_cause.h)
   const KernelIR* ir = nullptr;
   std::vector<size_t> positions;  // where in the request this kernel is needed
   CacheStore* store = nullptr;
@@ -217,6 +254,7 @@ struct Pending {
   fs::path source;    // the staged source file
   fs::path object;    // the installed (or staged) kernel.so once built
   double compile_seconds = 0;
+  MissExplanation why;  // a miss: why it compiles
 };
 
 void write_source(const fs::path& dir, const std::string& file, const std::string& src) {
@@ -265,6 +303,47 @@ CompileError compile_failure(const Pending& p, const CompileOutcome& r) {
                       r.command, r.output, p.source.string());
 }
 
+// Points the kernel-IR index at `p`'s new entry. Only a hint: a cache that cannot take it
+// loses the explanation of a later miss, nothing else.
+void record_parts(CacheStore& store, const Pending& p, const Backend& backend) {
+  KeyParts parts = backend.parts;
+  parts.key = p.key;
+  try {
+    store.write_ir_record(p.ir_digest, key_parts_to_json(parts));
+  } catch (const std::exception& e) {
+    log_message(LogLevel::Debug, "not indexing " + p.key + ": " + e.what());
+  }
+}
+
+// Why `p` misses: the kernel-IR index's record of the same IR against the current parts.
+MissExplanation explain(const CacheStore& store, const Pending& p, const Backend& backend) {
+  KeyParts now = backend.parts;
+  now.key = p.key;
+  std::optional<KeyParts> before;
+  if (std::optional<nlohmann::json> record = store.read_ir_record(p.ir_digest))
+    before = key_parts_from_json(*record);
+  if (before && before->backend != now.backend) before.reset();
+  return explain_miss(before ? &*before : nullptr, now);
+}
+
+// One info line per cause of the misses of one batch (an evaluation, a warm): after a compiler
+// upgrade "27 kernels compiled again: the compiler changed (...)", not 27 lines. New kernels
+// say nothing here (the debug log has each miss).
+void log_miss_causes(const std::vector<Pending*>& missed) {
+  if (!log_enabled(LogLevel::Info)) return;
+  std::vector<std::pair<std::string, uint64_t>> counts;  // by reason, first seen first
+  for (const Pending* p : missed) {
+    if (p->why.cause == MissCause::New) continue;
+    auto it = std::find_if(counts.begin(), counts.end(),
+                           [p](const auto& c) { return c.first == p->why.reason; });
+    if (it == counts.end())
+      counts.emplace_back(p->why.reason, 1);
+    else
+      it->second++;
+  }
+  for (const auto& [reason, n] : counts) log_message(LogLevel::Info, recompile_summary(n, reason));
+}
+
 // Compiles every staged kernel of `todo` in parallel and installs the good ones; sets each
 // one's `object` (empty where its compile failed). Returns the first failure, if any. Failed
 // kernels keep their staging directory (with the source) for inspection.
@@ -294,9 +373,16 @@ std::optional<CompileError> compile_and_install(std::vector<Pending*>& todo,
     meta["spec"] = kernel_spec_to_json(*p.ir);
     meta["compile_command"] = p.command;
     meta["compile_seconds"] = r.seconds;
+    // The key's parts apart (compiler, flags, target above): what `cache stats` and a later
+    // miss of the same IR compare.
+    meta["ir_digest"] = p.ir_digest;
+    meta["codegen"] = backend.parts.codegen;
+    meta["compiler_id"] = backend.parts.compiler_id;
     uint64_t bytes = 0;
+    bool installed = false;
     try {
       p.object = p.store->install(p.key, p.staging, std::move(meta), &bytes);
+      installed = true;
     } catch (const CacheError& e) {
       // A cache that fails at the last step must not stop the program: run the staged copy.
       warn_once("cache-unwritable:" + p.store->root().string(),
@@ -304,6 +390,7 @@ std::optional<CompileError> compile_and_install(std::vector<Pending*>& todo,
       p.object = p.staging / "kernel.so";
     }
     p.lock.release();  // installed: waiters find the entry
+    if (installed && p.store == &main_store) record_parts(*p.store, p, backend);
     p.compile_seconds = r.seconds;
     counters.kernels_compiled++;
     counters.compile_micros += uint64_t(r.seconds * 1e6);
@@ -328,6 +415,7 @@ std::vector<Pending> group_by_key(const std::vector<const KernelIR*>& irs,
     if (fresh) {
       Pending p;
       p.key = key;
+      p.ir_digest = ir_digest(backend.name, texts[i]);
       p.ir = irs[i];
       pending.push_back(std::move(p));
     }
@@ -373,12 +461,18 @@ std::optional<CompileError> find_or_compile(
       p.lock = store.lock_key(p.key);
     }
     delta.misses++;
-    log_message(LogLevel::Debug, "miss " + p.key + " (" + std::to_string(p.ir->ops.size()) +
-                                     " ops: " + (p.ir->ops.empty() ? "" : p.ir->ops.front()) +
-                                     (p.ir->ops.size() > 1 ? ", ..." : "") + ")");
+    p.why = explain(store, p, backend);
+    delta.*miss_cause_counter(p.why.cause) += 1;
+    if (log_enabled(LogLevel::Debug))
+      log_message(LogLevel::Debug,
+                  "miss " + p.key + " (" + std::to_string(p.ir->ops.size()) +
+                      " ops: " + (p.ir->ops.empty() ? "" : p.ir->ops.front()) +
+                      (p.ir->ops.size() > 1 ? ", ..." : "") +
+                      "): " + (p.why.cause == MissCause::New ? "a new kernel" : p.why.reason));
     stage(p, store, backend);
     compiled.push_back(&p);
   }
+  log_miss_causes(compiled);
   std::optional<CompileError> failure;
   if (!compiled.empty())
     failure = compile_and_install(compiled, store, backend, jobs, always_show_progress, delta);

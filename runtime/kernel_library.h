@@ -2,7 +2,9 @@
 // text -> loaded function: no codegen, no hashing of source, no file system), then the
 // on-disk cache (verified, then dlopen'd), then the compiler (every missing kernel of one
 // evaluation compiled in parallel, installed atomically, the cache then kept under its size
-// limit). With METAJIT_RECORD=FILE it also writes the manifest of the kernels used.
+// limit). With METAJIT_RECORD=FILE it also writes the manifest of the kernels used. A miss of a
+// kernel IR compiled before under another key says which part of the key changed, one info
+// line per cause per call, and is counted by cause in the cache's statistics (miss_cause.h).
 #pragma once
 #include <metajit/runtime.h>
 

@@ -62,7 +62,13 @@ expect_refused autograd '#include <metajit/eval.h>'
 
 expect_ok api '#include "api/program_cache.h"'
 expect_ok api '#include "autograd/scatter_as_gather.h"'
-expect_ok api '#include <metajit/metajit.h>'
+expect_ok api '#include <metajit/jit.h>'
+expect_refused api '#include <metajit/train.h>'
+expect_refused api '#include "train/optimizer_core.h"'
+
+expect_ok train '#include "train/optimizer_core.h"'
+expect_ok train '#include <metajit/metajit.h>'
+expect_ok train '#include "api/program_cache.h"'
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures layering check(s) failed"

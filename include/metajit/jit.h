@@ -22,11 +22,21 @@
 // - Static values: whatever fn captures that is not an argument (a double, a Shape, a Var
 //   created outside) is baked into the plan when fn is traced. Changing a captured double
 //   afterwards does not retrace; pass the value as a Var argument (e.g. a 0-d Var) to make it
-//   dynamic. Values fn reads while tracing (to_vector, item, eval) are likewise computed once,
-//   at trace time.
+//   dynamic.
+// - Reading an argument's value while fn is traced (to_vector, item, or eval of something
+//   computed from it) is a metajit::Error naming the function and the argument: the value would
+//   be baked into the plan and replays with other values would silently reuse it (JAX's
+//   ConcretizationTypeError). Declare such an argument static, jit(fn, "name", {.static_args =
+//   {2}}): then its value is part of the signature, fn may read it, and a new value traces again
+//   (and counts toward the retracing warning).
 // - Retracing warning: after more than METAJIT_RETRACE_WARN (default 8; 0 turns it off)
 //   traces of one jit function, one warning names it and what changed between the last two
 //   signatures. Name a function with jit(fn, "name"); the default name is "#N" with fn's type.
+// - Compiled-again warning: a jit object created anew (e.g. inside the training loop) traces
+//   and plans again although an earlier jit object of the same function (same name and type, or
+//   unnamed, the same type) already traced that signature. The first such trace warns, naming the
+//   function (once per function, however many objects are created): create the jit function
+//   once and reuse it. A reused jit function never warns.
 // - Errors: a wrong number or type of arguments does not compile; an undefined
 //   (default-constructed) Var argument, or fn returning one, is a metajit::Error naming the
 //   function and the argument (or output) index.
@@ -54,8 +64,14 @@ class JitCore;
 // Calls fn on the placeholders args[0..n) and returns its result(s) as a vector.
 using JitTraceFn = std::function<std::vector<Var>(const Var* args)>;
 
+// identity: what makes two jit objects "the same function" for the compiled-again warning
+// (fn's type, and for a function pointer its address). static_args: as JitOptions.
+// describe_argument: for arguments fn's caller did not write (a train step's parameters), their
+// name in errors ("parameter 2 of the optimizer"); "" for the others.
 std::shared_ptr<JitCore> make_jit_core(JitTraceFn trace, size_t num_args, std::string name,
-                                       const char* type_name);
+                                       const char* type_name, std::string identity,
+                                       std::vector<int> static_args = {},
+                                       std::function<std::string(size_t)> describe_argument = {});
 Var jit_call_one(JitCore& core, const Var* const* args);
 std::vector<Var> jit_call_many(JitCore& core, const Var* const* args);
 uint64_t jit_traces(const JitCore& core);
@@ -155,7 +171,16 @@ template <class... A>
 struct AllVarParams<std::tuple<A...>> : std::bool_constant<(is_var_param_v<A> && ...)> {};
 
 template <class F>
-auto make_jit(F fn, std::string name) {
+std::string jit_identity(const F& fn) {
+  if constexpr (std::is_pointer_v<F>)
+    return std::string(typeid(F).name()) + "@" +
+           std::to_string(reinterpret_cast<std::uintptr_t>(fn));
+  else
+    return typeid(F).name();
+}
+
+template <class F>
+auto make_jit(F fn, std::string name, std::vector<int> static_args) {
   if constexpr (!has_fixed_signature<F>()) {
     static_assert(always_false_v<F>,
                   "jit(fn): fn must be a function, a function pointer or a lambda/functor with "
@@ -183,23 +208,37 @@ auto make_jit(F fn, std::string name) {
         (std::make_index_sequence<n>{});
       };
       const char* type_name = std::is_class_v<F> ? typeid(F).name() : nullptr;
-      return JitFunction<R, Args>(make_jit_core(std::move(trace), n, std::move(name), type_name));
+      std::string identity = jit_identity(fn);
+      return JitFunction<R, Args>(make_jit_core(std::move(trace), n, std::move(name), type_name,
+                                                std::move(identity), std::move(static_args)));
     }
   }
 }
 
 }  // namespace detail
 
+struct JitOptions {
+  // Indices of arguments whose values, not only dtypes and shapes, are part of the signature:
+  // fn may read them while traced, and a new value traces again (JAX's static_argnums). An
+  // index out of range is an Error when the function is created.
+  std::vector<int> static_args;
+};
+
 // Wraps fn (Vars -> Var or std::vector<Var>) into a callable with the same parameters that
 // traces fn once per input signature and replays the plan afterwards (see the file comment).
 template <class F>
 auto jit(F fn) {
-  return detail::make_jit(std::move(fn), std::string());
+  return detail::make_jit(std::move(fn), std::string(), {});
 }
 // The same, naming the function in warnings and errors.
 template <class F>
 auto jit(F fn, std::string name) {
-  return detail::make_jit(std::move(fn), std::move(name));
+  return detail::make_jit(std::move(fn), std::move(name), {});
+}
+// The same, with options: jit(fn, "name", {.static_args = {2}}).
+template <class F>
+auto jit(F fn, std::string name, JitOptions options) {
+  return detail::make_jit(std::move(fn), std::move(name), std::move(options.static_args));
 }
 
 }  // namespace metajit

@@ -11,4 +11,5 @@
 #include "jit.h"
 #include "ops.h"
 #include "runtime.h"
+#include "train.h"
 #include "var.h"

@@ -1,5 +1,9 @@
-// Var: the user's handle on a lazy tensor. Cheap to copy (shares its graph node); nothing is
-// computed until a value is read (to_vector, item) or eval() is called.
+// Var: the user's handle on a lazy tensor. Cheap to copy; nothing is computed until a value is
+// read (to_vector, item) or eval() is called.
+//
+// Copies of a Var are one variable: they share a cell that names its current graph node, so
+// `assign` (a parameter update) is seen through every copy, while graphs built from the Var
+// before hold the node itself and keep the value they were built with (docs/api.md "Training").
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -14,11 +18,17 @@ namespace metajit {
 // The graph node behind a Var. Its definition is internal to the library (meta_ops/node.h).
 struct Node;
 using NodePtr = std::shared_ptr<Node>;
+class Var;
+namespace detail {
+// Points every copy of `v` at `node` without assign()'s checks: how a jit train step lets the
+// model's parameters stand for the trace's placeholders while it is traced (train/).
+void rebind_var(const Var& v, NodePtr node);
+}  // namespace detail
 
 class Var {
  public:
   Var() = default;
-  explicit Var(NodePtr node) : node_(std::move(node)) {}
+  explicit Var(NodePtr node) : cell_(std::make_shared<Cell>(Cell{std::move(node)})) {}
 
   const Shape& shape() const;
   DType dtype() const;
@@ -47,16 +57,28 @@ class Var {
     return v;
   }
 
-  bool defined() const { return node_ != nullptr; }
+  // Jittor's update: this Var and every copy of it now hold `value` (lazy when value is; no
+  // copy is made). Graphs built from this Var before keep its old value. ShapeError/DTypeError
+  // when value's shape/dtype differ (and nothing changes); Error inside a jit trace, where it
+  // would not be replayed (return the new value instead, or use an optimizer's jit_step).
+  void assign(const Var& value);
+
+  bool defined() const { return cell_ && cell_->node; }
   // The node itself; opaque outside the library.
-  const NodePtr& node() const { return node_; }
+  const NodePtr& node() const { return cell_ ? cell_->node : null_node_; }
 
  private:
   // The value on the host, evaluating first if needed. Defined with eval() (api/var_values.cc):
   // the graph layer below it only builds nodes (docs/architecture.md).
   const void* realized_data(DType want, const char* what) const;
   void check_item() const;
-  NodePtr node_;
+
+  struct Cell {
+    NodePtr node;
+  };
+  friend void detail::rebind_var(const Var& v, NodePtr node);
+  static inline const NodePtr null_node_{};
+  std::shared_ptr<Cell> cell_;
 };
 
 }  // namespace metajit

@@ -1,0 +1,144 @@
+// Training: optimizers over parameter Vars, their updates as pure functions, and whole train
+// steps as one jit function (docs/api.md "Training", README "Training").
+//
+//   Var w1 = randn({64, 64}, 1) * 0.1, b1 = zeros({64});   // parameters: ordinary Vars
+//   Adam opt({w1, b1}, 1e-3);
+//   // The right way: build the step once, call it every batch.
+//   auto train_step = opt.jit_step([&](const Var& x, const Var& y) {
+//     return cross_entropy(matmul(relu(matmul(x, w1) + b1), w2) + b2, y);
+//   }, "train_step");
+//   for (...) { Var loss = train_step(xb, yb); }   // w1, b1, ... and Adam's state are updated
+//
+// - step(loss): grad(loss, params), the update of every parameter and of the optimizer's state,
+//   then ONE evaluation of the loss, the new parameters and the new state: forward, backward and
+//   the updates run as one plan, and the updates fuse with the backward (not a kernel per op per
+//   parameter). Afterwards every parameter Var (and every copy of it: Var::assign) holds its new
+//   value and `loss` its value. The graph behind them is dropped, so memory is flat from step to
+//   step.
+// - jit_step(loss_fn, name): a callable with loss_fn's parameters (each a Var) that runs a whole
+//   step (forward, backward, every update) as one jit function: it traces once per signature of
+//   (its arguments, the parameters, the state), and replays trace and compile nothing. While it
+//   is traced, the parameter Vars loss_fn captures stand for the trace's placeholders, so loss_fn
+//   simply uses the model's Vars. Create it once and reuse it: a jit_step created again for the
+//   same loss_fn and optimizer gets the compiled-again warning (include/metajit/jit.h).
+// - The learning rate and the step count are arguments of the kernels, never part of a kernel
+//   key: set_lr() compiles nothing, and neither does the bias correction changing every step.
+// - Formulas are PyTorch's (torch.optim.SGD, torch.optim.Adam): see SGD and Adam below.
+// - update(): the same update as a pure function of Vars (it builds a graph and evaluates
+//   nothing), for train steps written by hand inside any jit function.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <typeinfo>
+#include <utility>
+#include <vector>
+
+#include "autograd.h"
+#include "jit.h"
+#include "var.h"
+
+namespace metajit {
+
+// New parameters and optimizer state from one update (Optimizer::update).
+struct OptimizerUpdate {
+  std::vector<Var> params;
+  std::vector<Var> state;
+};
+
+namespace detail {
+
+struct OptimizerCore;
+
+// The jit function of a train step: the user's loss function over its own `num_user_args`
+// arguments, then the parameters, the state, the learning rate and the step count.
+std::shared_ptr<JitCore> make_train_jit(const std::shared_ptr<OptimizerCore>& core,
+                                        JitTraceFn loss_fn, size_t num_user_args, std::string name,
+                                        std::string identity);
+Var call_train_jit(OptimizerCore& core, JitCore& jit, const Var* const* user_args,
+                   size_t num_user_args);
+
+template <class F, class Args>
+class TrainStep;
+template <class F, class... A>
+class TrainStep<F, std::tuple<A...>> {
+ public:
+  TrainStep(std::shared_ptr<OptimizerCore> core, F fn, std::string name) : core_(std::move(core)) {
+    JitTraceFn trace = [fn = std::move(fn)](const Var* args) mutable -> std::vector<Var> {
+      return [&]<size_t... I>(std::index_sequence<I...>)->std::vector<Var> {
+        return {fn(args[I]...)};
+      }
+      (std::index_sequence_for<A...>{});
+    };
+    jit_ = make_train_jit(core_, std::move(trace), sizeof...(A), std::move(name), typeid(F).name());
+  }
+  // Runs one step on these arguments; returns the loss (evaluated).
+  Var operator()(const std::conditional_t<true, Var, A>&... args) const {
+    const Var* in[sizeof...(A) + 1] = {&args...};
+    return call_train_jit(*core_, *jit_, in, sizeof...(A));
+  }
+  // How many times the step has been traced (one per signature).
+  uint64_t traces() const { return jit_traces(*jit_); }
+
+ private:
+  std::shared_ptr<OptimizerCore> core_;
+  std::shared_ptr<JitCore> jit_;
+};
+
+}  // namespace detail
+
+// What SGD and Adam share: the parameters, the state, the learning rate and the step count.
+class Optimizer {
+ public:
+  // One training step on `loss` (see the file comment). Error when loss was already evaluated
+  // (build it, then call step).
+  void step(const Var& loss);
+  void set_lr(double lr);  // compiles nothing
+  double lr() const;
+  // Steps taken so far (the next one is number steps() + 1 in the bias corrections).
+  int64_t steps() const;
+  const std::vector<Var>& params() const;
+  // The optimizer's state Vars, in the order update() takes them: SGD with momentum, one
+  // momentum buffer per parameter; Adam, the first moments, then the second moments.
+  const std::vector<Var>& state() const;
+
+  // The update of `params` (one per optimizer parameter, same shapes) by `grads` from `state`,
+  // with learning rate `lr` and 1-based step number `step` (0-d Vars, any float dtype): a graph,
+  // nothing evaluated. What step() and jit_step() use; for hand-written jit train steps.
+  OptimizerUpdate update(const std::vector<Var>& params, const std::vector<Var>& grads,
+                         const std::vector<Var>& state, const Var& lr, const Var& step) const;
+
+  // A whole train step as one jit function (see the file comment). loss_fn takes Vars (by value
+  // or const Var&) and returns the loss Var.
+  template <class F>
+  auto jit_step(F loss_fn, std::string name = {}) {
+    using Fn = std::decay_t<F>;
+    using Args = typename detail::CallSignature<std::conditional_t<
+        std::is_function_v<std::remove_pointer_t<Fn>>, std::remove_pointer_t<Fn>, Fn>>::type;
+    return detail::TrainStep<Fn, Args>(core_, std::move(loss_fn), std::move(name));
+  }
+
+ protected:
+  explicit Optimizer(std::shared_ptr<detail::OptimizerCore> core);
+  std::shared_ptr<detail::OptimizerCore> core_;
+};
+
+// torch.optim.SGD: g = grad + weight_decay * p; with momentum, buf = momentum * buf + g (the
+// first step: buf = g), then g = nesterov ? g + momentum * buf : buf; p -= lr * g.
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<Var> params, double lr, double momentum = 0, double weight_decay = 0,
+      bool nesterov = false);
+};
+
+// torch.optim.Adam (no amsgrad): g = grad + weight_decay * p; m = beta1 m + (1 - beta1) g;
+// v = beta2 v + (1 - beta2) g^2; p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps).
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Var> params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
+       double eps = 1e-8, double weight_decay = 0);
+};
+
+}  // namespace metajit

@@ -1,0 +1,245 @@
+// The UCI optical-digits data shipped in data/digits/ (1797 8x8 images, pixels 0..16, labels
+// 0..9; credits in data/digits/README.md), and the two models trained on it by
+// samples/train_digits and samples/train_cnn (and timed by `make bench`'s training rows).
+#pragma once
+#include <metajit/metajit.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace digits {
+
+#ifndef METAJIT_DIGITS_CSV
+#define METAJIT_DIGITS_CSV "data/digits/digits.csv.gz"
+#endif
+
+struct Split {
+  std::vector<float> x;    // [n, 64], pixels / 16
+  std::vector<int32_t> y;  // [n]
+  int64_t n = 0;
+};
+struct Data {
+  Split train, held_out;  // held out: every fifth image (index % 5 == 4), 359 of 1797
+};
+
+// Reads the gzip CSV (64 pixels then the label per line); throws std::runtime_error naming the
+// file and the line on anything malformed.
+inline Data load(const std::string& path = METAJIT_DIGITS_CSV) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (!f) throw std::runtime_error("cannot open " + path + " (the digits data, data/digits/)");
+  Data d;
+  char line[1024];
+  int64_t row = 0;
+  while (gzgets(f, line, sizeof line)) {
+    Split& s = row % 5 == 4 ? d.held_out : d.train;
+    const char* p = line;
+    for (int k = 0; k < 65; ++k) {
+      char* end;
+      const long v = std::strtol(p, &end, 10);
+      if (end == p || v < 0 || v > 16 || (k == 64 && v > 9)) {
+        gzclose(f);
+        throw std::runtime_error(path + ": line " + std::to_string(row + 1) +
+                                 " is not 64 pixels 0..16 and a label 0..9");
+      }
+      if (k < 64)
+        s.x.push_back(float(v) / 16.0f);
+      else
+        s.y.push_back(int32_t(v));
+      p = *end == ',' ? end + 1 : end;
+    }
+    ++s.n;
+    ++row;
+  }
+  gzclose(f);
+  if (row != 1797)
+    throw std::runtime_error(path + ": " + std::to_string(row) + " images, not 1797");
+  return d;
+}
+
+// Rows [first, first + count) of a split as Vars: images [count, 64] and labels [count].
+inline std::pair<metajit::Var, metajit::Var> batch(const Split& s,
+                                                   const std::vector<int64_t>& order, int64_t first,
+                                                   int64_t count) {
+  std::vector<float> x(static_cast<size_t>(count * 64));
+  std::vector<int32_t> y(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t r = order[size_t(first + i)];
+    std::copy(s.x.begin() + r * 64, s.x.begin() + r * 64 + 64, x.begin() + i * 64);
+    y[size_t(i)] = s.y[size_t(r)];
+  }
+  return {metajit::array(x, {count, 64}), metajit::array(y, {count})};
+}
+
+// He-style initialisation (normal, std sqrt(2 / fan_in)); biases start at zero.
+inline metajit::Var init_weight(metajit::Shape shape, int64_t fan_in, uint64_t seed) {
+  metajit::Var w = metajit::randn(std::move(shape), seed) * std::sqrt(2.0 / double(fan_in));
+  metajit::eval({w});
+  return w;
+}
+
+// A multi-layer perceptron: relu between layers, none after the last.
+struct MLP {
+  std::vector<metajit::Var> weights, biases;
+  explicit MLP(const std::vector<int64_t>& sizes, uint64_t seed = 1) {
+    for (size_t l = 0; l + 1 < sizes.size(); ++l) {
+      weights.push_back(init_weight({sizes[l], sizes[l + 1]}, sizes[l], seed + l));
+      biases.push_back(metajit::zeros({sizes[l + 1]}));
+    }
+  }
+  std::vector<metajit::Var> params() const {
+    std::vector<metajit::Var> p;
+    for (size_t l = 0; l < weights.size(); ++l) p.insert(p.end(), {weights[l], biases[l]});
+    return p;
+  }
+  // x: [n, sizes[0]] -> logits [n, sizes.back()]
+  metajit::Var operator()(const metajit::Var& x) const {
+    metajit::Var h = x;
+    for (size_t l = 0; l < weights.size(); ++l) {
+      h = metajit::matmul(h, weights[l]) + biases[l];
+      if (l + 1 < weights.size()) h = metajit::relu(h);
+    }
+    return h;
+  }
+};
+
+// conv(1->8, 3x3, pad 1)-relu-maxpool 2, conv(8->16, 3x3, pad 1)-relu-maxpool 2, linear 64->10.
+struct CNN {
+  metajit::Var c1, b1, c2, b2, w, b;
+  explicit CNN(uint64_t seed = 1)
+      : c1(init_weight({8, 1, 3, 3}, 9, seed)),
+        b1(metajit::zeros({1, 8, 1, 1})),
+        c2(init_weight({16, 8, 3, 3}, 72, seed + 1)),
+        b2(metajit::zeros({1, 16, 1, 1})),
+        w(init_weight({64, 10}, 64, seed + 2)),
+        b(metajit::zeros({10})) {}
+  std::vector<metajit::Var> params() const { return {c1, b1, c2, b2, w, b}; }
+  // x: [n, 64] (flat 8x8 images) -> logits [n, 10]
+  metajit::Var operator()(const metajit::Var& x) const {
+    using namespace metajit;
+    const int64_t n = x.shape()[0];
+    Var h = reshape(x, {n, 1, 8, 8});
+    h = max_pool2d(relu(conv2d(h, c1, 1, 1) + b1), 2, 2);  // [n, 8, 4, 4]
+    h = max_pool2d(relu(conv2d(h, c2, 1, 1) + b2), 2, 2);  // [n, 16, 2, 2]
+    return matmul(reshape(h, {n, 64}), w) + b;
+  }
+};
+
+}  // namespace digits
+
+namespace digits {
+
+struct TrainOptions {
+  int epochs = 30;
+  int64_t batch = 64;
+  bool sgd = false;    // SGD (momentum 0.9) instead of Adam
+  double lr = 0;       // 0: 0.05 for SGD, 3e-3 for Adam
+  bool check = false;  // exit status 1 unless the bounds below hold
+  double min_accuracy = 0.95;
+};
+
+inline TrainOptions parse_options(int argc, char** argv, int default_epochs) {
+  TrainOptions o;
+  o.epochs = default_epochs;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--sgd")
+      o.sgd = true;
+    else if (a == "--adam")
+      o.sgd = false;
+    else if (a == "--check")
+      o.check = true;
+    else if (a == "--epochs" && i + 1 < argc)
+      o.epochs = std::atoi(argv[++i]);
+    else if (a == "--lr" && i + 1 < argc)
+      o.lr = std::atof(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: %s [--sgd|--adam] [--lr LR] [--epochs N] [--check]\n", argv[0]);
+      std::exit(2);
+    }
+  }
+  if (o.epochs < 1) o.epochs = 1;
+  return o;
+}
+
+// Trains `model` (a callable [n, 64] -> logits [n, 10] with params()) on the training split with
+// the whole step as one jit function, printing per epoch the mean loss, the held-out accuracy,
+// the median time per step, and the traces and compiles so far. Returns the exit status: with
+// --check, 1 unless the final accuracy reaches o.min_accuracy and nothing compiled after epoch 1.
+template <class Model>
+int train(const char* title, const Model& model, const TrainOptions& o) {
+  using namespace metajit;
+  using Clock = std::chrono::steady_clock;
+  const Data data = load();
+  std::unique_ptr<Optimizer> opt;
+  const double lr = o.lr > 0 ? o.lr : (o.sgd ? 0.05 : 3e-3);
+  if (o.sgd)
+    opt = std::make_unique<SGD>(model.params(), lr, 0.9);
+  else
+    opt = std::make_unique<Adam>(model.params(), lr);
+  std::printf("%s: %lld training images, %lld held out (every fifth), batch %lld, %s lr %g, %s\n",
+              title, (long long)data.train.n, (long long)data.held_out.n, (long long)o.batch,
+              o.sgd ? "SGD momentum 0.9" : "Adam", lr, describe_device(device()).c_str());
+
+  // The whole step (forward, backward, the update of every parameter and of the optimizer's
+  // state) is one jit function, created once.
+  auto step = opt->jit_step([&](const Var& x, const Var& y) { return cross_entropy(model(x), y); },
+                            "train_step");
+  std::vector<int64_t> order(size_t(data.train.n)), all(size_t(data.held_out.n));
+  for (size_t i = 0; i < order.size(); ++i) order[i] = int64_t(i);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = int64_t(i);
+  auto [hx, hy] = batch(data.held_out, all, 0, data.held_out.n);
+  std::mt19937_64 rng(7);
+  const int64_t steps_per_epoch = data.train.n / o.batch;  // the last partial batch is dropped
+  uint64_t compiles_after_first = 0;
+  double accuracy = 0;
+  std::printf("epoch  loss     held-out  us/step  traces  compiles\n");
+  for (int e = 1; e <= o.epochs; ++e) {
+    std::shuffle(order.begin(), order.end(), rng);
+    const uint64_t compiled_before = stats().kernels_compiled;
+    double loss_sum = 0;
+    std::vector<double> us;
+    for (int64_t s = 0; s < steps_per_epoch; ++s) {
+      auto [x, y] = batch(data.train, order, s * o.batch, o.batch);
+      eval({x, y});
+      const auto t0 = Clock::now();
+      Var loss = step(x, y);
+      us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      loss_sum += loss.item<float>();
+    }
+    const Var predicted_var = argmax(model(hx), 1);
+    std::vector<int32_t> predicted = predicted_var.to_vector<int32_t>();
+    int64_t right = 0;
+    for (size_t i = 0; i < predicted.size(); ++i) right += predicted[i] == data.held_out.y[i];
+    accuracy = double(right) / double(data.held_out.n);
+    const uint64_t compiled = stats().kernels_compiled - compiled_before;
+    if (e > 1) compiles_after_first += compiled;
+    std::sort(us.begin(), us.end());
+    std::printf("%5d  %.4f   %6.2f%%  %7.1f  %6llu  %8llu\n", e, loss_sum / double(steps_per_epoch),
+                100 * accuracy, us[us.size() / 2], (unsigned long long)step.traces(),
+                (unsigned long long)compiled);
+  }
+  std::printf(
+      "held-out accuracy %.2f%% (%lld images); compiles after epoch 1: %llu; traces: %llu\n",
+      100 * accuracy, (long long)data.held_out.n, (unsigned long long)compiles_after_first,
+      (unsigned long long)step.traces());
+  if (!o.check) return 0;
+  if (accuracy < o.min_accuracy || compiles_after_first != 0 || step.traces() != 1) {
+    std::printf("CHECK FAILED: need accuracy >= %.0f%%, no compiles after epoch 1, one trace\n",
+                100 * o.min_accuracy);
+    return 1;
+  }
+  std::printf("check passed\n");
+  return 0;
+}
+
+}  // namespace digits

@@ -1,0 +1,38 @@
+// What an optimizer holds (include/metajit/train.h): its parameters, its state, the learning rate
+// and the step count, and its update rule as a pure function of Vars.
+#pragma once
+#include <metajit/train.h>
+
+#include <string>
+#include <vector>
+
+namespace metajit::detail {
+
+struct OptimizerCore {
+  OptimizerCore();
+  virtual ~OptimizerCore() = default;
+  // The graph of one update (Optimizer::update; arguments already checked).
+  virtual OptimizerUpdate update(const std::vector<Var>& params, const std::vector<Var>& grads,
+                                 const std::vector<Var>& state, const Var& lr,
+                                 const Var& step) const = 0;
+
+  std::string kind;  // "SGD", "Adam": names the optimizer in errors
+  std::vector<Var> params;
+  std::vector<Var> state;
+  double lr = 0;
+  int64_t steps = 0;
+  // Unique per optimizer in the process: jit steps of one optimizer are "the same function" for
+  // the compiled-again warning, those of another are not (an address could be reused).
+  uint64_t number = 0;
+};
+
+// Checks an optimizer's parameters (defined, float, each once): Error/DTypeError naming `kind`.
+void check_params(const std::vector<Var>& params, const std::string& kind);
+// Error naming `kind` and `what` unless lo <= value (and value < hi when hi_open).
+void check_hyperparameter(const std::string& kind, const char* what, double value, double lo,
+                          double hi = 0, bool has_hi = false);
+
+// A 0-d Float64 leaf holding v: how the learning rate and the step number reach the kernels.
+Var scalar_arg(double v);
+
+}  // namespace metajit::detail
