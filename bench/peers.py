@@ -10,6 +10,9 @@ This script installs nothing: a framework that does not import prints
     python3 bench/peers.py [--json bench/results.json] [--budget 1.5] [--only TEXT]
                            [--frameworks numpy,torch,jax,jittor]
 
+The training rows (one optimizer step of three small models) are in peers_training.py;
+`--only train` runs just them.
+
 Running it again (say, Jittor from another interpreter: Jittor 1.3 wants numpy<2, JAX 0.10
 wants numpy>=2) replaces only the rows of the frameworks it runs.
 """
@@ -22,6 +25,9 @@ import statistics
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peers_training  # noqa: E402 - the training rows, kept in their own file
 
 # The same names as the C++ rows, so that the two halves line up.
 SELU = "selu 16M"
@@ -226,7 +232,8 @@ def jax_impls(np, inputs):
     return {"JAX jit": impls}
 
 
-def jittor_impls(np, inputs):
+def import_jittor(np):
+    """Jittor, imported for measuring, or ImportError / Skip with the reason."""
     # Jittor downloads oneDNN on first use unless use_mkl=0, and takes CUDA for present when
     # the nvidia wheels PyTorch pulls in are installed: both off unless set by the caller.
     os.environ.setdefault("use_mkl", "0")
@@ -246,6 +253,11 @@ def jittor_impls(np, inputs):
     if probe.returncode != 0:
         raise Skip("import jittor failed: %s" % (probe.stderr.strip().splitlines() or ["?"])[-1])
     import jittor as jt
+    return jt
+
+
+def jittor_impls(np, inputs):
+    jt = import_jittor(np)
     d = {k: [jt.array(v) for v in vs] for k, vs in inputs.items()}
     for vs in d.values():
         for v in vs:
@@ -396,7 +408,7 @@ def main():
     refs = {n: reference(np, n, inputs[n]) for n in names}
     skipped, rows = [], []
     for pkg, make in FRAMEWORKS:
-        if pkg not in wanted:
+        if pkg not in wanted or not names:
             continue
         try:
             impls = make(np, inputs)
@@ -466,6 +478,15 @@ def main():
     if "numpy" in wanted and (not args.only or args.only in DISPATCH):
         rows.extend(dispatch_rows(np, doc["rows"]))
         names.append(DISPATCH)
+
+    # Training steps (peers_training.py): the same workload names as the C++ training rows.
+    train_names = [n for n in peers_training.TRAIN_WORKLOADS if args.only in n]
+    if train_names:
+        train, train_skipped = peers_training.train_rows(np, wanted, train_names, cpp,
+                                                         args.budget, import_jittor)
+        rows.extend(train)
+        skipped.extend(s for s in train_skipped if s not in skipped)
+        names.extend(train_names)
 
     print()
     print("Python peers (floor and metajit times from the C++ rows of %s)" % args.json)
