@@ -371,21 +371,38 @@ void CFamilyEmitter::sequential_reduce(const KStmt& st, int depth,
   std::string acc = "acc" + std::to_string(st.id);
   line(depth, A + " " + acc + " = " + identity(op, at) + ";");
   int d = depth;
-  for (size_t k = 0; k < st.loops.size(); ++k) {
-    const KLoop& l = st.loops[k];
-    const bool inner = k + 1 == st.loops.size();
-    if (k == 0 && !outermost_pragma.empty())
-      line(d, outermost_pragma);
-    else if (inner && !innermost_pragma.empty())
-      line(d, innermost_pragma);
-    std::string i = "i" + std::to_string(l.var);
-    line(d, "for (i64 " + i + " = 0; " + i + " < " + ix(*l.extent) + "; ++" + i + ") {");
+  const size_t n = st.loops.size();
+  for (size_t k = 0; k + 1 < n; ++k) {
+    if (k == 0 && !outermost_pragma.empty()) line(d, outermost_pragma);
+    std::string i = "i" + std::to_string(st.loops[k].var);
+    line(d, "for (i64 " + i + " = 0; " + i + " < " + ix(*st.loops[k].extent) + "; ++" + i + ") {");
     ++d;
   }
-  block(*st.body, d);
-  reduce_body_extra(st, d);
-  line(d, acc + " = " + combine(op, at, acc, v(st.body->result)) + ";");
-  for (size_t k = 0; k < st.loops.size(); ++k) line(--d, "}");
+  const KLoop& inner = st.loops[n - 1];
+  const std::string i = "i" + std::to_string(inner.var), extent = ix(*inner.extent);
+  auto inner_loop = [&](int at_depth, const std::string& pragma) {
+    if (!pragma.empty()) line(at_depth, pragma);
+    line(at_depth, "for (i64 " + i + " = 0; " + i + " < " + extent + "; ++" + i + ") {");
+    block(*st.body, at_depth + 1);
+    reduce_body_extra(st, at_depth + 1);
+    line(at_depth + 1, acc + " = " + combine(op, at, acc, v(st.body->result)) + ";");
+    line(at_depth, "}");
+  };
+  if (n == 1 && !outermost_pragma.empty()) {
+    inner_loop(d, outermost_pragma);
+  } else if (!innermost_pragma.empty()) {
+    // A SIMD reduction sets up and combines a vector of partial results around the loop: over a
+    // pooling or convolution window (2, 3, 9 elements) that costs up to 8x a plain loop, so
+    // short extents (known only at run time: kernels are shape-generic) take the plain loop.
+    line(d, "if (" + extent + " >= " + std::to_string(kMinSimdReduceExtent) + ") {");
+    inner_loop(d + 1, innermost_pragma);
+    line(d, "} else {");
+    inner_loop(d + 1, "");
+    line(d, "}");
+  } else {
+    inner_loop(d, "");
+  }
+  for (size_t k = 0; k + 1 < n; ++k) line(--d, "}");
   line(depth, "const " + T + " " + v(st.id) + " = (" + T + ")" + acc + ";");
 }
 

@@ -61,6 +61,8 @@ class CFamilyEmitter {
   virtual void stmt(const KStmt& st, int depth);
   // A Reduce statement as loops run by one thread (the emitters override or call it).
   virtual void reduce_stmt(const KStmt& st, int depth);
+  // Below this many iterations a reduction's innermost loop runs without its SIMD pragma.
+  static constexpr int kMinSimdReduceExtent = 8;
   // The loops of a sequential Reduce: `pragma` (may be empty) goes before the innermost one.
   void sequential_reduce(const KStmt& st, int depth, const std::string& innermost_pragma,
                          const std::string& outermost_pragma);

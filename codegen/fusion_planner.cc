@@ -72,6 +72,54 @@ int own_cost(const GNode& n) {
   }
 }
 
+// A sum of products of broadcast or reindexed operands (matmul, conv2d and their gradients):
+// the emitters give it the blocked contraction schedule only as the one reduction of its kernel
+// (codegen/kernel_patterns.h).
+bool is_product_sum(const Graph& g, const std::vector<bool>& stored, int i) {
+  const GNode& n = g.nodes[size_t(i)];
+  if (n.kind != OpKind::Reduce || ReduceOp(n.op) != ReduceOp::Add || n.inputs.empty()) return false;
+  const int in = n.inputs[0];
+  const GNode& m = g.nodes[size_t(in)];
+  if (stored[size_t(in)] || m.kind != OpKind::Binary || BinaryOp(m.op) != BinaryOp::Mul)
+    return false;
+  for (int operand : m.inputs) {
+    const OpKind k = g.nodes[size_t(operand)].kind;
+    if (k != OpKind::BroadcastTo && k != OpKind::Reindex) return false;
+  }
+  return true;
+}
+
+// A product sum inlined into a kernel that has another reduction (max-pool's backward divides
+// a transposed convolution by a count of tied maxima) would run as plain nested loops, at a
+// fraction of the blocked schedule's speed: it is stored and becomes a kernel of its own, at
+// the price of one intermediate.
+void store_contractions_beside_reductions(const Graph& g, std::vector<bool>& stored) {
+  const int n = int(g.nodes.size());
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int root = 0; root < n; ++root) {
+      const GNode& r = g.nodes[size_t(root)];
+      if (!stored[size_t(root)] || r.kind == OpKind::Leaf || r.kind == OpKind::Scalar) continue;
+      std::vector<int> members, stack{root};
+      std::vector<bool> seen(size_t(n), false);
+      seen[size_t(root)] = true;
+      while (!stack.empty()) {
+        const int id = stack.back();
+        stack.pop_back();
+        members.push_back(id);
+        for (int in : g.nodes[size_t(id)].inputs)
+          if (!seen[size_t(in)] && !stored[size_t(in)])
+            seen[size_t(in)] = true, stack.push_back(in);
+      }
+      int reductions = 0;
+      for (int id : members) reductions += g.nodes[size_t(id)].kind == OpKind::Reduce;
+      if (reductions < 2) continue;
+      for (int id : members)
+        if (id != root && is_product_sum(g, stored, id)) stored[size_t(id)] = true, changed = true;
+    }
+  }
+}
+
 std::vector<bool> choose_stored(const Graph& g, int opt_level) {
   const int n = int(g.nodes.size());
   std::vector<bool> stored(n, false);
@@ -116,6 +164,7 @@ std::vector<bool> choose_stored(const Graph& g, int opt_level) {
     if (recomputed && (has_reduce[i] || cost[i] > kRecomputeCostLimit)) stored[i] = true;
     if (stored[i]) cost[i] = 0, has_reduce[i] = false;
   }
+  store_contractions_beside_reductions(g, stored);
   return stored;
 }
 

@@ -9,7 +9,7 @@
 namespace metajit {
 
 // Bump when the emitted source for the same IR changes.
-inline constexpr const char* kCodegenVersion = "cpp-14";  // 14: columns over 3+ loops, full panels
+inline constexpr const char* kCodegenVersion = "cpp-15";  // 15: short reductions skip omp simd
 
 class KernelKeyBuilder {
  public:

@@ -134,15 +134,19 @@ TEST_CASE("softmax keeps each row's exponentials instead of computing them twice
   eval({x});
   std::vector<KernelInfo> k = plan({softmax(x, 1)});
   REQUIRE(k.size() == 1);
-  // One exp in the row-sum pass of the variant that keeps the row (in the output row itself;
-  // the fallback, for rows of different lengths, keeps its own two).
+  // The variant that keeps the row (in the output row itself; the fallback, for rows of
+  // different lengths, keeps its own two) calls exp in the row-sum pass only (which comes as a
+  // SIMD loop and a plain one for short rows), never again in the pass writing the output.
   const std::string& src = k[0].source;
-  CHECK(src.find("float* const mj_row = out + (") != std::string::npos);
-  const size_t fast = src.find("if ("), slow = src.find("} else {", fast);
+  const size_t fast = src.find("float* const mj_row = out + (");
   REQUIRE(fast != std::string::npos);
+  const size_t output_pass = src.find("mj_row[i", src.find("mj_row[i", fast) + 1);
+  const size_t slow = src.find("  } else {\n    #pragma omp parallel", fast);
   REQUIRE(slow != std::string::npos);
-  const std::string variant = src.substr(fast, slow - fast);
-  CHECK(metajit_test::count_occurrences(variant, "expf(") == 1);
+  CHECK(metajit_test::count_occurrences(src.substr(fast, output_pass - fast), "expf(") >= 1);
+  const size_t last_loop = src.rfind("#pragma omp simd\n", slow);
+  REQUIRE(last_loop > fast);
+  CHECK(metajit_test::count_occurrences(src.substr(last_loop, slow - last_loop), "expf(") == 0);
   check_against_reference({softmax(x, 1), softmax(x * 3.0 - 1.0, -1)});
 }
 
@@ -157,4 +161,39 @@ TEST_CASE("two column sums fused into one kernel each keep their own row counter
   check_against_reference({y});
   Var z = rand({7, 1}, 6);
   check_against_reference({grad(sum(softmax(z, 0) * rand({7, 1}, 7)), {z})[0]});
+}
+
+// A product sum fused with another reduction would run as plain nested loops: the planner
+// stores it so that it gets the contraction schedule (codegen/fusion_planner.cc), as in
+// max-pool's backward, where a transposed convolution is divided by a count of tied maxima.
+TEST_CASE("a matrix product beside another reduction is its own contraction kernel", "[fusion]") {
+  Var p = rand({40, 24}, 1), q = rand({24, 36}, 2), r = rand({40, 36}, 3);
+  eval({p, q, r});
+  auto build = [&] { return matmul(p, q) / sum(r, {1}, true); };
+  const std::vector<KernelInfo> kernels = plan({build()});
+  REQUIRE(kernels.size() == 2);
+  int contractions = 0;
+  for (const KernelInfo& k : kernels) {
+    const bool contraction = k.source.find("// schedule: contraction") != std::string::npos;
+    contractions += contraction;
+    if (contraction) {  // the product sum alone, not the row sum
+      int reductions = 0;
+      for (const std::string& op : k.ops) reductions += op.rfind("reduce", 0) == 0;
+      CHECK(reductions == 1);
+    }
+  }
+  CHECK(contractions == 1);
+  check_against_reference({build()});
+
+  // The max-pool backward of a convolution: its transposed convolution is a contraction kernel.
+  Var x = rand({2, 3, 8, 8}, 4), w = rand({5, 3, 3, 3}, 5);
+  eval({x, w});
+  Var dx = grad(sum(max_pool2d(conv2d(x, w, 1, 1), 2, 2)), {x})[0];
+  int conv_transposed = 0;
+  for (const KernelInfo& k : plan({dx})) {
+    bool has_max = false;
+    for (const std::string& op : k.ops) has_max = has_max || op.find("max") != std::string::npos;
+    conv_transposed += !has_max && k.source.find("// schedule: contraction") != std::string::npos;
+  }
+  CHECK(conv_transposed >= 1);
 }

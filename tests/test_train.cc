@@ -73,24 +73,8 @@ Vec rounded(const Vec& v, DType dt) {
   return out;
 }
 
-// |got - want| <= rel * |want| elementwise (the values compared are kept away from 0), with an
-// infinity only equal to itself and NaN only to NaN.
-void check_close(const Vec& got, const Vec& want, double rel, const std::string& what) {
-  INFO(what);
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    INFO("element " << i << ": got " << got[i] << ", want " << want[i]);
-    if (std::isnan(want[i])) {
-      CHECK(std::isnan(got[i]));
-    } else if (std::isinf(want[i])) {
-      CHECK(got[i] == want[i]);
-    } else {
-      CHECK(std::abs(got[i] - want[i]) <= rel * std::abs(want[i]));
-    }
-  }
-}
-
-// The same with an absolute floor, for values that may be 0.
+// |got - want| <= rel * |want| + abs_tol elementwise, with an infinity only equal to itself and
+// NaN only to NaN.
 void check_near(const Vec& got, const Vec& want, double rel, double abs_tol,
                 const std::string& what) {
   INFO(what);
@@ -105,6 +89,12 @@ void check_near(const Vec& got, const Vec& want, double rel, double abs_tol,
       CHECK(std::abs(got[i] - want[i]) <= rel * std::abs(want[i]) + abs_tol);
     }
   }
+}
+
+// |got - want| <= rel * |want| elementwise (the values compared are kept away from 0), with an
+// infinity only equal to itself and NaN only to NaN.
+void check_close(const Vec& got, const Vec& want, double rel, const std::string& what) {
+  check_near(got, want, rel, 0, what);
 }
 
 // ---------------------------------------------------------------- the optimizer problem
