@@ -43,7 +43,11 @@ class CFamilyEmitter {
                               const std::string& b);
 
  protected:
-  void line(int depth, const std::string& s) { out_ += std::string(2 * depth, ' ') + s + "\n"; }
+  void line(int depth, const std::string& s) {
+    out_ += std::string(2 * size_t(depth + indent_), ' ') + s + "\n";
+  }
+  // Added to every line's depth: a schedule emitted inside a run-time branch.
+  int indent_ = 0;
   // Row-major strides of a buffer: name_s<k> = product of dims after k; the last is 1.
   void strides(const std::string& name, const KBuffer& b, int depth = 1);
   std::string offset(const std::string& name, const std::vector<IndexExprPtr>& idx) const;

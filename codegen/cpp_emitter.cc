@@ -207,6 +207,10 @@ class CppEmitter : public CFamilyEmitter {
 
   void reduce_stmt(const KStmt& st, int depth) override { reduce_stmt(st, depth, false); }
 
+  // Contractions with at least this many output columns take the target's wide tile (its
+  // panels then at most a quarter padding), fewer the narrow one (cpu_target.h).
+  static constexpr int kWideTileMinColumns = 256;
+
   // A Reduce statement: its loops with a SIMD reduction on the innermost one; with `parallel`
   // (a statement outside every parallel loop, e.g. a sum over everything) the outermost loop is
   // split across threads too.
@@ -464,11 +468,14 @@ class CppEmitter : public CFamilyEmitter {
   // c) + sum over kn steps of a column of the packed A panel (mr floats a step) times a row of
   // the packed B panel (nr floats a step). With vectors, every accumulator is a named variable
   // so that the register allocator sees exactly mr x nr/W of them.
-  std::string micro_kernel() const {
-    const int MR = tile_.mr, NR = tile_.nr, W = tile_.vector_floats;
-    const std::string sig =
-        "static inline void mj_micro(const float* __restrict__ a, const float* __restrict__ b, "
-        "i64 kn, float* __restrict__ c, i64 ldc, int first) {\n";
+  // The micro-kernel of tile `t` as the function `name`; with `vector_types`, the vector type
+  // and its load/store helpers before it (once per kernel source).
+  std::string micro_kernel(const ContractionTile& t, const std::string& name,
+                           bool vector_types) const {
+    const int MR = t.mr, NR = t.nr, W = t.vector_floats;
+    const std::string sig = "static inline void " + name +
+                            "(const float* __restrict__ a, const float* __restrict__ b, "
+                            "i64 kn, float* __restrict__ c, i64 ldc, int first) {\n";
     std::string o;
     if (W <= 1) {
       o += "// Portable micro-kernel: plain arrays; the compiler vectorises the rows as it can.\n";
@@ -491,13 +498,15 @@ class CppEmitter : public CFamilyEmitter {
     }
     const int NV = NR / W;
     const std::string bytes = std::to_string(W * 4);
-    o += "// " + std::to_string(W) + " floats: the vector of the " + target_.name() +
-         " micro-kernel (GCC vector extension; unaligned loads).\n";
-    o += "typedef float mj_vf __attribute__((vector_size(" + bytes + ")));\n";
-    o += "static inline mj_vf mj_ld(const float* p) { mj_vf v; __builtin_memcpy(&v, p, " + bytes +
-         "); return v; }\n";
-    o +=
-        "static inline void mj_st(float* p, mj_vf v) { __builtin_memcpy(p, &v, " + bytes + "); }\n";
+    if (vector_types) {
+      o += "// " + std::to_string(W) + " floats: the vector of the " + target_.name() +
+           " micro-kernels (GCC vector extension; unaligned loads).\n";
+      o += "typedef float mj_vf __attribute__((vector_size(" + bytes + ")));\n";
+      o += "static inline mj_vf mj_ld(const float* p) { mj_vf v; __builtin_memcpy(&v, p, " + bytes +
+           "); return v; }\n";
+      o += "static inline void mj_st(float* p, mj_vf v) { __builtin_memcpy(p, &v, " + bytes +
+           "); }\n";
+    }
     o += sig;
     auto acc = [](int r, int v) { return "c" + std::to_string(r) + "_" + std::to_string(v); };
     auto at = [&](int r, int v) {
@@ -782,8 +791,6 @@ class CppEmitter : public CFamilyEmitter {
                           const std::vector<int>& level_of_value, const Contraction& c,
                           const std::string& store) {
     const KStmt& r = ir.body.stmts[c.reduce_index];
-    const ContractionTile& t = tile_;
-    const std::string MR = std::to_string(t.mr), NR = std::to_string(t.nr);
     const std::string iv = "i" + std::to_string(c.i_var), jv = "i" + std::to_string(c.j_var);
     const ContractionLoops cl = contraction_loops(ir, c);
     std::vector<const KLoop*> outer = cl.outer;
@@ -808,170 +815,202 @@ class CppEmitter : public CFamilyEmitter {
     const bool b_once =
         invariant_operand(vb, r, c.j_var, merged ? merged->outer_vars : std::vector<int>{});
     const MergedColumns* mc = merged ? &*merged : nullptr;
+    const ContractionTile wide = tile_, narrow = target_.narrow_contraction_tile();
+    const bool two_tiles = !(narrow == wide);
+    auto tile_name = [](const ContractionTile& t) {
+      return std::to_string(t.mr) + "x" + std::to_string(t.nr) + " micro-kernel, blocks kc " +
+             std::to_string(t.kc) + " mc " + std::to_string(t.mc) + " nc " + std::to_string(t.nc);
+    };
     helpers_ += kScratchBuffers;
-    helpers_ += micro_kernel();
+    helpers_ += micro_kernel(wide, "mj_micro", true);
+    if (two_tiles) helpers_ += micro_kernel(narrow, "mj_micro_narrow", false);
     schedule_ =
-        std::string("contraction, packed A and B panels, ") + target_.name() + " " + MR + "x" + NR +
-        " micro-kernel, blocks kc " + std::to_string(t.kc) + " mc " + std::to_string(t.mc) +
-        " nc " + std::to_string(t.nc) + (a_once ? "; A packed once per launch" : "") +
+        std::string("contraction, packed A and B panels, ") + target_.name() + " " +
+        tile_name(wide) +
+        (two_tiles ? " (below " + std::to_string(kWideTileMinColumns) + " columns " +
+                         tile_name(narrow) + ")"
+                   : "") +
+        (a_once ? "; A packed once per launch" : "") +
         (b_once ? "; B packed once per launch" : "") +
         (!merged ? ""
          : merged->outer_vars.size() == 1
              ? "; columns span two output loops"
              : "; columns span " + std::to_string(merged->outer_vars.size() + 1) + " output loops");
 
-    line(1, "const i64 mj_k = " + work(r.loops) + ";");
-    if (merged) {
-      std::string eo;
-      for (const std::string& e : merged->outer_extents) eo += (eo.empty() ? "" : " * ") + e;
-      line(1, "const i64 mj_eji = " + eji + ";");
-      line(1, "const i64 mj_ei = " + ei + ", mj_ej = " + eo + " * mj_eji;");
-    } else {
-      line(1, "const i64 mj_ei = " + ei + ", mj_ej = " + eji + ";");
-    }
-    // Reduction blocks of equal length (no short last block), rows and columns per work item
-    // no larger than the matrix (rounded to the tile).
-    line(1, "const i64 mj_nkb = mj_k > " + std::to_string(t.kc) + " ? (mj_k + " +
-                std::to_string(t.kc - 1) + ") / " + std::to_string(t.kc) + " : 1;");
-    line(1, "const i64 mj_kc = mj_k > 0 ? (mj_k + mj_nkb - 1) / mj_nkb : 1;");
-    line(1, "const i64 mj_eip = (mj_ei + " + MR + " - 1) / " + MR + " * " + MR +
-                ", mj_ejp = (mj_ej + " + NR + " - 1) / " + NR + " * " + NR + ";");
-    // Blocks of equal size (in whole tiles): 1024 rows are 8 blocks of 132, not 7 of 144 and
-    // one of 16, which would leave one thread a seventh of the work behind the other.
-    for (const char* side : {"m", "n"}) {
-      const bool m = side[0] == 'm';
-      const std::string pad = m ? "mj_eip" : "mj_ejp", T = m ? MR : NR;
-      const std::string cap = std::to_string(m ? t.mc : t.nc);
-      const std::string b = std::string("mj_") + side + "b";
-      line(1, "const i64 " + b + " = (" + pad + " + " + cap + " - 1) / " + cap + ";");
-      line(1, "const i64 mj_" + std::string(side) + "c = " + b + " > 0 ? ((" + pad + " / " + T +
-                  " + " + b + " - 1) / " + b + ") * " + T + " : 0;");
-    }
-    // Operands packed once: every panel over the whole reduction, panels in parallel.
-    for (int side = 0; side < 2; ++side) {
-      const bool once = side == 0 ? a_once : b_once;
-      const std::string buf = side == 0 ? "mj_apre" : "mj_bpre";
-      line(1, "float* " + buf + " = 0;");
-      if (!once) continue;
-      const std::string pad = side == 0 ? "mj_eip" : "mj_ejp", PW = side == 0 ? MR : NR;
-      line(1, "if (mj_k > 0 && " + pad + " > 0 && " + pad + " * mj_k <= (1LL << 28))");
-      line(2,
-           buf + " = mj_take(" + std::to_string(side) + ", sizeof(float) * " + pad + " * mj_k);");
-      line(1, "if (" + buf + ") {");
-      line(2, "#pragma omp parallel for schedule(static) if(" + pad + " * mj_k > 32768)");
-      line(2, "for (i64 mj_p = 0; mj_p < " + pad + " / " + PW + "; ++mj_p) {");
-      if (side == 0)
-        pack_operand(r, c.a_stmts, c.a, iv, t.mr, buf + " + mj_p * mj_k * " + MR, "0",
-                     "mj_p * " + MR, "(mj_ei - mj_p * " + MR + ")", MR, "0", "mj_k", 3);
-      else
-        pack_operand(r, c.b_stmts, c.b, jv, t.nr, buf + " + mj_p * mj_k * " + NR, "0",
-                     "mj_p * " + NR, "(mj_ej - mj_p * " + NR + ")", NR, "0", "mj_k", 3, mc);
-      line(2, "}");
-      line(1, "}");
-    }
-    line(1, "const i64 mj_per_thread = mj_mc * mj_kc + mj_kc * mj_nc + mj_mc * mj_nc;");
-    line(1,
-         "float* mj_scratch = mj_take(2, sizeof(float) * (mj_per_thread > 0 ? mj_per_thread "
-         ": 1) * omp_get_max_threads());");
-    // An operand packed once has no per-block packing code (less to compile): without its
-    // buffer (no memory, or over 1 GiB), the plain schedule runs instead.
-    std::string ready = "mj_scratch";
-    if (a_once) ready += " && (mj_apre || mj_k <= 0 || mj_eip <= 0)";
-    if (b_once) ready += " && (mj_bpre || mj_k <= 0 || mj_ejp <= 0)";
-    line(1, "if (" + ready + ") {");
-    std::string w = work(ir.loops) + " * mj_k";
-    // Dynamic: the blocks at the matrix's edges are smaller than the others.
-    line(2, "#pragma omp parallel for collapse(" + std::to_string(outer.size() + 2) +
-                ") schedule(dynamic, 1) if(" + w + " > 32768)");
-    int d = 2;
-    for (const KLoop* l : outer) {
-      const std::string i = "i" + std::to_string(l->var);
-      line(d++, "for (i64 " + i + " = 0; " + i + " < " + ix(*l->extent) + "; ++" + i + ") {");
-    }
-    line(d++, "for (i64 mj_bi = 0; mj_bi < mj_mb; ++mj_bi) {");
-    line(d++, "for (i64 mj_bj = 0; mj_bj < mj_nb; ++mj_bj) {");
-    line(d, "float* const mj_ap = mj_scratch + (i64)omp_get_thread_num() * mj_per_thread;");
-    line(d, "float* const mj_bp = mj_ap + mj_mc * mj_kc;");
-    line(d, "float* const mj_cb = mj_bp + mj_kc * mj_nc;");
-    line(d, "const i64 mj_i0 = mj_bi * mj_mc, mj_j0 = mj_bj * mj_nc;");
-    line(d, "const i64 mj_in = (mj_ei - mj_i0) < mj_mc ? (mj_ei - mj_i0) : mj_mc;");
-    line(d, "const i64 mj_jn = (mj_ej - mj_j0) < mj_nc ? (mj_ej - mj_j0) : mj_nc;");
-    line(d, "const i64 mj_inp = (mj_in + " + MR + " - 1) / " + MR + " * " + MR +
-                ", mj_jnp = (mj_jn + " + NR + " - 1) / " + NR + " * " + NR + ";");
-    line(d, "for (i64 mj_pc = 0; mj_pc < mj_k; mj_pc += mj_kc) {");
-    ++d;
-    line(d, "const i64 mj_kn = (mj_k - mj_pc) < mj_kc ? (mj_k - mj_pc) : mj_kc;");
-    // Each operand's panels for this reduction block: the once-packed ones (mj_i0 and mj_j0 are
-    // multiples of the tile), or packed here; mj_as / mj_bs is the distance between panels.
-    for (int side = 0; side < 2; ++side) {
-      const bool a = side == 0;
-      const std::string T = a ? MR : NR, name = a ? "a" : "b", x0 = a ? "mj_i0" : "mj_j0";
-      if (a ? a_once : b_once) {
-        line(d, "const float* const mj_" + name + " = mj_" + name + "pre + (" + x0 + " / " + T +
-                    ") * mj_k * " + T + " + mj_pc * " + T + ";");
-        line(d, "const i64 mj_" + name + "s = mj_k * " + T + ";");
-        continue;
-      }
-      pack_operand(r, a ? c.a_stmts : c.b_stmts, a ? c.a : c.b, a ? iv : jv, a ? t.mr : t.nr,
-                   "mj_" + name + "p", "mj_kn * " + T, x0, a ? "mj_in" : "mj_jn",
-                   a ? "mj_inp" : "mj_jnp", "mj_pc", "mj_kn", d, a ? nullptr : mc);
-      line(d, "const float* const mj_" + name + " = mj_" + name + "p;");
-      line(d, "const i64 mj_" + name + "s = mj_kn * " + T + ";");
-    }
-    // Each B micro-panel stays in L1 while the A panels of the block stream past it.
-    line(d, "for (i64 mj_jr = 0; mj_jr < mj_jnp; mj_jr += " + NR + ")");
-    line(d + 1, "for (i64 mj_ir = 0; mj_ir < mj_inp; mj_ir += " + MR + ")");
-    line(d + 2, "mj_micro(mj_a + (mj_ir / " + MR + ") * mj_as, mj_b + (mj_jr / " + NR +
-                    ") * mj_bs, mj_kn, mj_cb + mj_ir * mj_nc + mj_jr, mj_nc, mj_pc == 0);");
-    line(--d, "}");
-    // An empty reduction: every sum is 0.
-    line(d, "if (mj_k <= 0)");
-    line(d + 1, "for (i64 mj_t = 0; mj_t < mj_inp * mj_nc; ++mj_t) mj_cb[mj_t] = 0;");
-    // The epilogue: every other statement, per output element of the block.
-    line(d, "for (i64 mj_r = 0; mj_r < mj_in; ++mj_r) {");
-    line(d + 1, "const i64 " + iv + " = mj_i0 + mj_r;");
-    int e = d + 1;
-    if (merged) {
-      // Row pieces of the merged columns, as in pack_operand: contiguous stores.
-      line(e, "i64 mj_jo = mj_j0 / mj_eji, mj_ji = mj_j0 % mj_eji;");
-      line(e, "for (i64 mj_c = 0; mj_c < mj_jn;) {");
-      line(e + 1,
-           "const i64 mj_len = (mj_eji - mj_ji) < (mj_jn - mj_c) ? (mj_eji - mj_ji) : "
-           "(mj_jn - mj_c);");
-      merged_outer_vars(*merged, e + 1);
-      ++e;
-    }
-    line(e, "#pragma omp simd");
-    line(e,
-         std::string("for (i64 mj_t = 0; mj_t < ") + (merged ? "mj_len" : "mj_jn") + "; ++mj_t) {");
-    line(e + 1, "const i64 " + jv + " = " + (merged ? "mj_ji" : "mj_j0") + " + mj_t;");
-    for (size_t s = 0; s < ir.body.stmts.size(); ++s) {
-      if (levels[s] < 0) continue;
-      const KStmt& st = ir.body.stmts[s];
-      if (s == c.reduce_index) {
-        dtypes_[st.id] = st.dtype;
-        line(e + 1, std::string("const float ") + v(st.id) + " = mj_cb[mj_r * mj_nc + " +
-                        (merged ? "mj_c + " : "") + "mj_t];");
+    // The schedule for tile `t`, its micro-kernel the function `micro`.
+    auto schedule = [&](const ContractionTile& t, const std::string& micro) {
+      const std::string MR = std::to_string(t.mr), NR = std::to_string(t.nr);
+      line(1, "const i64 mj_k = " + work(r.loops) + ";");
+      if (merged) {
+        std::string eo;
+        for (const std::string& e : merged->outer_extents) eo += (eo.empty() ? "" : " * ") + e;
+        line(1, "const i64 mj_eji = " + eji + ";");
+        line(1, "const i64 mj_ei = " + ei + ", mj_ej = " + eo + " * mj_eji;");
       } else {
-        stmt(st, e + 1);
+        line(1, "const i64 mj_ei = " + ei + ", mj_ej = " + eji + ";");
       }
+      // Reduction blocks of equal length (no short last block), rows and columns per work item
+      // no larger than the matrix (rounded to the tile).
+      line(1, "const i64 mj_nkb = mj_k > " + std::to_string(t.kc) + " ? (mj_k + " +
+                  std::to_string(t.kc - 1) + ") / " + std::to_string(t.kc) + " : 1;");
+      line(1, "const i64 mj_kc = mj_k > 0 ? (mj_k + mj_nkb - 1) / mj_nkb : 1;");
+      line(1, "const i64 mj_eip = (mj_ei + " + MR + " - 1) / " + MR + " * " + MR +
+                  ", mj_ejp = (mj_ej + " + NR + " - 1) / " + NR + " * " + NR + ";");
+      // Blocks of equal size (in whole tiles): 1024 rows are 8 blocks of 132, not 7 of 144 and
+      // one of 16, which would leave one thread a seventh of the work behind the other.
+      for (const char* side : {"m", "n"}) {
+        const bool m = side[0] == 'm';
+        const std::string pad = m ? "mj_eip" : "mj_ejp", T = m ? MR : NR;
+        const std::string cap = std::to_string(m ? t.mc : t.nc);
+        const std::string b = std::string("mj_") + side + "b";
+        line(1, "const i64 " + b + " = (" + pad + " + " + cap + " - 1) / " + cap + ";");
+        line(1, "const i64 mj_" + std::string(side) + "c = " + b + " > 0 ? ((" + pad + " / " + T +
+                    " + " + b + " - 1) / " + b + ") * " + T + " : 0;");
+      }
+      // Operands packed once: every panel over the whole reduction, panels in parallel.
+      for (int side = 0; side < 2; ++side) {
+        const bool once = side == 0 ? a_once : b_once;
+        const std::string buf = side == 0 ? "mj_apre" : "mj_bpre";
+        line(1, "float* " + buf + " = 0;");
+        if (!once) continue;
+        const std::string pad = side == 0 ? "mj_eip" : "mj_ejp", PW = side == 0 ? MR : NR;
+        line(1, "if (mj_k > 0 && " + pad + " > 0 && " + pad + " * mj_k <= (1LL << 28))");
+        line(2,
+             buf + " = mj_take(" + std::to_string(side) + ", sizeof(float) * " + pad + " * mj_k);");
+        line(1, "if (" + buf + ") {");
+        line(2, "#pragma omp parallel for schedule(static) if(" + pad + " * mj_k > 32768)");
+        line(2, "for (i64 mj_p = 0; mj_p < " + pad + " / " + PW + "; ++mj_p) {");
+        if (side == 0)
+          pack_operand(r, c.a_stmts, c.a, iv, t.mr, buf + " + mj_p * mj_k * " + MR, "0",
+                       "mj_p * " + MR, "(mj_ei - mj_p * " + MR + ")", MR, "0", "mj_k", 3);
+        else
+          pack_operand(r, c.b_stmts, c.b, jv, t.nr, buf + " + mj_p * mj_k * " + NR, "0",
+                       "mj_p * " + NR, "(mj_ej - mj_p * " + NR + ")", NR, "0", "mj_k", 3, mc);
+        line(2, "}");
+        line(1, "}");
+      }
+      line(1, "const i64 mj_per_thread = mj_mc * mj_kc + mj_kc * mj_nc + mj_mc * mj_nc;");
+      line(1,
+           "float* mj_scratch = mj_take(2, sizeof(float) * (mj_per_thread > 0 ? mj_per_thread "
+           ": 1) * omp_get_max_threads());");
+      // An operand packed once has no per-block packing code (less to compile): without its
+      // buffer (no memory, or over 1 GiB), the plain schedule runs instead.
+      std::string ready = "mj_scratch";
+      if (a_once) ready += " && (mj_apre || mj_k <= 0 || mj_eip <= 0)";
+      if (b_once) ready += " && (mj_bpre || mj_k <= 0 || mj_ejp <= 0)";
+      line(1, "if (" + ready + ") {");
+      std::string w = work(ir.loops) + " * mj_k";
+      // Dynamic: the blocks at the matrix's edges are smaller than the others.
+      line(2, "#pragma omp parallel for collapse(" + std::to_string(outer.size() + 2) +
+                  ") schedule(dynamic, 1) if(" + w + " > 32768)");
+      int d = 2;
+      for (const KLoop* l : outer) {
+        const std::string i = "i" + std::to_string(l->var);
+        line(d++, "for (i64 " + i + " = 0; " + i + " < " + ix(*l->extent) + "; ++" + i + ") {");
+      }
+      line(d++, "for (i64 mj_bi = 0; mj_bi < mj_mb; ++mj_bi) {");
+      line(d++, "for (i64 mj_bj = 0; mj_bj < mj_nb; ++mj_bj) {");
+      line(d, "float* const mj_ap = mj_scratch + (i64)omp_get_thread_num() * mj_per_thread;");
+      line(d, "float* const mj_bp = mj_ap + mj_mc * mj_kc;");
+      line(d, "float* const mj_cb = mj_bp + mj_kc * mj_nc;");
+      line(d, "const i64 mj_i0 = mj_bi * mj_mc, mj_j0 = mj_bj * mj_nc;");
+      line(d, "const i64 mj_in = (mj_ei - mj_i0) < mj_mc ? (mj_ei - mj_i0) : mj_mc;");
+      line(d, "const i64 mj_jn = (mj_ej - mj_j0) < mj_nc ? (mj_ej - mj_j0) : mj_nc;");
+      line(d, "const i64 mj_inp = (mj_in + " + MR + " - 1) / " + MR + " * " + MR +
+                  ", mj_jnp = (mj_jn + " + NR + " - 1) / " + NR + " * " + NR + ";");
+      line(d, "for (i64 mj_pc = 0; mj_pc < mj_k; mj_pc += mj_kc) {");
+      ++d;
+      line(d, "const i64 mj_kn = (mj_k - mj_pc) < mj_kc ? (mj_k - mj_pc) : mj_kc;");
+      // Each operand's panels for this reduction block: the once-packed ones (mj_i0 and mj_j0 are
+      // multiples of the tile), or packed here; mj_as / mj_bs is the distance between panels.
+      for (int side = 0; side < 2; ++side) {
+        const bool a = side == 0;
+        const std::string T = a ? MR : NR, name = a ? "a" : "b", x0 = a ? "mj_i0" : "mj_j0";
+        if (a ? a_once : b_once) {
+          line(d, "const float* const mj_" + name + " = mj_" + name + "pre + (" + x0 + " / " + T +
+                      ") * mj_k * " + T + " + mj_pc * " + T + ";");
+          line(d, "const i64 mj_" + name + "s = mj_k * " + T + ";");
+          continue;
+        }
+        pack_operand(r, a ? c.a_stmts : c.b_stmts, a ? c.a : c.b, a ? iv : jv, a ? t.mr : t.nr,
+                     "mj_" + name + "p", "mj_kn * " + T, x0, a ? "mj_in" : "mj_jn",
+                     a ? "mj_inp" : "mj_jnp", "mj_pc", "mj_kn", d, a ? nullptr : mc);
+        line(d, "const float* const mj_" + name + " = mj_" + name + "p;");
+        line(d, "const i64 mj_" + name + "s = mj_kn * " + T + ";");
+      }
+      // Each B micro-panel stays in L1 while the A panels of the block stream past it.
+      line(d, "for (i64 mj_jr = 0; mj_jr < mj_jnp; mj_jr += " + NR + ")");
+      line(d + 1, "for (i64 mj_ir = 0; mj_ir < mj_inp; mj_ir += " + MR + ")");
+      line(d + 2, micro + "(mj_a + (mj_ir / " + MR + ") * mj_as, mj_b + (mj_jr / " + NR +
+                      ") * mj_bs, mj_kn, mj_cb + mj_ir * mj_nc + mj_jr, mj_nc, mj_pc == 0);");
+      line(--d, "}");
+      // An empty reduction: every sum is 0.
+      line(d, "if (mj_k <= 0)");
+      line(d + 1, "for (i64 mj_t = 0; mj_t < mj_inp * mj_nc; ++mj_t) mj_cb[mj_t] = 0;");
+      // The epilogue: every other statement, per output element of the block.
+      line(d, "for (i64 mj_r = 0; mj_r < mj_in; ++mj_r) {");
+      line(d + 1, "const i64 " + iv + " = mj_i0 + mj_r;");
+      int e = d + 1;
+      if (merged) {
+        // Row pieces of the merged columns, as in pack_operand: contiguous stores.
+        line(e, "i64 mj_jo = mj_j0 / mj_eji, mj_ji = mj_j0 % mj_eji;");
+        line(e, "for (i64 mj_c = 0; mj_c < mj_jn;) {");
+        line(e + 1,
+             "const i64 mj_len = (mj_eji - mj_ji) < (mj_jn - mj_c) ? (mj_eji - mj_ji) : "
+             "(mj_jn - mj_c);");
+        merged_outer_vars(*merged, e + 1);
+        ++e;
+      }
+      line(e, "#pragma omp simd");
+      line(e, std::string("for (i64 mj_t = 0; mj_t < ") + (merged ? "mj_len" : "mj_jn") +
+                  "; ++mj_t) {");
+      line(e + 1, "const i64 " + jv + " = " + (merged ? "mj_ji" : "mj_j0") + " + mj_t;");
+      for (size_t s = 0; s < ir.body.stmts.size(); ++s) {
+        if (levels[s] < 0) continue;
+        const KStmt& st = ir.body.stmts[s];
+        if (s == c.reduce_index) {
+          dtypes_[st.id] = st.dtype;
+          line(e + 1, std::string("const float ") + v(st.id) + " = mj_cb[mj_r * mj_nc + " +
+                          (merged ? "mj_c + " : "") + "mj_t];");
+        } else {
+          stmt(st, e + 1);
+        }
+      }
+      line(e + 1, store);
+      line(e, "}");
+      if (merged) {
+        line(e, "mj_c += mj_len;");
+        line(e, "mj_ji += mj_len;");
+        line(e, "if (mj_ji >= mj_eji) { mj_ji -= mj_eji; ++mj_jo; }");
+        line(--e, "}");
+      }
+      line(d, "}");
+      for (; d > 2; --d) line(d - 1, "}");
+      line(2, "mj_give(2, mj_scratch);");
+      line(1, "} else {");
+      generic_map(ir, levels, level_of_value, store, 2);
+      line(1, "}");
+      line(1, "mj_give(0, mj_apre);");
+      line(1, "mj_give(1, mj_bpre);");
+    };
+    if (!two_tiles) {
+      schedule(wide, "mj_micro");
+      return;
     }
-    line(e + 1, store);
-    line(e, "}");
-    if (merged) {
-      line(e, "mj_c += mj_len;");
-      line(e, "mj_ji += mj_len;");
-      line(e, "if (mj_ji >= mj_eji) { mj_ji -= mj_eji; ++mj_jo; }");
-      line(--e, "}");
-    }
-    line(d, "}");
-    for (; d > 2; --d) line(d - 1, "}");
-    line(2, "mj_give(2, mj_scratch);");
+    // The tile is chosen at run time from the number of output columns (kernels are
+    // shape-generic): few columns would leave the wide tile's panels mostly padding.
+    std::string cols = eji;
+    if (merged)
+      for (const std::string& e : merged->outer_extents) cols += " * " + e;
+    line(1, "if (" + cols + " >= " + std::to_string(kWideTileMinColumns) + ") {");
+    ++indent_;
+    schedule(wide, "mj_micro");
+    --indent_;
     line(1, "} else {");
-    generic_map(ir, levels, level_of_value, store, 2);
+    ++indent_;
+    schedule(narrow, "mj_micro_narrow");
+    --indent_;
     line(1, "}");
-    line(1, "mj_give(0, mj_apre);");
-    line(1, "mj_give(1, mj_bpre);");
   }
 
   // No Reduce in the innermost loop's statements: it can run as one SIMD loop.

@@ -24,11 +24,16 @@ struct ContractionTile {
   int kc, mc, nc;     // cache blocks: reduction steps per packed panel, rows and columns per block
 };
 
+bool operator==(const ContractionTile& a, const ContractionTile& b);
+
 struct CpuTarget {
   CpuIsa isa = CpuIsa::Portable;
 
   const char* name() const;  // "avx512" | "avx2" | "portable"
   ContractionTile contraction_tile() const;
+  // The tile for contractions with few output columns, where contraction_tile()'s panels would
+  // be mostly padding; the same tile where the ISA has no narrower one worth a second copy.
+  ContractionTile narrow_contraction_tile() const;
   // One line for kernel comments and explain(): "avx512 (16-float vectors; contraction tile
   // 6x64, ...)".
   std::string describe() const;

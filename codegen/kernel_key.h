@@ -9,7 +9,7 @@
 namespace metajit {
 
 // Bump when the emitted source for the same IR changes.
-inline constexpr const char* kCodegenVersion = "cpp-15";  // 15: short reductions skip omp simd
+inline constexpr const char* kCodegenVersion = "cpp-16";  // 16: narrow contraction tile for few columns
 
 class KernelKeyBuilder {
  public:

@@ -79,6 +79,9 @@ std::vector<std::vector<Var>> contraction_cases() {
   out.push_back({matmul(r({3, 1, 17, 9}), r({2, 9, 33}))});  // batch broadcasting
   out.push_back({matmul(r({5, 63, 17}), r({17, 65}))});      // B shared by the batch
   out.push_back({matmul(r({65, 17}), r({4, 17, 7}))});       // A shared by the batch
+  // Either side of the column count where AVX-512 switches to its wide tile (cpp_emitter.cc).
+  out.push_back({matmul(r({7, 9}), r({9, 255}))});
+  out.push_back({matmul(r({7, 9}), r({9, 256}))});
   for (int64_t hw : {1, 7, 17, 33})
     for (int64_t o : {1, 9, 17}) {
       Var x = r({2, 3, hw, hw}), w = r({o, 3, 3, 3});
@@ -122,6 +125,9 @@ TEST_CASE("contraction schedules of every width at awkward sizes",
       REQUIRE(!k.empty());
       CHECK(k.back().source.find("// target: " + name) != std::string::npos);
       CHECK(k.back().source.find("mj_micro(") != std::string::npos);
+      // AVX-512 has a second, narrow tile for few columns, chosen at run time.
+      CHECK((k.back().source.find("mj_micro_narrow(") != std::string::npos) ==
+            (w.isa == CpuIsa::Avx512));
     }
     // The last cases take the two-loop column path with B packed once; conv2d takes it too.
     const std::string merged = plan(cases.back()).back().source;
@@ -212,8 +218,8 @@ TEST_CASE("SELU's exp is vectorised on every width that has vector variants", "[
 // kCodegenVersion in codegen/kernel_key.h and record the new pair here.
 TEST_CASE("the C++ emitter's output is pinned to the codegen version", "[targets]") {
   ScopedEnv fused("METAJIT_OPT_LEVEL", "1"), generic("METAJIT_SPECIALIZE_SHAPES", "0");
-  const char* kRecordedVersion = "cpp-15";
-  const char* kRecordedDigest = "3d1f089165b8680ab6f890c9fa13f3d0";
+  const char* kRecordedVersion = "cpp-16";
+  const char* kRecordedDigest = "f0db73cc6b79807009eddeeb7c90644e";
   Var a = rand({5, 7}, 1), b = rand({7, 3}, 2), x = rand({2, 3, 9, 9}, 3),
       w = rand({4, 3, 3, 3}, 4);
   eval({a, b, x, w});
