@@ -2,7 +2,8 @@
 // steps as one jit function (docs/api.md "Training", README "Training").
 //
 //   Var w1 = randn({64, 64}, 1) * 0.1, b1 = zeros({64});   // parameters: ordinary Vars
-//   Adam opt({w1, b1}, 1e-3);
+//   Var w2 = randn({64, 10}, 2) * 0.1, b2 = zeros({10});
+//   Adam opt({w1, b1, w2, b2}, 1e-3);
 //   // The right way: build the step once, call it every batch.
 //   auto train_step = opt.jit_step([&](const Var& x, const Var& y) {
 //     return cross_entropy(matmul(relu(matmul(x, w1) + b1), w2) + b2, y);

@@ -60,7 +60,8 @@ class Var {
   // Jittor's update: this Var and every copy of it now hold `value` (lazy when value is; no
   // copy is made). Graphs built from this Var before keep its old value. ShapeError/DTypeError
   // when value's shape/dtype differ (and nothing changes); Error inside a jit trace, where it
-  // would not be replayed (return the new value instead, or use an optimizer's jit_step).
+  // would not be replayed (return the new value instead, or use an optimizer's jit_step). Like
+  // any shared variable, a Var assigned on one thread must not be used on another meanwhile.
   void assign(const Var& value);
 
   bool defined() const { return cell_ && cell_->node; }
