@@ -106,16 +106,22 @@ std::filesystem::path locate_nvcc() {
   return {};
 }
 
-std::string CudaToolchain::identity() const {
+std::string CudaToolchain::binary_identity() const {
   std::string out;
-  append_field(out, "codegen", kCudaCodegenVersion);
-  append_field(out, "emulated", emulated ? "1" : "0");
-  if (emulated) append_field(out, "prelude", xxh3_128_hex(kCudaEmulationPrelude));
   append_field(out, "path", path.string());
   append_field(out, "version", version_output);
   append_field(out, "size", std::to_string(binary_size));
   append_field(out, "mtime", std::to_string(binary_mtime));
   append_field(out, "host", host_identity);
+  return out;
+}
+
+std::string CudaToolchain::identity() const {
+  std::string out;
+  append_field(out, "codegen", kCudaCodegenVersion);
+  append_field(out, "emulated", emulated ? "1" : "0");
+  if (emulated) append_field(out, "prelude", xxh3_128_hex(kCudaEmulationPrelude));
+  out += binary_identity();
   append_field(out, "arch", arch);
   std::string joined;
   for (const std::string& f : flags) append_field(joined, "flag", f);

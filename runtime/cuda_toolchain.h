@@ -27,6 +27,8 @@ struct CudaToolchain {
 
   std::string backend() const { return emulated ? "cuda-emu" : "cuda"; }
   std::string identity() const;  // labelled text of every field above, hashed into keys
+  // The part of identity() naming nvcc and the host compiler behind it (Toolchain's likewise).
+  std::string binary_identity() const;
   std::string version_line() const;
   std::vector<std::string> compile_command(const std::filesystem::path& source,
                                            const std::filesystem::path& output) const;

@@ -155,20 +155,6 @@ struct Backend {
   KeyParts parts;       // what the key is made of besides the IR (key left empty)
 };
 
-// Digest of the fields of a toolchain identity that name the compiler binary.
-std::string compiler_id(const std::string& name, const fs::path& path,
-                        const std::string& version_output, uint64_t size, int64_t mtime,
-                        const std::string& host_identity = "") {
-  std::string text;
-  append_field(text, "compiler", name);
-  append_field(text, "path", path.string());
-  append_field(text, "version", version_output);
-  append_field(text, "size", std::to_string(size));
-  append_field(text, "mtime", std::to_string(mtime));
-  append_field(text, "host", host_identity);
-  return xxh3_128_hex(text);
-}
-
 std::string emit_cuda_for_gpu(const KernelIR& ir) {
   return emit_cuda(ir, CudaTarget::Gpu);
 }
@@ -198,8 +184,7 @@ Backend backend_for(Device device) {
     b.parts.codegen = kCodegenVersion;
     b.parts.compiler = tc.path.string();
     b.parts.compiler_version = tc.version_line();
-    b.parts.compiler_id =
-        compiler_id(tc.compiler, tc.path, tc.version_output, tc.binary_size, tc.binary_mtime);
+    b.parts.compiler_id = xxh3_128_hex(tc.binary_identity());
     b.parts.target = tc.resolved_target;
     b.parts.isa = tc.target.name();
     b.parts.flags = tc.flags;
@@ -223,8 +208,7 @@ Backend backend_for(Device device) {
     b.parts.codegen += " emulation-" + xxh3_128_hex(kCudaEmulationPrelude).substr(0, 8);
   b.parts.compiler = tc.path.string();
   b.parts.compiler_version = tc.version_line();
-  b.parts.compiler_id = compiler_id("", tc.path, tc.version_output, tc.binary_size, tc.binary_mtime,
-                                    tc.host_identity);
+  b.parts.compiler_id = xxh3_128_hex(tc.binary_identity());
   b.parts.target = tc.emulated ? "host emulation" : tc.arch;
   b.parts.flags = tc.flags;
   return b;

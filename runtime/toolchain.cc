@@ -315,13 +315,18 @@ std::string first_line(const std::string& text) {
   return text.substr(start, end == std::string::npos ? std::string::npos : end - start);
 }
 
-std::string Toolchain::identity() const {
+std::string Toolchain::binary_identity() const {
   std::string out;
   append_field(out, "compiler", compiler);
   append_field(out, "path", path.string());
   append_field(out, "version", version_output);
   append_field(out, "size", std::to_string(binary_size));
   append_field(out, "mtime", std::to_string(binary_mtime));
+  return out;
+}
+
+std::string Toolchain::identity() const {
+  std::string out = binary_identity();
   append_field(out, "target", resolved_target);
   append_field(out, "isa", target.name());
   std::string joined;

@@ -25,7 +25,10 @@ struct Toolchain {
                      // + METAJIT_CXXFLAGS
   CpuTarget target;  // the vector ISA of the full flag list: what the emitter schedules for
 
-  std::string identity() const;      // labelled text of every field above, hashed into keys
+  std::string identity() const;  // labelled text of every field above, hashed into keys
+  // The part of identity() naming the compiler binary (name, path, version, size, mtime): what
+  // a cache miss compares to say "the compiler changed" (runtime/miss_cause.h).
+  std::string binary_identity() const;
   std::string version_line() const;  // first line of version_output
   // path, flags, source, -o output, -lmvec
   std::vector<std::string> compile_command(const std::filesystem::path& source,
