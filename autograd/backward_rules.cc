@@ -175,9 +175,12 @@ Var reindex_backward(const Node& r, const Var& g, const Shape& x_shape) {
   if (r.conditions.empty() && numel_of(x_shape) == numel_of(r.shape) &&
       same_indexes(r.indexes, reshape_indexes(x_shape, r.shape)))
     return reshape(g, x_shape);
+  // With extras (a data-dependent gather) the transpose is a scatter: colliding reads add up.
+  const std::vector<Var> extras = extras_of(r);
   // transpose, conv2d's window, padding, slicing...: the transposed gather.
-  if (auto gathered = scatter_as_gather(g, x_shape, r.indexes, r.conditions)) return *gathered;
-  return reindex_reduce_tree(g, ReduceOp::Add, x_shape, r.indexes, r.conditions);
+  if (extras.empty())
+    if (auto gathered = scatter_as_gather(g, x_shape, r.indexes, r.conditions)) return *gathered;
+  return reindex_reduce_tree(g, ReduceOp::Add, x_shape, r.indexes, r.conditions, extras);
 }
 
 Var reindex_reduce_backward(const NodePtr& y, const Var& g) {
@@ -186,9 +189,12 @@ Var reindex_reduce_backward(const NodePtr& y, const Var& g) {
   const Shape& xs = x.shape();
   const DType dt = g.dtype();
   // Reads a value shaped like y at the target of each element of x (0 where it has none).
-  auto at_target = [&](const Var& v) { return reindex_tree(v, xs, r.indexes, 0, r.conditions); };
+  const std::vector<Var> extras = extras_of(r);  // a data-dependent scatter: the same reads
+  auto at_target = [&](const Var& v) {
+    return reindex_tree(v, xs, r.indexes, 0, r.conditions, extras);
+  };
   auto to_targets = [&](const Var& v, ReduceOp op) {
-    return reindex_reduce_tree(v, op, r.shape, r.indexes, r.conditions);
+    return reindex_reduce_tree(v, op, r.shape, r.indexes, r.conditions, extras);
   };
   switch (ReduceOp(r.op)) {
     case ReduceOp::Add:

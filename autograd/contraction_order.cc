@@ -29,7 +29,8 @@ Var permuted_factor(const Var& v, const Shape& shape, const std::vector<IndexExp
     std::vector<IndexExprPtr> idx, conds;
     for (const IndexExprPtr& e : n.indexes) idx.push_back(ix_substitute(e, old_axis));
     for (const IndexExprPtr& e : n.conditions) conds.push_back(ix_substitute(e, old_axis));
-    return reindex_tree(Var(n.inputs[0]), shape, std::move(idx), n.scalar, std::move(conds));
+    return reindex_tree(Var(n.inputs[0]), shape, std::move(idx), n.scalar, std::move(conds),
+                        extras_of(n));
   }
   return reindex_tree(v, shape, old_axis, 0, {});
 }

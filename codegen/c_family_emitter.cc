@@ -73,7 +73,50 @@ std::string CFamilyEmitter::offset(const std::string& name,
   return s;
 }
 
-std::string CFamilyEmitter::ix(const IndexExpr& e) {
+namespace {
+
+void extra_ranks_in(const IndexExpr* e, const KernelIR& ir, std::set<int>& ranks) {
+  if (!e) return;
+  if (e->kind == IxKind::Extra) ranks.insert(int(ir.inputs.at(size_t(e->value)).dims.size()));
+  for (const IndexExprPtr& a : e->args) extra_ranks_in(a.get(), ir, ranks);
+  for (const IndexExpr* c : {e->a.get(), e->b.get(), e->c.get()}) extra_ranks_in(c, ir, ranks);
+}
+
+void extra_ranks_in(const KBlock& b, const KernelIR& ir, std::set<int>& ranks) {
+  for (const KStmt& st : b.stmts) {
+    for (const IndexExprPtr& e : st.index) extra_ranks_in(e.get(), ir, ranks);
+    extra_ranks_in(st.cond.get(), ir, ranks);
+    if (st.body) extra_ranks_in(*st.body, ir, ranks);
+  }
+}
+
+}  // namespace
+
+std::string CFamilyEmitter::extra_readers(const std::string& qualifier) const {
+  std::set<int> ranks;
+  extra_ranks_in(ir_.body, ir_, ranks);
+  for (const IndexExprPtr& e : ir_.target) extra_ranks_in(e.get(), ir_, ranks);
+  extra_ranks_in(ir_.target_valid.get(), ir_, ranks);
+  std::string out;
+  if (!ranks.empty()) out += "// Extra reads (data-dependent indexing): 0 outside the array.\n";
+  for (int r : ranks) {
+    std::string params, test, flat;
+    for (int k = 0; k < r; ++k) params += ", i64 d" + std::to_string(k);
+    for (int k = 0; k < r; ++k) {
+      const std::string a = "a" + std::to_string(k), d = "d" + std::to_string(k);
+      params += ", i64 " + a;
+      test += (k ? " && " : "") + ("(u64)" + a + " < (u64)" + d);
+      flat = k ? "(" + flat + ") * " + d + " + " + a : a;
+    }
+    out += "template <class T> " + qualifier + " i64 mj_read" + std::to_string(r) + "(const T* b" +
+           params + ") { return " +
+           (r == 0 ? std::string("(i64)b[0]") : "(" + test + ") ? (i64)b[" + flat + "] : 0") +
+           "; }\n";
+  }
+  return out;
+}
+
+std::string CFamilyEmitter::ix(const IndexExpr& e) const {
   auto bin = [&](const char* op) { return "(" + ix(*e.a) + " " + op + " " + ix(*e.b) + ")"; };
   switch (e.kind) {
     case IxKind::Const:
@@ -125,6 +168,13 @@ std::string CFamilyEmitter::ix(const IndexExpr& e) {
       return "mj_max(" + ix(*e.a) + ", " + ix(*e.b) + ")";
     case IxKind::Select:
       return "(" + ix(*e.a) + " ? " + ix(*e.b) + " : " + ix(*e.c) + ")";
+    case IxKind::Extra: {
+      const KBuffer& b = ir_.inputs.at(size_t(e.value));
+      std::string s = "mj_read" + std::to_string(b.dims.size()) + "(in" + std::to_string(e.value);
+      for (const IndexExprPtr& d : b.dims) s += ", " + ix(*d);
+      for (const IndexExprPtr& a : e.args) s += ", " + ix(*a);
+      return s + ")";
+    }
   }
   return "0";
 }

@@ -25,9 +25,14 @@ class CFamilyEmitter {
   // printed expressions call (mj_div, mj_mod, mj_min, mj_max), each function declared with
   // `qualifier` ("static inline" in C++, "MJ_HD" in CUDA).
   static std::string integer_prelude(const std::string& qualifier);
-  // An index expression as C (i<k> loop variables, p<k> shape parameters); division and
-  // modulo by anything but a non-zero constant go through mj_div/mj_mod (never trap).
-  static std::string ix(const IndexExpr& e);
+  // After the integer prelude, when the kernel reads extras (Extra index expressions): one
+  // bounds-checked reader per rank, mj_read<r>(buffer, dims..., indices...), which yields 0
+  // without touching memory when an index is outside its dim.
+  std::string extra_readers(const std::string& qualifier) const;
+  // An index expression as C (i<k> loop variables, p<k> shape parameters, in<k> buffers);
+  // division and modulo by anything but a non-zero constant go through mj_div/mj_mod (never
+  // trap); an extra read goes through mj_read<r> (never out of bounds).
+  std::string ix(const IndexExpr& e) const;
   static std::string v(int id) { return "v" + std::to_string(id); }
   // float32 sums and products accumulate in double (see the emitters' headers).
   static DType acc_dtype(ReduceOp op, DType t);

@@ -114,6 +114,7 @@ class CppEmitter : public CFamilyEmitter {
     for (size_t k = 0; k < ir_.ops.size(); ++k) out_ += (k ? ", " : "") + ir_.ops[k];
     out_ += "\n// target: " + target_.describe() + "\n";
     out_ += integer_prelude("static inline");
+    out_ += extra_readers("static inline");
     out_ += kPrelude;
     const size_t kernel_start = out_.size();
     out_ +=
@@ -733,6 +734,8 @@ class CppEmitter : public CFamilyEmitter {
 
   static bool uses_var(const IndexExpr& e, int var) {
     if (e.kind == IxKind::Var) return e.value == var;
+    for (const IndexExprPtr& a : e.args)
+      if (uses_var(*a, var)) return true;
     return (e.a && uses_var(*e.a, var)) || (e.b && uses_var(*e.b, var)) ||
            (e.c && uses_var(*e.c, var));
   }

@@ -64,6 +64,7 @@ class CudaEmitter : public CFamilyEmitter {
     out_ += "\n";
     out_ += target_ == CudaTarget::Gpu ? kGpuPrelude : kCudaEmulationPrelude;
     out_ += integer_prelude("MJ_HD");
+    out_ += extra_readers("MJ_HD");
     out_ += kCommonPrelude;
     args_struct();
     if (ir_.kind == KernelKind::Scatter) {
@@ -121,7 +122,7 @@ class CudaEmitter : public CFamilyEmitter {
     }
   }
 
-  static std::string product(const std::vector<const KLoop*>& loops) {
+  std::string product(const std::vector<const KLoop*>& loops) const {
     std::string s = "(i64)1";
     for (const KLoop* l : loops) s += " * (" + ix(*l->extent) + ")";
     return s;

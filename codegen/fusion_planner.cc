@@ -144,6 +144,11 @@ std::vector<bool> choose_stored(const Graph& g, int opt_level) {
     const GNode& node = g.nodes[i];
     if (node.kind == OpKind::Leaf) stored[i] = true;
     if (node.kind == OpKind::ReindexReduce) stored[i] = true;
+    // Extras are read at computed positions (codegen/lowering.cc): they live in buffers. A
+    // 0-d constant is passed by value instead.
+    if (node.kind == OpKind::Reindex || node.kind == OpKind::ReindexReduce)
+      for (size_t k = 1; k < node.inputs.size(); ++k)
+        if (g.nodes[size_t(node.inputs[k])].kind != OpKind::Scalar) stored[node.inputs[k]] = true;
     if (opt_level == 0 && node.kind != OpKind::Scalar) stored[i] = true;
   }
   if (opt_level == 0) return stored;

@@ -59,6 +59,7 @@ bool is_column_reduction(const KStmt& st, const std::vector<int>& level_of_value
       todo.push_back(e->a.get());
       todo.push_back(e->b.get());
       todo.push_back(e->c.get());
+      for (const IndexExprPtr& a : e->args) todo.push_back(a.get());
     }
     for (int v : own)
       if (last.count(v)) return false;  // reads along the reduced axis: not a column case

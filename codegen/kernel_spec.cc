@@ -63,6 +63,11 @@ json expr_to_json(const IndexExpr& e) {
       return json{{"i", e.value}};
     case IxKind::Param:
       return json{{"p", e.value}};
+    case IxKind::Extra: {
+      json at = json::array();
+      for (const IndexExprPtr& a : e.args) at.push_back(expr_to_json(*a));
+      return json{{"e", e.value}, {"at", std::move(at)}};
+    }
     default:
       break;
   }
@@ -444,6 +449,8 @@ class Reader {
         if (num_params_ == 0) fail(p / "p", "the kernel has no params (num_params is 0)");
         return ix_param(int(integer(*j.find("p"), p / "p", 0, num_params_ - 1)));
       }
+      if (j.size() == 2 && j.contains("e") && j.contains("at"))
+        return extra(j, p, depth, allow_vars);
     } else if (j.is_array() && !j.empty() && j[0].is_string()) {
       const std::string& name = j[0].get_ref<const std::string&>();
       const IxName* op = nullptr;
@@ -466,9 +473,31 @@ class Reader {
         if (*child) e->depth = std::max(e->depth, (*child)->depth + 1);
       return e;
     }
-    fail(p, std::string("expected an index expression (an integer, {\"i\": var}, {\"p\": param} "
-                        "or [\"op\", operands...]), got ") +
+    fail(p, std::string("expected an index expression (an integer, {\"i\": var}, {\"p\": param}, "
+                        "{\"e\": buffer, \"at\": [indices...]} or [\"op\", operands...]), got ") +
                 j.type_name());
+  }
+
+  // {"e": slot, "at": [...]}: a bounds-checked read of integer input buffer `slot`, one index
+  // per axis (docs/design.md, "Data-dependent indexing").
+  IndexExprPtr extra(const json& j, const Path& p, int depth, bool allow_vars) {
+    if (!allow_vars || !inputs_)
+      fail(p / "e", "an extra read where only params and constants may appear");
+    const int n = int(inputs_->size());
+    if (n == 0) fail(p / "e", "the kernel has no input buffers to read");
+    const int slot = int(integer(*j.find("e"), p / "e", 0, n - 1));
+    const KBuffer& b = (*inputs_)[size_t(slot)];
+    if (b.dtype != DType::Int32 && b.dtype != DType::Int64)
+      fail(p / "e", "in" + std::to_string(slot) + " is " + dtype_name(b.dtype) +
+                        "; extra reads take int32 or int64 buffers");
+    const Path at_path = p / "at";
+    const json& at = array(*j.find("at"), at_path);
+    if (at.size() != b.dims.size())
+      fail(at_path, "in" + std::to_string(slot) + " has " + std::to_string(b.dims.size()) +
+                        " axes; got " + std::to_string(at.size()) + " indices");
+    std::vector<IndexExprPtr> args;
+    for (size_t k = 0; k < at.size(); ++k) args.push_back(expr(at[k], at_path[k], depth + 1));
+    return ix_extra(slot, std::move(args));
   }
 
   // Arguments must name values visible here: defined earlier in this block or an enclosing

@@ -11,6 +11,7 @@ void expr_vars(const IndexExpr* e, std::set<int>& out) {
   expr_vars(e->a.get(), out);
   expr_vars(e->b.get(), out);
   expr_vars(e->c.get(), out);
+  for (const IndexExprPtr& a : e->args) expr_vars(a.get(), out);
 }
 
 int max_value_id(const KBlock& b) {

@@ -1,6 +1,7 @@
 #include "codegen/lowering.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -28,12 +29,13 @@ class Lowerer {
       ir.body.result = value(src, idx, ir.body);
       IndexExprPtr valid = ix_const(1);
       for (size_t k = 0; k < root.indexes.size(); ++k) {
-        IndexExprPtr t = ix_substitute(root.indexes[k], idx);
+        IndexExprPtr t = extra_reads(group_.root, ix_substitute(root.indexes[k], idx), valid);
         ir.target.push_back(t);
         valid = conj(valid, in_range(t, dim(group_.root, int(k))));
       }
       for (const auto& c : root.conditions)
-        valid = conj(valid, ix_unary(IxKind::Not, ix_substitute(c, idx)));
+        valid = conj(valid,
+                     ix_unary(IxKind::Not, extra_reads(group_.root, ix_substitute(c, idx), valid)));
       ir.target_valid = valid;
     } else {
       ir.kind = KernelKind::Map;
@@ -55,6 +57,44 @@ class Lowerer {
   static IndexExprPtr in_range(IndexExprPtr e, IndexExprPtr extent) {
     return ix_binary(IxKind::And, ix_binary(IxKind::Ge, e, ix_const(0)),
                      ix_binary(IxKind::Lt, e, extent));
+  }
+
+  // `e`, an expression of Reindex/ReindexReduce `node`, with its @eK reads turned into reads
+  // of input buffers (kernel IR: Extra's value is the buffer slot), and the test that every
+  // read is in bounds added to `valid`: an element reading an extra out of bounds is out of
+  // range (overflow value or skipped). A 0-d constant extra becomes an int64 parameter, so
+  // that its value stays out of the key. The reads themselves never leave their buffer
+  // (codegen/c_family_emitter.cc, extra_readers()).
+  IndexExprPtr extra_reads(int node, const IndexExprPtr& e, IndexExprPtr& valid) {
+    if (!ix_reads_extras(*e)) return e;
+    const GNode& n = g_.nodes[node];
+    auto extra_node = [&](int64_t k) { return n.inputs.at(size_t(k) + 1); };
+    IndexExprPtr in_bounds =
+        ix_extra_reads_valid(e, [&](int64_t k, int axis) { return dim(extra_node(k), axis); });
+    valid = conj(valid, lower_extras(in_bounds, extra_node));
+    return lower_extras(e, extra_node);
+  }
+  IndexExprPtr lower_extras(const IndexExprPtr& e, const std::function<int(int64_t)>& extra_node) {
+    if (!ix_reads_extras(*e)) return e;
+    if (e->kind == IxKind::Extra) {
+      const int src = extra_node(e->value);
+      const GNode& x = g_.nodes[size_t(src)];
+      if (x.kind == OpKind::Scalar) {
+        auto [it, fresh] = params_.emplace(std::make_pair(src, -1), 0);
+        if (fresh) {
+          it->second = int(out_.args.params.size());
+          out_.args.params.push_back(static_cast<int64_t>(x.scalar));
+        }
+        return ix_param(it->second);
+      }
+      std::vector<IndexExprPtr> args;
+      for (const IndexExprPtr& a : e->args) args.push_back(lower_extras(a, extra_node));
+      return ix_extra(buffer_slot(src), std::move(args));
+    }
+    auto copy = std::make_shared<IndexExpr>(*e);
+    for (IndexExprPtr* c : {&copy->a, &copy->b, &copy->c})
+      if (*c) *c = lower_extras(*c, extra_node);
+    return copy;
   }
 
   // Extent of axis `axis` of node `node`: a Param slot, or the constant when specialising.
@@ -177,11 +217,11 @@ class Lowerer {
     std::vector<IndexExprPtr> in_idx;
     IndexExprPtr cond = ix_const(1);
     for (size_t k = 0; k < n.indexes.size(); ++k) {
-      in_idx.push_back(ix_substitute(n.indexes[k], idx));
+      in_idx.push_back(extra_reads(node, ix_substitute(n.indexes[k], idx), cond));
       cond = conj(cond, in_range(in_idx.back(), dim(src, int(k))));
     }
     for (const auto& c : n.conditions)
-      cond = conj(cond, ix_unary(IxKind::Not, ix_substitute(c, idx)));
+      cond = conj(cond, ix_unary(IxKind::Not, extra_reads(node, ix_substitute(c, idx), cond)));
     if (ix_is_const(cond, 1)) {
       int id = value(src, in_idx, blk);
       scopes_.back()[key] = id;

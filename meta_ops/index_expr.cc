@@ -39,8 +39,13 @@ int64_t safe_mod(int64_t a, int64_t b) {
 // (* / %) unary(- + !) primary.
 class Parser {
  public:
-  Parser(std::string_view text, int num_vars, bool condition, const std::string& context)
-      : s_(text), num_vars_(num_vars), condition_(condition), context_(context) {}
+  Parser(std::string_view text, int num_vars, bool condition, const std::string& context,
+         const std::vector<int>& extra_ranks)
+      : s_(text),
+        num_vars_(num_vars),
+        condition_(condition),
+        context_(context),
+        extra_ranks_(extra_ranks) {}
 
   IndexExprPtr parse() {
     skip_ws();
@@ -63,7 +68,8 @@ class Parser {
                          " in \"" + std::string(s_) + "\"; expected " + expected +
                          " (names are i0..i" + std::to_string(num_vars_ - 1) +
                          "; operators + - * / % ( )" +
-                         (condition_ ? " < <= > >= == != && || !" : "") + ")");
+                         (condition_ ? " < <= > >= == != && || !" : "") +
+                         (extra_ranks_.empty() ? "" : "; @eK(...) reads extras[K]") + ")");
   }
   void skip_ws() {
     while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
@@ -181,7 +187,50 @@ class Parser {
     }
     if (std::isdigit(static_cast<unsigned char>(c))) return parse_number();
     if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') return parse_name();
+    if (c == '@') return parse_extra();
     unexpected();
+  }
+  // @eK(a, b, ...): K names an extra, one argument per axis of it.
+  IndexExprPtr parse_extra() {
+    const size_t start = pos_;
+    ++pos_;
+    if (pos_ >= s_.size() || s_[pos_] != 'e') bad_extra(start, "'@' not followed by 'e'");
+    ++pos_;
+    int64_t k = 0;
+    size_t digits = 0;
+    while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_])) && digits < 6) {
+      k = k * 10 + (s_[pos_++] - '0');
+      ++digits;
+    }
+    if (digits == 0) bad_extra(start, "'@e' not followed by a number");
+    if (k >= int64_t(extra_ranks_.size())) {
+      pos_ = start;
+      fail("@e" + std::to_string(k) + " names no extra (" + std::to_string(extra_ranks_.size()) +
+               " given)",
+           extra_ranks_.empty() ? std::string("no @e: pass the arrays as extras")
+                                : "@e0..@e" + std::to_string(extra_ranks_.size() - 1));
+    }
+    if (!eat("(")) bad_extra(start, "missing '(' after @e" + std::to_string(k));
+    Level level(*this);
+    std::vector<IndexExprPtr> args;
+    if (!eat(")")) {
+      do {
+        args.push_back(parse_binary(0));
+      } while (eat(","));
+      if (!eat(")")) missing_parenthesis();
+    }
+    const int rank = extra_ranks_[size_t(k)];
+    if (int(args.size()) != rank) {
+      pos_ = start;
+      fail("@e" + std::to_string(k) + " given " + std::to_string(args.size()) + " argument(s)",
+           std::to_string(rank) + " (extras[" + std::to_string(k) + "] has rank " +
+               std::to_string(rank) + ")");
+    }
+    return checked(ix_extra(int(k), std::move(args)));
+  }
+  [[noreturn, gnu::noinline, gnu::cold]] void bad_extra(size_t at, const std::string& what) {
+    pos_ = at;
+    fail(what, "@eK(a, b, ...) reading extras[K]");
   }
   [[noreturn, gnu::noinline, gnu::cold]] void missing_parenthesis() { fail("missing ')'", "')'"); }
   [[noreturn, gnu::noinline, gnu::cold]] void unexpected() {
@@ -238,6 +287,7 @@ class Parser {
   int num_vars_;
   bool condition_;
   const std::string& context_;
+  const std::vector<int>& extra_ranks_;
 };
 
 const char* op_text(IxKind k) {
@@ -276,12 +326,12 @@ const char* op_text(IxKind k) {
 }  // namespace
 
 IndexExprPtr parse_index_expr(std::string_view text, int num_vars, bool condition,
-                              const std::string& context) {
+                              const std::string& context, const std::vector<int>& extra_ranks) {
   if (text.size() > kMaxIndexExprLength)
     throw IndexExprError(context + ": expression of " + std::to_string(text.size()) +
                          " characters is too long (at most " + std::to_string(kMaxIndexExprLength) +
                          ")");
-  return Parser(text, num_vars, condition, context).parse();
+  return Parser(text, num_vars, condition, context, extra_ranks).parse();
 }
 
 IndexExprPtr ix_const(int64_t v) {
@@ -339,8 +389,22 @@ IndexExprPtr ix_select(IndexExprPtr cond, IndexExprPtr a, IndexExprPtr b) {
   return make(IxKind::Select, 0, std::move(cond), std::move(a), std::move(b));
 }
 
+IndexExprPtr ix_extra(int k, std::vector<IndexExprPtr> args) {
+  auto e = std::make_shared<IndexExpr>();
+  e->kind = IxKind::Extra;
+  e->value = k;
+  for (const IndexExprPtr& a : args) e->depth = std::max(e->depth, a->depth + 1);
+  e->args = std::move(args);
+  return e;
+}
+
 IndexExprPtr ix_substitute(const IndexExprPtr& e, const std::vector<IndexExprPtr>& vars) {
   switch (e->kind) {
+    case IxKind::Extra: {
+      std::vector<IndexExprPtr> args;
+      for (const IndexExprPtr& a : e->args) args.push_back(ix_substitute(a, vars));
+      return ix_extra(int(e->value), std::move(args));
+    }
     case IxKind::Const:
     case IxKind::Param:
       return e;
@@ -357,9 +421,28 @@ IndexExprPtr ix_substitute(const IndexExprPtr& e, const std::vector<IndexExprPtr
   }
 }
 
-int64_t ix_eval(const IndexExpr& e, const int64_t* vars, const int64_t* params) {
-  auto A = [&] { return ix_eval(*e.a, vars, params); };
-  auto B = [&] { return ix_eval(*e.b, vars, params); };
+namespace {
+
+// The arguments of Extra `e`, evaluated; false when they fall outside the array.
+bool extra_index(const IndexExpr& e, const int64_t* vars, const int64_t* params,
+                 const IxExtras& extras, std::vector<int64_t>& idx) {
+  const Shape& shape = extras.extra_shape(e.value);
+  if (shape.size() != e.args.size()) return false;
+  idx.resize(e.args.size());
+  bool inside = true;
+  for (size_t k = 0; k < e.args.size(); ++k) {
+    idx[k] = ix_eval(*e.args[k], vars, params, &extras);
+    inside = inside && idx[k] >= 0 && idx[k] < shape[k];
+  }
+  return inside;
+}
+
+}  // namespace
+
+int64_t ix_eval(const IndexExpr& e, const int64_t* vars, const int64_t* params,
+                const IxExtras* extras) {
+  auto A = [&] { return ix_eval(*e.a, vars, params, extras); };
+  auto B = [&] { return ix_eval(*e.b, vars, params, extras); };
   // Wrapping arithmetic: index expressions never trap, whatever the input.
   auto wrap = [](uint64_t v) { return static_cast<int64_t>(v); };
   switch (e.kind) {
@@ -412,9 +495,71 @@ int64_t ix_eval(const IndexExpr& e, const int64_t* vars, const int64_t* params) 
       return x > y ? x : y;
     }
     case IxKind::Select:
-      return A() ? B() : ix_eval(*e.c, vars, params);
+      return A() ? B() : ix_eval(*e.c, vars, params, extras);
+    case IxKind::Extra: {
+      if (!extras) return 0;
+      std::vector<int64_t> idx;
+      return extra_index(e, vars, params, *extras, idx) ? extras->extra_value(e.value, idx.data())
+                                                        : 0;
+    }
   }
   return 0;
+}
+
+bool ix_extra_reads_in_range(const IndexExpr& e, const int64_t* vars, const int64_t* params,
+                             const IxExtras& extras) {
+  if (e.kind == IxKind::Extra) {
+    std::vector<int64_t> idx;
+    if (!extra_index(e, vars, params, extras, idx)) return false;
+    for (const IndexExprPtr& a : e.args)
+      if (!ix_extra_reads_in_range(*a, vars, params, extras)) return false;
+    return true;
+  }
+  for (const IndexExpr* c : {e.a.get(), e.b.get(), e.c.get()})
+    if (c && !ix_extra_reads_in_range(*c, vars, params, extras)) return false;
+  return true;
+}
+
+IndexExprPtr ix_extra_reads_valid(const IndexExprPtr& e,
+                                  const std::function<IndexExprPtr(int64_t k, int axis)>& extent) {
+  auto conj = [](IndexExprPtr a, IndexExprPtr b) {
+    if (ix_is_const(a, 1)) return b;
+    if (ix_is_const(b, 1)) return a;
+    return ix_binary(IxKind::And, std::move(a), std::move(b));
+  };
+  IndexExprPtr valid = ix_const(1);
+  if (e->kind == IxKind::Extra) {
+    for (size_t k = 0; k < e->args.size(); ++k) {
+      const IndexExprPtr& a = e->args[k];
+      valid = conj(valid, ix_extra_reads_valid(a, extent));
+      valid = conj(valid, ix_binary(IxKind::And, ix_binary(IxKind::Ge, a, ix_const(0)),
+                                    ix_binary(IxKind::Lt, a, extent(e->value, int(k)))));
+    }
+    return valid;
+  }
+  for (const IndexExprPtr* c : {&e->a, &e->b, &e->c})
+    if (*c) valid = conj(valid, ix_extra_reads_valid(*c, extent));
+  return valid;
+}
+
+IndexExprPtr ix_renumber_extras(const IndexExprPtr& e, const std::function<int64_t(int64_t)>& map) {
+  if (!ix_reads_extras(*e)) return e;
+  if (e->kind == IxKind::Extra) {
+    std::vector<IndexExprPtr> args;
+    for (const IndexExprPtr& a : e->args) args.push_back(ix_renumber_extras(a, map));
+    return ix_extra(int(map(e->value)), std::move(args));
+  }
+  auto copy = std::make_shared<IndexExpr>(*e);
+  for (IndexExprPtr* c : {&copy->a, &copy->b, &copy->c})
+    if (*c) *c = ix_renumber_extras(*c, map);
+  return copy;
+}
+
+bool ix_reads_extras(const IndexExpr& e) {
+  if (e.kind == IxKind::Extra) return true;
+  for (const IndexExpr* c : {e.a.get(), e.b.get(), e.c.get()})
+    if (c && ix_reads_extras(*c)) return true;
+  return false;
 }
 
 std::string ix_to_string(const IndexExpr& e) {
@@ -435,6 +580,11 @@ std::string ix_to_string(const IndexExpr& e) {
       return "max(" + ix_to_string(*e.a) + "," + ix_to_string(*e.b) + ")";
     case IxKind::Select:
       return "(" + ix_to_string(*e.a) + "?" + ix_to_string(*e.b) + ":" + ix_to_string(*e.c) + ")";
+    case IxKind::Extra: {
+      std::string s = "@e" + std::to_string(e.value) + "(";
+      for (size_t k = 0; k < e.args.size(); ++k) s += (k ? "," : "") + ix_to_string(*e.args[k]);
+      return s + ")";
+    }
     default:
       return "(" + ix_to_string(*e.a) + op_text(e.kind) + ix_to_string(*e.b) + ")";
   }
@@ -446,6 +596,8 @@ bool ix_has_unsafe_division(const IndexExpr& e) {
     return true;
   for (const auto* c : {e.a.get(), e.b.get(), e.c.get()})
     if (c && ix_has_unsafe_division(*c)) return true;
+  for (const IndexExprPtr& c : e.args)
+    if (ix_has_unsafe_division(*c)) return true;
   return false;
 }
 

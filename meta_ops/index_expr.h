@@ -5,7 +5,10 @@
 // the tree. Beyond the parsed grammar the tree has Param leaves (an int64 kernel argument,
 // used by the code generator for shapes) and Select (cond ? a : b).
 #pragma once
+#include <metajit/dtype.h>  // Shape
+
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -34,7 +37,13 @@ enum class IxKind : uint8_t {
   Or,  // conditions (0 or 1)
   Min,
   Max,
-  Select  // internal: used by the code generator
+  Select,  // internal: used by the code generator
+  // @eK(a, b, ...): element (a, b, ...) of an integer array, each argument an expression
+  // (docs/design.md, "Data-dependent indexing"). In a node's expressions `value` is K, the
+  // extra's number; in kernel IR it is the input buffer slot. Arguments are in `args`. A read
+  // outside the array yields 0 and never touches memory; whoever evaluates the expression
+  // also tests ix_extra_reads_valid() and applies the overflow rule.
+  Extra
 };
 
 struct IndexExpr;
@@ -45,6 +54,7 @@ struct IndexExpr {
   int64_t value = 0;  // Const: the value; Var: k of i<k>; Param: slot number
   int32_t depth = 1;  // nodes on the longest path to a leaf, this one included
   IndexExprPtr a, b, c;
+  std::vector<IndexExprPtr> args;  // Extra only: one per axis of the array read
 };
 
 // The deepest tree the parser accepts. Every pass over a tree (evaluation, printing,
@@ -59,8 +69,10 @@ inline constexpr size_t kMaxIndexExprLength = 4096;
 // `condition` true the comparison and logical operators are allowed too. `context` names
 // the op and argument for messages, e.g. "reindex: indexes[1]". Throws IndexExprError, also
 // for a tree deeper than kMaxIndexExprDepth (parentheses, unary operators and chains alike).
+// `extra_ranks[K]` is the rank of extras[K]: "@eK(...)" must name an existing K and give that
+// many arguments. Without extras any "@e" is an error.
 IndexExprPtr parse_index_expr(std::string_view text, int num_vars, bool condition,
-                              const std::string& context);
+                              const std::string& context, const std::vector<int>& extra_ranks = {});
 
 // Builders; they fold constants and trivial identities (x+0, x*1, x*0).
 IndexExprPtr ix_const(int64_t v);
@@ -69,12 +81,38 @@ IndexExprPtr ix_param(int slot);
 IndexExprPtr ix_unary(IxKind k, IndexExprPtr a);
 IndexExprPtr ix_binary(IxKind k, IndexExprPtr a, IndexExprPtr b);
 IndexExprPtr ix_select(IndexExprPtr cond, IndexExprPtr a, IndexExprPtr b);
+IndexExprPtr ix_extra(int k, std::vector<IndexExprPtr> args);
 
 // Replaces every Var(k) by vars[k].
 IndexExprPtr ix_substitute(const IndexExprPtr& e, const std::vector<IndexExprPtr>& vars);
 
-// Evaluates with i<k> = vars[k] and Param(s) = params[s].
-int64_t ix_eval(const IndexExpr& e, const int64_t* vars, const int64_t* params = nullptr);
+// What evaluating an Extra reads: the arrays' shapes and elements.
+class IxExtras {
+ public:
+  virtual ~IxExtras() = default;
+  virtual const Shape& extra_shape(int64_t k) const = 0;
+  // Element `idx` (one per axis, in range) of array k.
+  virtual int64_t extra_value(int64_t k, const int64_t* idx) const = 0;
+};
+
+// Evaluates with i<k> = vars[k] and Param(s) = params[s]. An Extra reads `extras` (0 when
+// its arguments fall outside the array, or when `extras` is null).
+int64_t ix_eval(const IndexExpr& e, const int64_t* vars, const int64_t* params = nullptr,
+                const IxExtras* extras = nullptr);
+
+// True when every Extra in `e` reads inside its array, whether or not its value is used (an
+// && or ?: does not hide a read): the overflow rule treats an element whose expressions read
+// an extra out of bounds as out of range.
+bool ix_extra_reads_in_range(const IndexExpr& e, const int64_t* vars, const int64_t* params,
+                             const IxExtras& extras);
+// The same test as an expression: the conjunction of 0 <= arg < extent(K, axis) over every
+// Extra in `e` (constant 1 when there is none). The code generator guards with it.
+IndexExprPtr ix_extra_reads_valid(const IndexExprPtr& e,
+                                  const std::function<IndexExprPtr(int64_t k, int axis)>& extent);
+// Replaces every Extra's number K by map(K) (lowering: extras number -> buffer slot).
+IndexExprPtr ix_renumber_extras(const IndexExprPtr& e, const std::function<int64_t(int64_t)>& map);
+// True when `e` contains an Extra.
+bool ix_reads_extras(const IndexExpr& e);
 
 // Canonical, fully parenthesised text; equal trees print equally (used in kernel keys).
 std::string ix_to_string(const IndexExpr& e);

@@ -85,12 +85,52 @@ Var random_array(Shape shape, uint64_t seed, DType dtype, bool normal, const cha
 }
 
 std::vector<IndexExprPtr> parse_all(const std::vector<std::string>& texts, int num_vars,
-                                    bool condition, const char* op, const char* what) {
+                                    bool condition, const char* op, const char* what,
+                                    const std::vector<int>& extra_ranks) {
   std::vector<IndexExprPtr> out;
   for (size_t k = 0; k < texts.size(); ++k)
     out.push_back(parse_index_expr(texts[k], num_vars, condition,
-                                   std::string(op) + ": " + what + "[" + std::to_string(k) + "]"));
+                                   std::string(op) + ": " + what + "[" + std::to_string(k) + "]",
+                                   extra_ranks));
   return out;
+}
+
+// Extras are defined integer arrays (docs/design.md, "Data-dependent indexing"); returns their
+// ranks for the parser.
+std::vector<int> check_extras(const std::vector<Var>& extras, const char* op) {
+  std::vector<int> ranks;
+  for (size_t k = 0; k < extras.size(); ++k) {
+    const std::string what = std::string(op) + ": extras[" + std::to_string(k) + "]";
+    if (!extras[k].defined()) throw Error(what + " is an undefined Var");
+    if (extras[k].dtype() != DType::Int32 && extras[k].dtype() != DType::Int64)
+      throw DTypeError(what + " has dtype " + dtype_name(extras[k].dtype()) + " and shape " +
+                       shape_str(extras[k].shape()) + "; expected int32 or int64");
+    ranks.push_back(int(extras[k].ndim()));
+  }
+  return ranks;
+}
+
+// Trees built in C++ (composites, autograd) are checked like parsed ones: every @eK names an
+// extra and gives one argument per axis.
+void check_extra_reads(const IndexExprPtr& e, const std::vector<int>& ranks, const char* op) {
+  if (e->kind == IxKind::Extra) {
+    if (e->value < 0 || e->value >= int64_t(ranks.size()) ||
+        int(e->args.size()) != ranks[size_t(e->value)])
+      throw IndexExprError(std::string(op) + ": " + ix_to_string(*e) + " does not match the " +
+                           std::to_string(ranks.size()) +
+                           " extras given; @eK needs K < the number of extras and one argument "
+                           "per axis of extras[K]");
+    for (const IndexExprPtr& a : e->args) check_extra_reads(a, ranks, op);
+    return;
+  }
+  for (const IndexExprPtr* c : {&e->a, &e->b, &e->c})
+    if (*c) check_extra_reads(*c, ranks, op);
+}
+
+std::vector<NodePtr> with_extras(NodePtr first, const std::vector<Var>& extras) {
+  std::vector<NodePtr> inputs{std::move(first)};
+  for (const Var& e : extras) inputs.push_back(e.node());
+  return inputs;
 }
 
 DType reduce_dtype(ReduceOp op, DType in) {
@@ -163,6 +203,13 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
                        "; sizes must be equal or 1)");
     out[k] = da == 1 ? db : da;
   }
+  return out;
+}
+
+std::vector<Var> extras_of(const Node& n) {
+  std::vector<Var> out;
+  if (n.kind == OpKind::Reindex || n.kind == OpKind::ReindexReduce)
+    for (size_t k = 1; k < n.inputs.size(); ++k) out.push_back(Var(n.inputs[k]));
   return out;
 }
 
@@ -378,7 +425,8 @@ Var broadcast_to(const Var& x, Shape shape, std::vector<int64_t> dims) {
 }
 
 Var reindex_tree(const Var& x, Shape shape, std::vector<IndexExprPtr> indexes,
-                 double overflow_value, std::vector<IndexExprPtr> overflow_conditions) {
+                 double overflow_value, std::vector<IndexExprPtr> overflow_conditions,
+                 const std::vector<Var>& extras) {
   need(x, "reindex");
   check_shape(shape, "reindex");
   if (int64_t(indexes.size()) != x.ndim())
@@ -387,7 +435,10 @@ Var reindex_tree(const Var& x, Shape shape, std::vector<IndexExprPtr> indexes,
                          "; expected " + std::to_string(x.ndim()) +
                          " (one per input axis), over the output indices i0..i" +
                          std::to_string(int64_t(shape.size()) - 1));
-  Var v = make(OpKind::Reindex, x.dtype(), std::move(shape), {x.node()});
+  const std::vector<int> ranks = check_extras(extras, "reindex");
+  for (const auto* list : {&indexes, &overflow_conditions})
+    for (const IndexExprPtr& e : *list) check_extra_reads(e, ranks, "reindex");
+  Var v = make(OpKind::Reindex, x.dtype(), std::move(shape), with_extras(x.node(), extras));
   v.node()->indexes = std::move(indexes);
   v.node()->conditions = std::move(overflow_conditions);
   v.node()->scalar = overflow_value;
@@ -395,18 +446,22 @@ Var reindex_tree(const Var& x, Shape shape, std::vector<IndexExprPtr> indexes,
 }
 
 Var reindex(const Var& x, Shape shape, std::vector<std::string> indexes, double overflow_value,
-            std::vector<std::string> overflow_conditions) {
+            std::vector<std::string> overflow_conditions, std::vector<Var> extras) {
   need(x, "reindex");
   check_shape(shape, "reindex");
   int nv = int(shape.size());
   if (int64_t(indexes.size()) != x.ndim())
-    return reindex_tree(x, shape, std::vector<IndexExprPtr>(indexes.size(), ix_const(0)), 0, {});
-  return reindex_tree(x, shape, parse_all(indexes, nv, false, "reindex", "indexes"), overflow_value,
-                      parse_all(overflow_conditions, nv, true, "reindex", "overflow_conditions"));
+    return reindex_tree(x, shape, std::vector<IndexExprPtr>(indexes.size(), ix_const(0)), 0, {},
+                        {});
+  const std::vector<int> ranks = check_extras(extras, "reindex");
+  return reindex_tree(
+      x, shape, parse_all(indexes, nv, false, "reindex", "indexes", ranks), overflow_value,
+      parse_all(overflow_conditions, nv, true, "reindex", "overflow_conditions", ranks), extras);
 }
 
 Var reindex_reduce_tree(const Var& y, ReduceOp op, Shape shape, std::vector<IndexExprPtr> indexes,
-                        std::vector<IndexExprPtr> overflow_conditions) {
+                        std::vector<IndexExprPtr> overflow_conditions,
+                        const std::vector<Var>& extras) {
   need(y, "reindex_reduce");
   check_shape(shape, "reindex_reduce");
   if (op == ReduceOp::Mean)
@@ -417,25 +472,31 @@ Var reindex_reduce_tree(const Var& y, ReduceOp op, Shape shape, std::vector<Inde
                          "; expected " + std::to_string(shape.size()) +
                          " (one per output axis), over the input indices i0..i" +
                          std::to_string(y.ndim() - 1));
+  const std::vector<int> ranks = check_extras(extras, "reindex_reduce");
+  for (const auto* list : {&indexes, &overflow_conditions})
+    for (const IndexExprPtr& e : *list) check_extra_reads(e, ranks, "reindex_reduce");
   DType dt = reduce_dtype(op, y.dtype());
   Var in = cast(y, dt);
-  Var v = make(OpKind::ReindexReduce, dt, std::move(shape), {in.node()}, int(op));
+  Var v =
+      make(OpKind::ReindexReduce, dt, std::move(shape), with_extras(in.node(), extras), int(op));
   v.node()->indexes = std::move(indexes);
   v.node()->conditions = std::move(overflow_conditions);
   return v;
 }
 
 Var reindex_reduce(const Var& y, ReduceOp op, Shape shape, std::vector<std::string> indexes,
-                   std::vector<std::string> overflow_conditions) {
+                   std::vector<std::string> overflow_conditions, std::vector<Var> extras) {
   need(y, "reindex_reduce");
   check_shape(shape, "reindex_reduce");
   int nv = int(y.ndim());
   if (indexes.size() != shape.size())
     return reindex_reduce_tree(y, op, shape, std::vector<IndexExprPtr>(indexes.size(), ix_const(0)),
-                               {});
+                               {}, {});
+  const std::vector<int> ranks = check_extras(extras, "reindex_reduce");
   return reindex_reduce_tree(
-      y, op, shape, parse_all(indexes, nv, false, "reindex_reduce", "indexes"),
-      parse_all(overflow_conditions, nv, true, "reindex_reduce", "overflow_conditions"));
+      y, op, shape, parse_all(indexes, nv, false, "reindex_reduce", "indexes", ranks),
+      parse_all(overflow_conditions, nv, true, "reindex_reduce", "overflow_conditions", ranks),
+      extras);
 }
 
 Var reduce(const Var& x, ReduceOp op, std::vector<int64_t> dims, bool keepdims) {

@@ -19,10 +19,15 @@ Var binary(BinaryOp op, double a, const Var& b);
 // (composite ops). They have their own names: as overloads of the string forms, a braced list
 // of two string literals also matched std::vector<IndexExprPtr>'s iterator-pair constructor,
 // and `reindex(x, {4, 4}, {"i0", "i1"}, 0.0, {"i0==0", "i1>=3"})` was ambiguous.
+// `extras` are the integer arrays the trees' Extra leaves (@eK) read.
 Var reindex_tree(const Var& x, Shape shape, std::vector<IndexExprPtr> indexes,
-                 double overflow_value, std::vector<IndexExprPtr> overflow_conditions);
+                 double overflow_value, std::vector<IndexExprPtr> overflow_conditions,
+                 const std::vector<Var>& extras = {});
 Var reindex_reduce_tree(const Var& y, ReduceOp op, Shape shape, std::vector<IndexExprPtr> indexes,
-                        std::vector<IndexExprPtr> overflow_conditions);
+                        std::vector<IndexExprPtr> overflow_conditions,
+                        const std::vector<Var>& extras = {});
+// The extras a Reindex/ReindexReduce node reads: its inputs after the first.
+std::vector<Var> extras_of(const Node& n);
 
 // stop_grad(x) (include/metajit/autograd.h): an identity cast that autograd does not
 // differentiate through; constant folding removes it from kernels. Composite ops below autograd

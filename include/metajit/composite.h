@@ -20,6 +20,26 @@ Var log_softmax(const Var& x, int64_t dim);
 Var argmax(const Var& x, int64_t dim);
 Var argmin(const Var& x, int64_t dim);
 
+// ---- data-dependent indexing (meta_ops/indexing.cc) ----
+// Built on reindex / reindex_reduce with extras; differentiable in x / src / weight (the index
+// arrays get no gradient). Indices are Int32 or Int64 and are not checked when the op is built
+// (that would read them): a position outside its axis reads 0 (gather, index_select,
+// embedding), is dropped (scatter_add), or gives a row of zeros (one_hot). Negative positions
+// are outside too.
+// out[i..] = x[i.. with axis dim replaced by index[i..]]; index has x's rank and
+// index.shape[d] <= x.shape[d] for d != dim; out has index's shape (torch.gather,
+// numpy.take_along_axis).
+Var gather(const Var& x, int64_t dim, const Var& index);
+// x plus src[i..] added at x[i.. with axis dim replaced by index[i..]] for every i.. of index;
+// colliding positions add up (torch.Tensor.scatter_add).
+Var scatter_add(const Var& x, int64_t dim, const Var& index, const Var& src);
+// x with axis dim replaced by the positions listed in 1-D index (torch.index_select).
+Var index_select(const Var& x, int64_t dim, const Var& index);
+// Rows of the table weight [V, D] for ids of any shape: ids.shape + [D].
+Var embedding(const Var& weight, const Var& ids);
+// ids.shape + [num_classes]: 1 at the id's class, 0 elsewhere.
+Var one_hot(const Var& ids, int64_t num_classes, DType dtype = DType::Float32);
+
 // ---- losses (meta_ops/losses.cc) ----
 // Mean over N of -log_softmax(logits)[n, labels[n]]: logits [N, C] float, labels [N] Int32 or
 // Int64 class ids (the one-hot mask is an index comparison, as Jittor builds it). A label

@@ -95,10 +95,17 @@ Var logical_not(const Var& x);
 
 // ---- meta-ops ----
 Var broadcast_to(const Var& x, Shape shape, std::vector<int64_t> dims = {});
+// reindex: out[i...] = x[indexes(i...)], or overflow_value where an index falls outside x or
+// an overflow condition holds. reindex_reduce: out = identity of `op`, then for every element
+// of y, out[indexes(i...)] = op(out[...], y[i...]), skipping out-of-range targets and elements
+// whose condition holds. `extras` are Int32/Int64 arrays whose values the expressions may read:
+// "@eK(a, b)" is element (a, b) of extras[K], one argument per axis. An @e read outside its
+// array counts as out of range (overflow_value / skipped); memory outside an array is never
+// read. Keys depend on the extras' count, dtypes and ranks, never on their values or shapes.
 Var reindex(const Var& x, Shape shape, std::vector<std::string> indexes, double overflow_value = 0,
-            std::vector<std::string> overflow_conditions = {});
+            std::vector<std::string> overflow_conditions = {}, std::vector<Var> extras = {});
 Var reindex_reduce(const Var& y, ReduceOp op, Shape shape, std::vector<std::string> indexes,
-                   std::vector<std::string> overflow_conditions = {});
+                   std::vector<std::string> overflow_conditions = {}, std::vector<Var> extras = {});
 Var reduce(const Var& x, ReduceOp op, std::vector<int64_t> dims = {}, bool keepdims = false);
 Var sum(const Var& x, std::vector<int64_t> dims = {}, bool keepdims = false);
 Var mean(const Var& x, std::vector<int64_t> dims = {}, bool keepdims = false);

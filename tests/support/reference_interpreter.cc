@@ -356,6 +356,7 @@ void check_expr(const Node& n, const IndexExprPtr& e, size_t num_vars, const cha
                 std::to_string(num_vars) + " indices exist");
   for (const IndexExprPtr& c : {e->a, e->b, e->c})
     if (c) check_expr(n, c, num_vars, what);
+  for (const IndexExprPtr& c : e->args) check_expr(n, c, num_vars, what);
 }
 
 void check_same_shape(const Node& n, const HostTensor& in) {
@@ -529,7 +530,46 @@ HostTensor eval_broadcast(const Node& n, const HostTensor& in) {
   return out;
 }
 
-HostTensor eval_reindex(const Node& n, const HostTensor& in) {
+// The extras of a Reindex/ReindexReduce node (its inputs after the first), read by @eK.
+class HostExtras : public IxExtras {
+ public:
+  HostExtras(const Node& n, const std::vector<const HostTensor*>& in) : n_(n) {
+    for (size_t k = 1; k < in.size(); ++k) {
+      if (in[k]->dtype != DType::Int32 && in[k]->dtype != DType::Int64)
+        fail(n, "extras[" + std::to_string(k - 1) + "] is " + dtype_name(in[k]->dtype));
+      extras_.push_back(in[k]);
+    }
+  }
+  size_t size() const { return extras_.size(); }
+  const Shape& extra_shape(int64_t k) const override { return at(k).shape; }
+  int64_t extra_value(int64_t k, const int64_t* idx) const override {
+    const HostTensor& t = at(k);
+    int64_t off = 0;
+    for (size_t a = 0; a < t.shape.size(); ++a) off = off * t.shape[a] + idx[a];
+    if (t.dtype == DType::Int32) return elems<int32_t>(t)[off];
+    return elems<int64_t>(t)[off];
+  }
+
+ private:
+  const HostTensor& at(int64_t k) const {
+    if (k < 0 || size_t(k) >= extras_.size())
+      fail(n_, "@e" + std::to_string(k) + " with " + std::to_string(extras_.size()) + " extras");
+    return *extras_[size_t(k)];
+  }
+  const Node& n_;
+  std::vector<const HostTensor*> extras_;
+};
+
+// Every @e read of the node's expressions, at `idx`, is inside its extra.
+bool extra_reads_in_range(const Node& n, const int64_t* idx, const HostExtras& extras) {
+  if (extras.size() == 0) return true;
+  for (const auto* list : {&n.indexes, &n.conditions})
+    for (const IndexExprPtr& e : *list)
+      if (!ix_extra_reads_in_range(*e, idx, nullptr, extras)) return false;
+  return true;
+}
+
+HostTensor eval_reindex(const Node& n, const HostTensor& in, const HostExtras& extras) {
   const size_t nx = in.shape.size(), nd = n.shape.size();
   if (n.indexes.size() != nx)
     fail(n, std::to_string(n.indexes.size()) + " indexes for input " + shape_str(in.shape));
@@ -546,22 +586,22 @@ HostTensor eval_reindex(const Node& n, const HostTensor& in) {
     T* dst = elems<T>(out);
     std::vector<int64_t> idx(nd, 0);
     for (int64_t i = 0; i < count(out); ++i, next_index(idx, n.shape)) {
-      bool inside = true;
+      bool inside = extra_reads_in_range(n, idx.data(), extras);
       int64_t off = 0;
       for (size_t k = 0; k < nx && inside; ++k) {
-        const int64_t v = ix_eval(*n.indexes[k], idx.data());
+        const int64_t v = ix_eval(*n.indexes[k], idx.data(), nullptr, &extras);
         inside = v >= 0 && v < x.shape[k];
         off += v * x_strides[k];
       }
       for (size_t c = 0; c < n.conditions.size() && inside; ++c)
-        inside = ix_eval(*n.conditions[c], idx.data()) == 0;
+        inside = ix_eval(*n.conditions[c], idx.data(), nullptr, &extras) == 0;
       dst[i] = inside ? src[off] : overflow;
     }
   });
   return out;
 }
 
-HostTensor eval_reindex_reduce(const Node& n, const HostTensor& in) {
+HostTensor eval_reindex_reduce(const Node& n, const HostTensor& in, const HostExtras& extras) {
   const size_t ny = in.shape.size(), nd = n.shape.size();
   if (n.indexes.size() != nd)
     fail(n, std::to_string(n.indexes.size()) + " indexes for output " + shape_str(n.shape));
@@ -581,15 +621,15 @@ HostTensor eval_reindex_reduce(const Node& n, const HostTensor& in) {
     // Sequential, in row-major order of y: the order of accumulation into each target.
     std::vector<int64_t> idx(ny, 0);
     for (int64_t i = 0; i < count(y); ++i, next_index(idx, y.shape)) {
-      bool inside = true;
+      bool inside = extra_reads_in_range(n, idx.data(), extras);
       int64_t off = 0;
       for (size_t k = 0; k < nd && inside; ++k) {
-        const int64_t t = ix_eval(*n.indexes[k], idx.data());
+        const int64_t t = ix_eval(*n.indexes[k], idx.data(), nullptr, &extras);
         inside = t >= 0 && t < n.shape[k];
         off += t * out_strides[k];
       }
       for (size_t c = 0; c < n.conditions.size() && inside; ++c)
-        inside = ix_eval(*n.conditions[c], idx.data()) == 0;
+        inside = ix_eval(*n.conditions[c], idx.data(), nullptr, &extras) == 0;
       if (inside) dst[off] = reduce_combine(op, dst[off], src[i]);
     }
   });
@@ -659,7 +699,8 @@ HostTensor eval_reduce(const Node& n, const HostTensor& in) {
 }
 
 HostTensor eval_node(const Node& n, const std::vector<const HostTensor*>& in) {
-  if (in.size() != expected_inputs(n.kind))
+  const bool reads_extras = n.kind == OpKind::Reindex || n.kind == OpKind::ReindexReduce;
+  if (reads_extras ? in.size() < 1 : in.size() != expected_inputs(n.kind))
     fail(n, std::to_string(in.size()) + " inputs; expected " +
                 std::to_string(expected_inputs(n.kind)));
   switch (n.kind) {
@@ -680,9 +721,9 @@ HostTensor eval_node(const Node& n, const std::vector<const HostTensor*>& in) {
     case OpKind::BroadcastTo:
       return eval_broadcast(n, *in[0]);
     case OpKind::Reindex:
-      return eval_reindex(n, *in[0]);
+      return eval_reindex(n, *in[0], HostExtras(n, in));
     case OpKind::ReindexReduce:
-      return eval_reindex_reduce(n, *in[0]);
+      return eval_reindex_reduce(n, *in[0], HostExtras(n, in));
     case OpKind::Reduce:
       return eval_reduce(n, *in[0]);
   }
