@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "bench/buffer.h"
 #include "bench/timing.h"
@@ -29,6 +30,11 @@ Impl loops_selu(const Buffer& x);
 Impl loops_row_sums(const Mat& x);
 Impl loops_col_sums(const Mat& x);
 Impl loops_softmax(const Mat& x);  // 3 passes: row max, exp and row sum, divide
+// table[ids[i], :] += g[i, :] for each row i in order, one thread (colliding ids), into a
+// zeroed [rows, d] table.
+Impl loops_scatter_rows(const Buffer& g, std::vector<int64_t> ids, int64_t rows, int64_t d);
+// out[i, j] = x[i, index[i, j]], OpenMP over rows.
+Impl loops_gather_rows(const Buffer& x, std::vector<int64_t> index, int64_t rows, int64_t cols);
 
 // --- Eigen 3 (array expressions; OpenMP blocks around them, Eigen's own threads for GEMM) ---
 Impl eigen_selu(const Buffer& x);

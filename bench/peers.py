@@ -47,13 +47,18 @@ MATMUL_GB = MATMUL + " grad b"
 CONV_GX = CONV + " grad input"
 CONV_GW = CONV + " grad weight"
 
+# Data-dependent indexing (the extras issue): embedding's backward (a scatter-add of the [65536,
+# 64] gradient into the [4096, 64] table, colliding ids add up) and gather along the last axis.
+EMB_BWD = "embedding backward 65536x64 -> 4096x64"
+GATHER = "gather dim 1 4096x1024"
+
 FLOPS = {MATMUL: 2.0 * 1024**3, CONV: 2.0 * 8 * 64 * 56 * 56 * 64 * 3 * 3,
          MATMUL_GA: 2.0 * 1024**3, MATMUL_GB: 2.0 * 1024**3,
          CONV_GX: 2.0 * 8 * 64 * 56 * 56 * 64 * 3 * 3, CONV_GW: 2.0 * 8 * 64 * 56 * 56 * 64 * 3 * 3,
          CONV_STEM: 2.0 * 64 * 112 * 112 * 3 * 7 * 7, CONV_1X1: 2.0 * 8 * 64 * 56 * 56 * 256}
 TOLERANCE = {SELU: 1e-3, ROW_SUMS: 2e-3, COL_SUMS: 2e-3, SOFTMAX: 1e-3, MATMUL: 1e-3, CONV: 1e-3,
              CONV_STEM: 1e-3, CONV_1X1: 1e-3, MATMUL_GA: 1e-3, MATMUL_GB: 1e-3, CONV_GX: 1e-3,
-             CONV_GW: 1e-3}
+             CONV_GW: 1e-3, EMB_BWD: 1e-4, GATHER: 0.0}
 
 
 def make_inputs(np):
@@ -81,11 +86,22 @@ def make_inputs(np):
         CONV_GW: (rng.standard_normal((8, 64, 56, 56), dtype=f32),
                   rng.standard_normal((64, 64, 3, 3), dtype=f32),
                   rng.standard_normal((8, 64, 56, 56), dtype=f32)),
+        # (g, ids) and (x, index)
+        EMB_BWD: (rng.standard_normal((65536, 64), dtype=f32),
+                  rng.integers(0, 4096, 65536, dtype=np.int64)),
+        GATHER: (rng.standard_normal((4096, 1024), dtype=f32),
+                 rng.integers(0, 1024, (4096, 1024), dtype=np.int64)),
     }
 
 
 def reference(np, name, args):
     """float64 results every framework is checked against."""
+    if name == EMB_BWD:
+        out = np.zeros((4096, 64))
+        np.add.at(out, args[1], args[0].astype(np.float64))
+        return out
+    if name == GATHER:
+        return np.take_along_axis(args[0].astype(np.float64), args[1], axis=1)
     a = [x.astype(np.float64) for x in args]
     if name == SELU:
         x = a[0]
@@ -147,6 +163,11 @@ def numpy_impls(np, inputs):
         e = np.exp(v - v.max(axis=1, keepdims=True))
         return e / e.sum(axis=1, keepdims=True)
 
+    def emb_bwd(g, ids):
+        out = np.zeros((4096, 64), dtype=g.dtype)
+        np.add.at(out, ids, g)
+        return out
+
     fns = {
         SELU: lambda: 1.05 * np.where(x > 0, x, 1.67 * np.exp(x) - 1.67),
         ROW_SUMS: lambda: r.sum(axis=1),
@@ -154,6 +175,8 @@ def numpy_impls(np, inputs):
         SOFTMAX: lambda: softmax(s),
         MATMUL: lambda: a @ b,
         CONV: lambda: numpy_conv(np, cx, cw),
+        EMB_BWD: lambda: emb_bwd(*inputs[EMB_BWD]),
+        GATHER: lambda: np.take_along_axis(*inputs[GATHER], axis=1),
     }
     return {"numpy": {k: (f, f) for k, f in fns.items()}}
 
@@ -182,6 +205,10 @@ def torch_impls(np, inputs):
                   t[CONV_GX]),
         CONV_GW: (lambda x, w, g: torch.nn.grad.conv2d_weight(x, w.shape, g, padding=1),
                   t[CONV_GW]),
+        # what autograd calls for F.embedding's backward (dense, no padding_idx)
+        EMB_BWD: (lambda g, ids: torch.ops.aten.embedding_dense_backward(g, ids, 4096, -1, False),
+                  t[EMB_BWD]),
+        GATHER: (lambda x, i: torch.gather(x, 1, i), t[GATHER]),
     }
     out = {}
     eager = {}
@@ -223,6 +250,8 @@ def jax_impls(np, inputs):
         CONV: conv,
         CONV_STEM: conv_with(*CONV_ARGS[CONV_STEM]),
         CONV_1X1: conv_with(*CONV_ARGS[CONV_1X1]),
+        EMB_BWD: lambda g, ids: jnp.zeros((4096, 64), g.dtype).at[ids].add(g),
+        GATHER: lambda x, i: jnp.take_along_axis(x, i, axis=1),
     }
     impls = {}
     for k, f in fns.items():
@@ -462,7 +491,9 @@ def main():
                           SOFTMAX: ("PyTorch eager", "metajit faster", 1.0),
                           MATMUL: ("PyTorch eager", "(reported)", None),
                           CONV_GX: ("PyTorch eager", "(reported)", None),
-                          CONV_GW: ("PyTorch eager", "(reported)", None)}
+                          CONV_GW: ("PyTorch eager", "(reported)", None),
+                          EMB_BWD: ("PyTorch eager", "(reported)", None),
+                          GATHER: ("PyTorch eager", "(reported)", None)}
                 if name in judged and impl.startswith(judged[name][0]) and base.get("seconds"):
                     row["target"] = judged[name][1]
                     row["measured"] = "metajit at %.0f%% of its speed" % (100 * s / base["seconds"])

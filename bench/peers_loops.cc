@@ -117,4 +117,39 @@ Impl loops_softmax(const Mat& x) {
   return im;
 }
 
+Impl loops_scatter_rows(const Buffer& g, std::vector<int64_t> ids, int64_t rows, int64_t d) {
+  Buffer out(rows * d);
+  Impl im;
+  im.name = "hand loop, sequential";
+  im.run = [=] {
+    float* o = out.data();
+    const float* src = g.data();
+    std::fill(o, o + rows * d, 0.0f);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      float* row = o + ids[i] * d;
+      const float* from = src + int64_t(i) * d;
+#pragma omp simd
+      for (int64_t j = 0; j < d; ++j) row[j] += from[j];
+    }
+  };
+  im.result = [out] { return out.to_vector(); };
+  return im;
+}
+
+Impl loops_gather_rows(const Buffer& x, std::vector<int64_t> index, int64_t rows, int64_t cols) {
+  Buffer out(rows * cols);
+  Impl im;
+  im.name = "hand loops";
+  im.run = [=] {
+    float* o = out.data();
+    const float* a = x.data();
+    const int64_t* ix = index.data();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) o[i * cols + j] = a[i * cols + ix[i * cols + j]];
+  };
+  im.result = [out] { return out.to_vector(); };
+  return im;
+}
+
 }  // namespace bench

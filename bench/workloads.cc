@@ -382,6 +382,55 @@ Workload conv2d_grad(const std::string& name, const ConvShape& s, bool of_input)
   return w;
 }
 
+// Data-dependent indexing (extras issue). Row ids are random in [0, rows) (seeded), as int64
+// (what PyTorch's embedding and gather take).
+std::vector<int64_t> random_ids(int64_t n, int64_t range, uint64_t seed) {
+  std::vector<int64_t> ids(static_cast<size_t>(n), 0);
+  uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;
+  for (auto& id : ids) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    id = int64_t(s % uint64_t(range));
+  }
+  return ids;
+}
+
+// Embedding's backward: the gradient of a [n, d] lookup scattered into the [rows, d] table
+// (colliding ids add up), as grad() builds it: one reindex_reduce with the ids as extra.
+// Peers: PyTorch's embedding_dense_backward, JAX's .at[ids].add (bench/peers.py) and a
+// sequential loop.
+Workload embedding_backward(const std::string& name, int64_t n, int64_t rows, int64_t d) {
+  Input g = make_input({n, d}, 21), table = make_input({rows, d}, 22);
+  const std::vector<int64_t> host_ids = random_ids(n, rows, 23);
+  Var ids = metajit::array(host_ids, {n});
+  metajit::eval({ids});
+  const Var gv = g.var, wv = table.var;
+  Workload w;
+  w.name = name;
+  w.impls = {metajit_impl([gv, wv, ids] {
+    return metajit::grad(metajit::sum(metajit::embedding(wv, ids) * gv), {wv})[0];
+  })};
+  w.impls.push_back(loops_scatter_rows(g.host, host_ids, rows, d));
+  w.compulsory_bytes = double(n * d + rows * d) * sizeof(float) + double(n) * sizeof(int64_t);
+  w.floor_elems = n * d;
+  return w;
+}
+
+// torch.gather along the last axis: out[i, j] = x[i, index[i, j]].
+Workload gather_rows(const std::string& name, int64_t rows, int64_t cols) {
+  Input xin = make_input({rows, cols}, 24);
+  const std::vector<int64_t> host_index = random_ids(rows * cols, cols, 25);
+  Var index = metajit::array(host_index, {rows, cols});
+  metajit::eval({index});
+  const Var xv = xin.var;
+  Workload w;
+  w.name = name;
+  w.impls = {metajit_impl([xv, index] { return metajit::gather(xv, 1, index); })};
+  w.impls.push_back(loops_gather_rows(xin.host, host_index, rows, cols));
+  w.compulsory_bytes = double(rows * cols) * (2 * sizeof(float) + sizeof(int64_t));
+  w.floor_elems = rows * cols;
+  return w;
+}
+
 // Each gradient's GFLOP/s against its forward's in the same run (autograd issue: matmul's
 // gradients >= 80% of the forward's, conv2d's >= 50%).
 void judge_gradients(Report& report) {
@@ -516,6 +565,13 @@ void run_throughput(Report& report, const Options& opt) {
        [] {
          return conv2d("conv2d 1x1 8x256x56x56 * 64x1x1", {8, 256, 56, 56, 64, 1, 1, 1, 0}, false);
        }},
+      // Data-dependent indexing (bench/README.md "Indexing"): against PyTorch and JAX in
+      // bench/peers.py.
+      {"embedding backward 65536x64 -> 4096x64",
+       [] {
+         return embedding_backward("embedding backward 65536x64 -> 4096x64", 65536, 4096, 64);
+       }},
+      {"gather dim 1 4096x1024", [] { return gather_rows("gather dim 1 4096x1024", 4096, 1024); }},
       // Training (bench/README.md "Training"): against PyTorch eager, torch.compile and JAX in
       // bench/peers.py.
       {"train digits MLP 64-64-10 b64 adam",

@@ -90,7 +90,52 @@ void extra_ranks_in(const KBlock& b, const KernelIR& ir, std::set<int>& ranks) {
   }
 }
 
+bool vars_within(const IndexExpr* e, const std::set<int>& outer) {
+  if (!e) return true;
+  if (e->kind == IxKind::Var && !outer.count(int(e->value))) return false;
+  for (const IndexExprPtr& a : e->args)
+    if (!vars_within(a.get(), outer)) return false;
+  return vars_within(e->a.get(), outer) && vars_within(e->b.get(), outer) &&
+         vars_within(e->c.get(), outer);
+}
+
+// The outermost Extra subtrees of `e` that read only `outer` variables, in evaluation order
+// (a read's arguments before it).
+void invariant_extras(const IndexExpr* e, const std::set<int>& outer,
+                      std::vector<const IndexExpr*>& out) {
+  if (!e) return;
+  if (e->kind == IxKind::Extra && vars_within(e, outer)) {
+    out.push_back(e);
+    return;
+  }
+  for (const IndexExprPtr& a : e->args) invariant_extras(a.get(), outer, out);
+  for (const IndexExpr* c : {e->a.get(), e->b.get(), e->c.get()}) invariant_extras(c, outer, out);
+}
+
+void invariant_extras(const KBlock& b, const std::set<int>& outer,
+                      std::vector<const IndexExpr*>& out) {
+  for (const KStmt& st : b.stmts) {
+    for (const IndexExprPtr& e : st.index) invariant_extras(e.get(), outer, out);
+    invariant_extras(st.cond.get(), outer, out);
+    if (st.body) invariant_extras(*st.body, outer, out);
+  }
+}
+
 }  // namespace
+
+void CFamilyEmitter::hoist_extra_reads(const KBlock& b, const std::vector<IndexExprPtr>& more,
+                                       const std::set<int>& outer, int depth) {
+  std::vector<const IndexExpr*> reads;
+  invariant_extras(b, outer, reads);
+  for (const IndexExprPtr& e : more) invariant_extras(e.get(), outer, reads);
+  for (const IndexExpr* e : reads) {
+    const std::string key = ix_to_string(*e);
+    if (hoisted_extras_.count(key)) continue;
+    const std::string name = "mj_x" + std::to_string(next_hoisted_extra_++);
+    line(depth, "const i64 " + name + " = " + ix(*e) + ";");
+    hoisted_extras_[key] = name;
+  }
+}
 
 std::string CFamilyEmitter::extra_readers(const std::string& qualifier) const {
   std::set<int> ranks;
@@ -169,6 +214,9 @@ std::string CFamilyEmitter::ix(const IndexExpr& e) const {
     case IxKind::Select:
       return "(" + ix(*e.a) + " ? " + ix(*e.b) + " : " + ix(*e.c) + ")";
     case IxKind::Extra: {
+      if (!hoisted_extras_.empty())
+        if (auto it = hoisted_extras_.find(ix_to_string(e)); it != hoisted_extras_.end())
+          return it->second;
       const KBuffer& b = ir_.inputs.at(size_t(e.value));
       std::string s = "mj_read" + std::to_string(b.dims.size()) + "(in" + std::to_string(e.value);
       for (const IndexExprPtr& d : b.dims) s += ", " + ix(*d);

@@ -33,6 +33,15 @@ class CFamilyEmitter {
   // division and modulo by anything but a non-zero constant go through mj_div/mj_mod (never
   // trap); an extra read goes through mj_read<r> (never out of bounds).
   std::string ix(const IndexExpr& e) const;
+
+  // Extra reads in `b` (and in `more`) whose loop variables are all in `outer`, computed once
+  // into i64 locals at `depth`, before the loop about to open: a gather's row id is then read
+  // once per row, not once per SIMD lane (where the vectoriser turned every access of the row
+  // into a gather instruction, measured). ix() prints those reads as their local until
+  // forget_hoisted_extras().
+  void hoist_extra_reads(const KBlock& b, const std::vector<IndexExprPtr>& more,
+                         const std::set<int>& outer, int depth);
+  void forget_hoisted_extras() { hoisted_extras_.clear(); }
   static std::string v(int id) { return "v" + std::to_string(id); }
   // float32 sums and products accumulate in double (see the emitters' headers).
   static DType acc_dtype(ReduceOp op, DType t);
@@ -85,6 +94,8 @@ class CFamilyEmitter {
   // are read from `S` where used.
   std::set<std::pair<int, DType>> scalar_locals_;
   std::map<int, DType> dtypes_;  // value id -> dtype of the values emitted so far
+  std::map<std::string, std::string> hoisted_extras_;  // ix_to_string(read) -> its local
+  int next_hoisted_extra_ = 0;
 };
 
 }  // namespace metajit

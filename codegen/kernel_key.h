@@ -9,7 +9,8 @@
 namespace metajit {
 
 // Bump when the emitted source for the same IR changes.
-inline constexpr const char* kCodegenVersion = "cpp-16";  // 16: narrow contraction tile for few columns
+// 17: scatters split an independent target loop between threads
+inline constexpr const char* kCodegenVersion = "cpp-17";
 
 class KernelKeyBuilder {
  public:

@@ -218,18 +218,23 @@ TEST_CASE("SELU's exp is vectorised on every width that has vector variants", "[
 // kCodegenVersion in codegen/kernel_key.h and record the new pair here.
 TEST_CASE("the C++ emitter's output is pinned to the codegen version", "[targets]") {
   ScopedEnv fused("METAJIT_OPT_LEVEL", "1"), generic("METAJIT_SPECIALIZE_SHAPES", "0");
-  const char* kRecordedVersion = "cpp-16";
-  const char* kRecordedDigest = "f0db73cc6b79807009eddeeb7c90644e";
+  const char* kRecordedVersion = "cpp-17";
+  const char* kRecordedDigest = "81239fd0508509faabbfbd8a9aefa807";
   Var a = rand({5, 7}, 1), b = rand({7, 3}, 2), x = rand({2, 3, 9, 9}, 3),
       w = rand({4, 3, 3, 3}, 4);
-  eval({a, b, x, w});
+  Var ids = array(std::vector<int32_t>{4, 0, 2, 4}, {4}), rows = rand({4, 7}, 5),
+      cols = array(std::vector<int64_t>{6, 0, 1, 2, 3, 4, 5, 6, 0, 1}, {5, 2});
+  eval({a, b, x, w, ids, rows, cols});
   const std::vector<Var> graphs = {
       relu(matmul(a, b) + 0.5), conv2d(x, w, 1, 1), softmax(a, 1), sum(a, {0}), sum(a, {1}),
       1.05 * where(a > 0.0, a, 1.67 * exp(a) - 1.67), max_pool2d(x, 2, 2, 1),
       // integer arithmetic (wrapping, docs/design.md §3) and sums
       sum(-cast(a * 100.0, DType::Int32) * 3.0, {1}),
       // conv2d's two gradients: a transposed convolution (gather) and columns over 3 loops
-      grad(sum(conv2d(x, w, 1, 1)), {x})[0], grad(sum(conv2d(x, w, 1, 1)), {w})[0]};
+      grad(sum(conv2d(x, w, 1, 1)), {x})[0], grad(sum(conv2d(x, w, 1, 1)), {w})[0],
+      // scatters (sequential, and split by an independent target loop) and extras reads
+      reindex_reduce(a, ReduceOp::Add, {3}, {"i0 % 3"}), embedding(a, ids) * 2.0,
+      grad(sum(embedding(a, ids) * rows), {a})[0], gather(a, 1, cols)};
   std::string all;
   for (const Var& g : graphs) {
     PipelinePlan p = build_pipeline({g.node()});
