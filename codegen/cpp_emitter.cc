@@ -443,7 +443,8 @@ class CppEmitter : public CFamilyEmitter {
       const KLoop& l = ir.loops[size_t(lv)];
       const std::string i = "i" + std::to_string(l.var);
       const bool innermost = lv == k - 1;
-      if (innermost) {
+      // Not between a parallel pragma and the loops it takes (the loop itself, or collapsed).
+      if (innermost && lv >= collapse) {
         std::set<int> outer;
         for (int o = 0; o < lv; ++o) outer.insert(ir.loops[size_t(o)].var);
         hoist_extra_reads(ir.body, {}, outer, d);

@@ -29,13 +29,12 @@ class Lowerer {
       ir.body.result = value(src, idx, ir.body);
       IndexExprPtr valid = ix_const(1);
       for (size_t k = 0; k < root.indexes.size(); ++k) {
-        IndexExprPtr t = extra_reads(group_.root, ix_substitute(root.indexes[k], idx), valid);
+        IndexExprPtr t = extra_reads(group_.root, root.indexes[k], idx, valid);
         ir.target.push_back(t);
         valid = conj(valid, in_range(t, dim(group_.root, int(k))));
       }
       for (const auto& c : root.conditions)
-        valid = conj(valid,
-                     ix_unary(IxKind::Not, extra_reads(group_.root, ix_substitute(c, idx), valid)));
+        valid = conj(valid, ix_unary(IxKind::Not, extra_reads(group_.root, c, idx, valid)));
       ir.target_valid = valid;
     } else {
       ir.kind = KernelKind::Map;
@@ -65,12 +64,18 @@ class Lowerer {
   // range (overflow value or skipped). A 0-d constant extra becomes an int64 parameter, so
   // that its value stays out of the key. The reads themselves never leave their buffer
   // (codegen/c_family_emitter.cc, extra_readers()).
-  IndexExprPtr extra_reads(int node, const IndexExprPtr& e, IndexExprPtr& valid) {
-    if (!ix_reads_extras(*e)) return e;
+  // `own` is the expression as the node holds it and `idx` its variables' values here: the
+  // bounds test is built before substituting, because substitution folds (0 * @e0(i) is 0)
+  // and a read folded away must still be in bounds (docs/design.md §3).
+  IndexExprPtr extra_reads(int node, const IndexExprPtr& own, const std::vector<IndexExprPtr>& idx,
+                           IndexExprPtr& valid) {
+    IndexExprPtr e = ix_substitute(own, idx);
+    if (!ix_reads_extras(*own)) return e;
     const GNode& n = g_.nodes[node];
     auto extra_node = [&](int64_t k) { return n.inputs.at(size_t(k) + 1); };
-    IndexExprPtr in_bounds =
-        ix_extra_reads_valid(e, [&](int64_t k, int axis) { return dim(extra_node(k), axis); });
+    IndexExprPtr in_bounds = ix_substitute(
+        ix_extra_reads_valid(own, [&](int64_t k, int axis) { return dim(extra_node(k), axis); }),
+        idx);
     valid = conj(valid, lower_extras(in_bounds, extra_node));
     return lower_extras(e, extra_node);
   }
@@ -217,11 +222,11 @@ class Lowerer {
     std::vector<IndexExprPtr> in_idx;
     IndexExprPtr cond = ix_const(1);
     for (size_t k = 0; k < n.indexes.size(); ++k) {
-      in_idx.push_back(extra_reads(node, ix_substitute(n.indexes[k], idx), cond));
+      in_idx.push_back(extra_reads(node, n.indexes[k], idx, cond));
       cond = conj(cond, in_range(in_idx.back(), dim(src, int(k))));
     }
     for (const auto& c : n.conditions)
-      cond = conj(cond, ix_unary(IxKind::Not, extra_reads(node, ix_substitute(c, idx), cond)));
+      cond = conj(cond, ix_unary(IxKind::Not, extra_reads(node, c, idx, cond)));
     if (ix_is_const(cond, 1)) {
       int id = value(src, in_idx, blk);
       scopes_.back()[key] = id;
