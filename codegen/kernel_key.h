@@ -9,8 +9,8 @@
 namespace metajit {
 
 // Bump when the emitted source for the same IR changes.
-// 17: scatters split an independent target loop between threads
-inline constexpr const char* kCodegenVersion = "cpp-17";
+// 17: scatters split an independent target loop between threads; 18: speculative gather loads
+inline constexpr const char* kCodegenVersion = "cpp-18";
 
 class KernelKeyBuilder {
  public:
