@@ -33,8 +33,11 @@ class Lowerer {
         ir.target.push_back(t);
         valid = conj(valid, in_range(t, dim(group_.root, int(k))));
       }
-      for (const auto& c : root.conditions)
-        valid = conj(valid, ix_unary(IxKind::Not, extra_reads(group_.root, c, idx, valid)));
+      for (const auto& c : root.conditions) {
+        // Two statements: extra_reads() adds to `valid`, which conj() must read afterwards.
+        IndexExprPtr holds = extra_reads(group_.root, c, idx, valid);
+        valid = conj(valid, ix_unary(IxKind::Not, holds));
+      }
       ir.target_valid = valid;
     } else {
       ir.kind = KernelKind::Map;
@@ -69,15 +72,15 @@ class Lowerer {
   // and a read folded away must still be in bounds (docs/design.md §3).
   IndexExprPtr extra_reads(int node, const IndexExprPtr& own, const std::vector<IndexExprPtr>& idx,
                            IndexExprPtr& valid) {
-    IndexExprPtr e = ix_substitute(own, idx);
-    if (!ix_reads_extras(*own)) return e;
+    if (!ix_reads_extras(*own)) return ix_substitute(own, idx);
     const GNode& n = g_.nodes[node];
     auto extra_node = [&](int64_t k) { return n.inputs.at(size_t(k) + 1); };
-    IndexExprPtr in_bounds = ix_substitute(
-        ix_extra_reads_valid(own, [&](int64_t k, int axis) { return dim(extra_node(k), axis); }),
-        idx);
-    valid = conj(valid, lower_extras(in_bounds, extra_node));
-    return lower_extras(e, extra_node);
+    // The node's own reads become buffer reads before `idx` is substituted: `idx` may hold a
+    // consumer's reads (already buffer reads), which must not be taken for this node's @eK.
+    IndexExprPtr in_bounds =
+        ix_extra_reads_valid(own, [&](int64_t k, int axis) { return dim(extra_node(k), axis); });
+    valid = conj(valid, ix_substitute(lower_extras(in_bounds, extra_node), idx));
+    return ix_substitute(lower_extras(own, extra_node), idx);
   }
   IndexExprPtr lower_extras(const IndexExprPtr& e, const std::function<int(int64_t)>& extra_node) {
     if (!ix_reads_extras(*e)) return e;
@@ -225,8 +228,10 @@ class Lowerer {
       in_idx.push_back(extra_reads(node, n.indexes[k], idx, cond));
       cond = conj(cond, in_range(in_idx.back(), dim(src, int(k))));
     }
-    for (const auto& c : n.conditions)
-      cond = conj(cond, ix_unary(IxKind::Not, extra_reads(node, c, idx, cond)));
+    for (const auto& c : n.conditions) {
+      IndexExprPtr holds = extra_reads(node, c, idx, cond);  // adds to cond: sequenced first
+      cond = conj(cond, ix_unary(IxKind::Not, holds));
+    }
     if (ix_is_const(cond, 1)) {
       int id = value(src, in_idx, blk);
       scopes_.back()[key] = id;

@@ -18,7 +18,6 @@
 #include "codegen/pipeline.h"
 #include "runtime/cuda_toolchain.h"
 #include "runtime/kernel_library.h"
-#include "codegen/pipeline.h"
 #include "support/files.h"
 #include "support/processes.h"
 #include "support/scoped_env.h"
@@ -197,6 +196,78 @@ TEST_CASE("backward kernels of softmax, matmul, conv2d and a reindex_reduce max 
       CHECK(keys_of(hs) == planned_keys);  // plan(vars, CUDA) names the kernels compiled here
       for (size_t i = 0; i < hs.size(); ++i) {
         INFO(what << ", kernel " << i << " (" << hs[i].key << ")");
+        CHECK(hs[i].fn != nullptr);  // nvcc compiled it and the object loaded
+        const nlohmann::json meta = store.read_meta(hs[i].key);
+        CHECK(meta["backend"] == "cuda");
+        CHECK(meta["target"] == tc.arch);
+      }
+    }
+  }
+}
+
+// Data-dependent indexing (extras): every read of an index array goes through the bounds-checked
+// mj_read<r> reader, and scatter_add's colliding targets are combined atomically (several
+// threads add into one element), never by a plain read-modify-write.
+TEST_CASE("gather, embedding, scatter_add, index_select and one_hot compile with nvcc",
+          "[cuda][nvcc][extras]") {
+  const CudaToolchain& tc = cuda_toolchain();
+  REQUIRE_FALSE(tc.emulated);
+  CacheStore store(config().cache_dir);
+  Var x = rand({6, 5}, 11), w = rand({10, 4}, 12), xd = cast(x, DType::Float64);
+  Var xi = cast(x * 100.0, DType::Int32), xl = cast(x * 100.0, DType::Int64);
+  // Far and colliding positions: every row of index hits row 1 or 2 of x, or none.
+  Var idx = array(std::vector<int64_t>{1, 2, 1, -1, 1, 9, 2, 1, 1, 2}, {2, 5});
+  Var idx32 = array(std::vector<int32_t>{3, 0, 3, 3, -5, 2147483647, 0, 3}, {8});
+  Var src = rand({2, 5}, 13);
+  eval({x, w, xd, xi, xl, idx, idx32, src});
+  struct Case {
+    std::string what;
+    std::vector<Var> vars;
+    bool scatter;  // has a reindex_reduce kernel (atomics)
+  };
+  const std::vector<Case> cases = {
+      {"gather, float32 and float64, int64 and int32 indices",
+       {gather(x, 0, idx), gather(xd, 1, cast(idx, DType::Int32))},
+       false},
+      {"embedding of int64 and int32 ids", {embedding(w, idx), embedding(w, idx32)}, false},
+      {"index_select", {index_select(x, 1, idx32), index_select(x, 0, idx32)}, false},
+      {"one_hot float32 and int64", {one_hot(idx, 4), one_hot(idx32, 6, DType::Int64)}, false},
+      {"scatter_add float32, colliding targets", {scatter_add(x, 0, idx, src)}, true},
+      {"scatter_add float64, int32, int64",
+       {scatter_add(xd, 0, idx, cast(src, DType::Float64)),
+        scatter_add(xi, 1, cast(idx, DType::Int32), cast(src * 10.0, DType::Int32)),
+        scatter_add(xl, 0, idx, cast(src * 10.0, DType::Int64))},
+       true},
+  };
+  for (const Case& c : cases) {
+    SECTION(c.what) {
+      const std::vector<KernelInfo> ks = plan(c.vars, Device::CUDA);
+      REQUIRE(!ks.empty());
+      size_t reading = 0, scatters = 0;
+      for (const KernelInfo& k : ks) {
+        INFO(k.source);
+        const bool reads = k.source.find("mj_read") != std::string::npos;
+        reading += reads;
+        if (reads) CHECK(k.source.find("MJ_HD i64 mj_read") != std::string::npos);
+        if (k.source.find(") mj_scatter(const mj_args a") == std::string::npos) continue;
+        ++scatters;
+        // The combine of a scatter is atomic: atomicAdd (or the CAS loop of mj_atomic_combine),
+        // guarded by the target's validity (in range, every extra read inside its array).
+        const size_t combine = k.source.find("void mj_atomic_combine(");
+        REQUIRE(combine != std::string::npos);
+        const std::string body =
+            k.source.substr(combine, k.source.find("\n}\n", combine) - combine);
+        CHECK(body.find("atomicAdd(") != std::string::npos);
+        CHECK(k.source.find(") mj_atomic_combine(&out[") != std::string::npos);
+        CHECK(reads);
+      }
+      CHECK(reading > 0);
+      CHECK((scatters > 0) == c.scatter);
+      Planned p = planned(c.vars);
+      std::vector<KernelHandle> hs = obtain_kernels(p.irs(), Device::CUDA);
+      REQUIRE(hs.size() == ks.size());
+      for (size_t i = 0; i < hs.size(); ++i) {
+        INFO(c.what << ", kernel " << i << " (" << hs[i].key << ")");
         CHECK(hs[i].fn != nullptr);  // nvcc compiled it and the object loaded
         const nlohmann::json meta = store.read_meta(hs[i].key);
         CHECK(meta["backend"] == "cuda");

@@ -142,4 +142,15 @@ TEST_CASE("differential: the generator is deterministic and covers every op", "[
                          "reshape(", "where(", "cast(", "exp(", "floor(", "logical_and(", "pow(",
                          " / ", " < ", "maximum(", "ReduceOp::Mean", "%2", "&&", "DType::Bool"})
     CHECK(all.find(op) != std::string::npos);
+  // Extras: leaf arrays of both dtypes with far values, integer values of the graph, reads in
+  // indexes and in conditions, nested reads, and reindex_reduce targets that read them.
+  for (const char* extras : {"// extra, int32", "// extra, int64", "INT64_MIN", "2147483647",
+                             "@e0(", "@e1(", "(@e", ", {e0, e1})", ", {v", "<0 || @e", ")==i"})
+    CHECK(all.find(extras) != std::string::npos);
+  size_t reindex_reduce_reads = 0;
+  for (size_t at = 0; (at = all.find("= reindex_reduce(", at)) != std::string::npos; ++at) {
+    const std::string line = all.substr(at, all.find('\n', at) - at);
+    reindex_reduce_reads += line.find("@e") != std::string::npos;
+  }
+  CHECK(reindex_reduce_reads >= 5);
 }

@@ -3,7 +3,9 @@
 #include <metajit/error.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -155,4 +157,330 @@ TEST_CASE("nesting deeper than the limit is an error, not a stack overflow", "[i
         message_of<IndexExprError>([&] { parse_index_expr(repeat(op, 256) + "1", 2, true, "x"); }),
         Contains("nested deeper than 256 levels"));
   }
+}
+
+// ---- @eK(...): reads of extras (docs/design.md, "Data-dependent indexing") ----
+
+namespace {
+
+// Small arrays for ix_eval. A read at an index outside its array, or of an array that does not
+// exist, is a bug of the evaluator (it must test the bounds first): recorded, and 0 returned,
+// so that the test reports it instead of crashing.
+class TestExtras : public IxExtras {
+ public:
+  TestExtras(std::vector<Shape> shapes, std::vector<std::vector<int64_t>> values)
+      : shapes_(std::move(shapes)), values_(std::move(values)) {}
+  const Shape& extra_shape(int64_t k) const override {
+    if (k < 0 || size_t(k) >= shapes_.size()) {
+      bad_ = "extra_shape(" + std::to_string(k) + ")";
+      static const Shape none;
+      return none;
+    }
+    return shapes_[size_t(k)];
+  }
+  int64_t extra_value(int64_t k, const int64_t* idx) const override {
+    ++reads_;
+    const Shape& s = extra_shape(k);
+    int64_t off = 0;
+    for (size_t a = 0; a < s.size(); ++a) {
+      if (idx[a] < 0 || idx[a] >= s[a]) {
+        bad_ = "extra_value(" + std::to_string(k) + ") at index " + std::to_string(idx[a]) +
+               " of axis " + std::to_string(a);
+        return 0;
+      }
+      off = off * s[a] + idx[a];
+    }
+    return values_[size_t(k)][size_t(off)];
+  }
+  mutable std::string bad_;  // the first out-of-bounds request, "" when none
+  mutable int reads_ = 0;
+
+ private:
+  std::vector<Shape> shapes_;
+  std::vector<std::vector<int64_t>> values_;
+};
+
+// extras[0]: [4] = {2, -1, INT64_MAX, 0}; extras[1]: [2, 3] = {0 1 2 / 3 4 INT64_MIN};
+// extras[2]: [] = {7}.
+TestExtras sample_extras() {
+  return TestExtras(
+      {{4}, {2, 3}, {}},
+      {{2, -1, INT64_MAX, 0}, {0, 1, 2, 3, 4, std::numeric_limits<int64_t>::min()}, {7}});
+}
+const std::vector<int> kSampleRanks = {1, 2, 0};
+
+IndexExprPtr parse_e(const std::string& s, int nv = 2, bool cond = true,
+                     const std::vector<int>& ranks = kSampleRanks) {
+  return parse_index_expr(s, nv, cond, "test", ranks);
+}
+
+int64_t eval_e(const std::string& s, std::vector<int64_t> vars, const TestExtras& ex) {
+  vars.resize(std::max<size_t>(vars.size(), 2), 0);
+  return ix_eval(*parse_e(s, int(vars.size())), vars.data(), nullptr, &ex);
+}
+
+std::string parse_error(const std::string& s, const std::vector<int>& ranks = kSampleRanks,
+                        int nv = 2) {
+  try {
+    parse_index_expr(s, nv, true, "reindex: indexes[0]", ranks);
+  } catch (const IndexExprError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("@eK reads parse into Extra nodes and print canonically", "[index_expr][extras]") {
+  auto p = [](const std::string& s) { return ix_to_string(*parse_e(s)); };
+  CHECK(p("@e0(i0)") == "@e0(i0)");
+  CHECK(p("@e1(i0, i1+1)") == "@e1(i0,(i1+1))");
+  CHECK(p("@e2()") == "@e2()");
+  CHECK(p("@e2( )") == "@e2()");
+  // Whitespace between the tokens, not inside "@eK".
+  CHECK(p("  @e1 ( i0 ,\ti1 )  ") == "@e1(i0,i1)");
+  CHECK(p("@e0(i0)*2-@e1(1,2)") == "((@e0(i0)*2)-@e1(1,2))");
+  CHECK(p("-@e0(i0)") == "(-@e0(i0))");
+  // Nesting: reads in the arguments of reads.
+  CHECK(p("@e1(@e0(i0), @e0(@e0(i1)))") == "@e1(@e0(i0),@e0(@e0(i1)))");
+  CHECK(p("@e0((@e1(i0,i1)))") == "@e0(@e1(i0,i1))");
+  // In conditions, with the comparison and logical operators.
+  CHECK(p("@e0(i0) >= 2 && !(@e1(i0,i1) == i1)") == "((@e0(i0)>=2)&&(!(@e1(i0,i1)==i1)))");
+
+  IndexExprPtr e = parse_e("@e1(i0, @e0(i1))");
+  REQUIRE(e->kind == IxKind::Extra);
+  CHECK(e->value == 1);
+  REQUIRE(e->args.size() == 2);
+  CHECK(e->args[0]->kind == IxKind::Var);
+  CHECK(e->args[1]->kind == IxKind::Extra);
+  CHECK(e->args[1]->value == 0);
+  CHECK(e->depth == 3);
+  CHECK(ix_reads_extras(*e));
+  CHECK_FALSE(ix_reads_extras(*parse_e("i0+1")));
+
+  // A printed form parses back to the same text.
+  for (const char* s : {"@e1(i0, @e0(i1))", "@e2()+@e0(-i0%3)", "@e0(i0) < 1 || @e2() != i1",
+                        "@e1(@e1(@e0(0),1),@e2())/(i0-1)"}) {
+    INFO(s);
+    const std::string printed = ix_to_string(*parse_e(s));
+    CHECK(ix_to_string(*parse_e(printed)) == printed);
+  }
+  // More extras than are read, numbers with several digits.
+  std::vector<int> many(12, 1);
+  CHECK(ix_to_string(*parse_index_expr("@e11(@e10(i0))", 1, false, "t", many)) == "@e11(@e10(i0))");
+}
+
+TEST_CASE("@eK parse errors say what is wrong and where", "[index_expr][extras]") {
+  // K names no extra.
+  CHECK_THAT(parse_error("@e3(i0)"), Contains("@e3 names no extra (3 given)") &&
+                                         Contains("@e0..@e2") && Contains("position 0") &&
+                                         Contains("reindex: indexes[0]"));
+  CHECK_THAT(parse_error("i0 + @e3(i0)"), Contains("names no extra") && Contains("position 5"));
+  CHECK_THAT(parse_error("@e0(i0)", {}),
+             Contains("@e0 names no extra (0 given)") && Contains("pass the arrays as extras"));
+  CHECK_THAT(parse_error("@e999999(i0)"), Contains("@e999999 names no extra"));
+  // The wrong number of arguments.
+  CHECK_THAT(parse_error("@e0(i0, i1)"),
+             Contains("@e0 given 2 argument(s)") && Contains("extras[0] has rank 1"));
+  CHECK_THAT(parse_error("@e1(i0)"),
+             Contains("@e1 given 1 argument(s)") && Contains("extras[1] has rank 2"));
+  CHECK_THAT(parse_error("@e0()"), Contains("@e0 given 0 argument(s)"));
+  CHECK_THAT(parse_error("@e2(0)"), Contains("@e2 given 1 argument(s)"));
+  // Malformed reads.
+  CHECK_THAT(parse_error("@"), Contains("'@' not followed by 'e'") && Contains("position 0"));
+  CHECK_THAT(parse_error("i0+@"), Contains("'@' not followed by 'e'") && Contains("position 3"));
+  CHECK_THAT(parse_error("@E0(i0)"), Contains("'@' not followed by 'e'"));
+  CHECK_THAT(parse_error("@x"), Contains("'@' not followed by 'e'"));
+  CHECK_THAT(parse_error("@e"), Contains("'@e' not followed by a number"));
+  CHECK_THAT(parse_error("@e(i0)"), Contains("'@e' not followed by a number"));
+  CHECK_THAT(parse_error("@e -1(i0)"), Contains("'@e' not followed by a number"));
+  CHECK_THAT(parse_error("@ e0(i0)"), Contains("'@' not followed by 'e'"));
+  CHECK_THAT(parse_error("@e0"), Contains("missing '(' after @e0"));
+  CHECK_THAT(parse_error("@e0 i0"), Contains("missing '(' after @e0"));
+  CHECK_THAT(parse_error("@e0[i0]"), Contains("missing '(' after @e0"));
+  CHECK_THAT(parse_error("@e0(i0"), Contains("missing ')'"));
+  CHECK_THAT(parse_error("@e1(i0, i1"), Contains("missing ')'"));
+  CHECK_THAT(parse_error("@e1(i0,)"), Contains("unexpected character ')'"));
+  CHECK_THAT(parse_error("@e1(,i0)"), Contains("unexpected character ','"));
+  CHECK_THAT(parse_error("@e0(i0))"), Contains("unexpected ')'"));
+  CHECK_THAT(parse_error("@e0(i5)"), Contains("index name 'i5' out of range"));
+  CHECK_THAT(parse_error("@e0(1/0)"), Contains("division by the constant 0"));
+  CHECK_THAT(parse_error("@e0(i0)@e0(i0)"), Contains("unexpected '@e0(i0)'"));
+  // Comparisons inside a read's arguments are still only for conditions.
+  CHECK_THAT(message_of<IndexExprError>(
+                 [] { parse_index_expr("@e0(i0<1)", 2, false, "t", kSampleRanks); }),
+             Contains("only allowed in overflow_conditions"));
+  // The message lists @eK among the valid forms only where there are extras.
+  CHECK_THAT(parse_error("k"), Contains("@eK(...) reads extras[K]"));
+  CHECK_THAT(parse_error("k", {}), !Contains("@eK"));
+}
+
+TEST_CASE("nested @eK reads count toward the depth limit", "[index_expr][extras]") {
+  auto nest = [](int n, const std::string& leaf) {
+    std::string s;
+    for (int k = 0; k < n; ++k) s += "@e0(";
+    s += leaf;
+    for (int k = 0; k < n; ++k) s += ")";
+    return s;
+  };
+  const std::vector<int> one = {1};
+  // 255 reads around a leaf: a tree 256 deep, the most the parser accepts.
+  IndexExprPtr deepest = parse_index_expr(nest(255, "i0"), 1, false, "t", one);
+  CHECK(deepest->depth == kMaxIndexExprDepth);
+  for (int n : {256, 300, 800}) {
+    INFO(n << " nested reads");
+    CHECK_THAT(message_of<IndexExprError>(
+                   [&] { parse_index_expr(nest(n, "i0"), 1, false, "reindex: indexes[0]", one); }),
+               Contains("nested deeper than 256 levels") && Contains("reindex: indexes[0]"));
+  }
+  // Parentheses and reads together.
+  std::string mixed;
+  for (int k = 0; k < 200; ++k) mixed += "@e0((";
+  mixed += "1";
+  for (int k = 0; k < 200; ++k) mixed += "))";
+  CHECK_THAT(message_of<IndexExprError>([&] { parse_index_expr(mixed, 1, false, "t", one); }),
+             Contains("nested deeper than 256 levels"));
+  // Arguments that are deep trees: the read is one level above its deepest argument.
+  std::string chain = "i0";
+  for (int k = 0; k < 254; ++k) chain += "+1";
+  CHECK(parse_index_expr("@e0(" + chain + ")", 1, false, "t", one)->depth == 256);
+  CHECK_THAT(message_of<IndexExprError>(
+                 [&] { parse_index_expr("@e0(" + chain + "+1)", 1, false, "t", one); }),
+             Contains("nested deeper than 256 levels"));
+}
+
+TEST_CASE("ix_eval reads extras inside their bounds only", "[index_expr][extras]") {
+  const TestExtras ex = sample_extras();
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  CHECK(eval_e("@e0(i0)", {0}, ex) == 2);
+  CHECK(eval_e("@e0(i0)", {1}, ex) == -1);
+  CHECK(eval_e("@e0(i0)", {2}, ex) == kMax);
+  CHECK(eval_e("@e1(i0, i1)", {1, 2}, ex) == kMin);
+  CHECK(eval_e("@e1(i0, i1)", {1, 0}, ex) == 3);
+  CHECK(eval_e("@e2()", {}, ex) == 7);
+  // Outside the array: 0, and nothing is read.
+  const int reads = ex.reads_;
+  for (int64_t v : {int64_t(-1), int64_t(4), int64_t(5), kMin, kMax, int64_t(1) << 40})
+    CHECK(eval_e("@e0(i0)", {v}, ex) == 0);
+  CHECK(eval_e("@e1(i0, i1)", {2, 0}, ex) == 0);
+  CHECK(eval_e("@e1(i0, i1)", {0, 3}, ex) == 0);
+  CHECK(eval_e("@e1(i0, i1)", {-1, 1}, ex) == 0);
+  CHECK(eval_e("@e1(i0, i1)", {1, kMin}, ex) == 0);
+  CHECK(ex.reads_ == reads);
+  // Nested: the inner value indexes the outer read. extras[0][3] = 0 -> extras[0][0] = 2;
+  // extras[0][2] = INT64_MAX is outside extras[0] -> 0.
+  CHECK(eval_e("@e0(@e0(i0))", {3}, ex) == 2);
+  CHECK(eval_e("@e0(@e0(i0))", {2}, ex) == 0);
+  CHECK(eval_e("@e0(@e0(i0)+1)", {2}, ex) == 0);  // INT64_MAX + 1 wraps to INT64_MIN: outside
+  CHECK(eval_e("@e1(@e0(i0), @e0(i1)+3)", {1, 1}, ex) == 0);  // -1: outside
+  CHECK(eval_e("@e1(@e0(3)+1, @e0(0))", {}, ex) == kMin);     // [1, 2]
+  // Arithmetic on read values wraps, never traps.
+  CHECK(eval_e("@e0(2)+1", {}, ex) == kMin);
+  CHECK(eval_e("@e1(1,2)/-1", {}, ex) == kMin);
+  CHECK(eval_e("@e1(1,2)%-1", {}, ex) == 0);
+  CHECK(eval_e("i0/@e0(3)", {9}, ex) == 0);  // division by a read 0
+  CHECK(eval_e("-@e1(1,2)", {}, ex) == kMin);
+  CHECK(eval_e("@e0(i0) > 1 && @e2() == 7", {0}, ex) == 1);
+  // Without extras a read is 0.
+  CHECK(ix_eval(*parse_e("@e0(0)+5"), std::vector<int64_t>{0, 0}.data()) == 5);
+  // A tree whose read does not match its array's rank (built in C++) reads nothing.
+  IndexExprPtr wrong_rank = ix_extra(1, {ix_const(0)});
+  CHECK(ix_eval(*wrong_rank, nullptr, nullptr, &ex) == 0);
+  CHECK_FALSE(ix_extra_reads_in_range(*wrong_rank, nullptr, nullptr, ex));
+  CHECK(ex.bad_ == "");
+}
+
+TEST_CASE("ix_extra_reads_in_range sees every read, also those whose value is unused",
+          "[index_expr][extras]") {
+  const TestExtras ex = sample_extras();
+  auto in_range = [&](const std::string& s, std::vector<int64_t> vars) {
+    vars.resize(2, 0);
+    return ix_extra_reads_in_range(*parse_e(s), vars.data(), nullptr, ex);
+  };
+  CHECK(in_range("i0+1", {99}));  // no reads
+  CHECK(in_range("@e0(i0)", {3}));
+  CHECK_FALSE(in_range("@e0(i0)", {4}));
+  CHECK_FALSE(in_range("@e0(i0)", {-1}));
+  CHECK(in_range("@e1(i0, i1)", {1, 2}));
+  CHECK_FALSE(in_range("@e1(i0, i1)", {1, 3}));
+  CHECK(in_range("@e2()", {}));
+  // Hidden by && / || / multiplication by 0: still a read outside.
+  CHECK_FALSE(in_range("0 && @e0(i0) > 0", {7}));
+  CHECK_FALSE(in_range("1 || @e0(i0)", {7}));
+  CHECK_FALSE(in_range("@e0(i0)*0", {7}));
+  CHECK_FALSE(in_range("i1 + 0*@e0(i0+i1)", {7, 0}));
+  // Nested: the inner read outside, though the outer lands inside (a read outside gives 0).
+  CHECK_FALSE(in_range("@e0(@e0(i0))", {9}));
+  // The inner read inside, its value outside the outer array.
+  CHECK_FALSE(in_range("@e0(@e0(i0))", {2}));  // extras[0][2] = INT64_MAX
+  CHECK_FALSE(in_range("@e0(@e0(i0))", {1}));  // -1
+  CHECK(in_range("@e0(@e0(i0))", {0}));        // extras[0][0] = 2
+  CHECK(in_range("@e1(@e0(3), @e0(0))", {}));  // [0, 2]
+  CHECK(ex.bad_ == "");
+}
+
+TEST_CASE("ix_extra_reads_valid is the same test, as an expression", "[index_expr][extras]") {
+  const TestExtras ex = sample_extras();
+  auto extent = [&](int64_t k, int axis) { return ix_const(ex.extra_shape(k)[size_t(axis)]); };
+  // No reads: the constant 1.
+  CHECK(ix_is_const(ix_extra_reads_valid(parse_e("i0*2+i1"), extent), 1));
+  CHECK(ix_is_const(ix_extra_reads_valid(parse_e("@e2()+i0"), extent), 1));  // 0-d reads
+  // One read: 0 <= arg < extent.
+  CHECK(ix_to_string(*ix_extra_reads_valid(parse_e("@e0(i0)"), extent)) == "((i0>=0)&&(i0<4))");
+  // The extents may be expressions (params in kernels).
+  CHECK(ix_to_string(*ix_extra_reads_valid(
+            parse_e("@e0(i1)"), [](int64_t, int) { return ix_param(3); })) == "((i1>=0)&&(i1<p3))");
+
+  // Equal to ix_extra_reads_in_range everywhere, extremes included.
+  const std::vector<std::string> exprs = {
+      "@e0(i0)",
+      "@e1(i0, i1)",
+      "@e0(@e0(i0))",
+      "@e1(@e0(i0), @e0(i1)+1)",
+      "@e0(i0)*0 + @e1(i1, i0)",
+      "i0 < 2 && @e0(i0-i1) > 0 || @e1(@e0(i1), i0) == 3",
+      "@e0(@e1(@e0(i0) % 2, i1) - 1)",
+      "@e2() + @e0(@e2() - 4 + i0)",
+  };
+  const std::vector<int64_t> values = {0,
+                                       1,
+                                       2,
+                                       3,
+                                       4,
+                                       -1,
+                                       5,
+                                       std::numeric_limits<int64_t>::min(),
+                                       std::numeric_limits<int64_t>::max()};
+  for (const std::string& s : exprs) {
+    INFO(s);
+    IndexExprPtr e = parse_e(s);
+    IndexExprPtr valid = ix_extra_reads_valid(e, extent);
+    for (int64_t a : values)
+      for (int64_t b : values) {
+        INFO("i0 = " << a << ", i1 = " << b);
+        const int64_t vars[2] = {a, b};
+        CHECK(ix_eval(*valid, vars, nullptr, &ex) ==
+              int64_t(ix_extra_reads_in_range(*e, vars, nullptr, ex)));
+      }
+  }
+  CHECK(ex.bad_ == "");
+}
+
+TEST_CASE("substitution, renumbering and division checks see into reads", "[index_expr][extras]") {
+  IndexExprPtr e = parse_e("@e1(i0*2, @e0(i1))");
+  // Loop variables inside the arguments are substituted.
+  IndexExprPtr s = ix_substitute(e, {ix_var(5), ix_param(2)});
+  CHECK(ix_to_string(*s) == "@e1((i5*2),@e0(p2))");
+  // Extras renumbered (lowering: extras number -> buffer slot), arguments included.
+  IndexExprPtr r = ix_renumber_extras(e, [](int64_t k) { return k + 10; });
+  CHECK(ix_to_string(*r) == "@e11((i0*2),@e10(i1))");
+  CHECK(ix_renumber_extras(parse_e("i0+1"), [](int64_t k) { return k; })->kind == IxKind::Add);
+  CHECK(ix_to_string(*ix_renumber_extras(parse_e("i0 + @e0(1)"), [](int64_t) { return 4; })) ==
+        "(i0+@e4(1))");
+  // Division by something that is not a non-zero constant, inside an argument.
+  CHECK(ix_has_unsafe_division(*parse_e("@e0(i0/i1)")));
+  CHECK(ix_has_unsafe_division(*parse_e("@e1(1, @e0(i0%i1))")));
+  CHECK(ix_has_unsafe_division(*parse_e("i0/@e0(0)")));
+  CHECK_FALSE(ix_has_unsafe_division(*parse_e("@e0(i0/2)")));
 }

@@ -31,6 +31,25 @@ struct Case {
   std::vector<Var> outputs;
 };
 
+// Graphs whose kernels read extras ({"e": slot, "at": [...]} in their specs).
+std::vector<Case> extras_graphs() {
+  std::vector<Case> c;
+  Var x = rand({3, 4}, 1);
+  Var i1 = array(std::vector<int64_t>{2, -1, 0, 5}, {4});
+  Var i2 = array(std::vector<int32_t>{0, 1, 2, 0, 3, 1}, {2, 3});
+  c.push_back({"gather", {gather(x, 1, cast(rand({3, 2}, 40) * 4.0, DType::Int64))}});
+  c.push_back({"scatter_add", {scatter_add(x, 0, i2, rand({2, 3}, 41))}});
+  c.push_back({"index_select embedding", {index_select(x, 1, i1), embedding(x, i2) * 2.0}});
+  c.push_back({"one_hot", {one_hot(i1, 5), one_hot(i2, 3, DType::Int64)}});
+  c.push_back({"reindex extras nested, conditions",
+               {reindex(x, {4, 2}, Strs{"@e0(i0)", "@e1(@e0(i1), i0%3)"}, -1.0,
+                        Strs{"@e1(1, i1) > 1 || i0 == @e0(3)"}, {i1, i2})}});
+  c.push_back({"reindex_reduce extras",
+               {reindex_reduce(x, ReduceOp::Max, {4}, Strs{"@e0(i1)"}, Strs{"@e1(i0%2, i1%3)==2"},
+                               {i1, i2})}});
+  return c;
+}
+
 // Graphs covering every op and meta-op the planner lowers.
 std::vector<Case> graphs() {
   std::vector<Case> c;
@@ -79,6 +98,7 @@ std::vector<Case> graphs() {
                {exp(reshape(transpose(reshape(rand({2, 3, 4}, 17), {6, 4}), {1, 0}), {2, 12}))}});
   c.push_back({"0-d", {exp(array<float>({1.5f}, {})) + 1.0, sum(array<float>({2.f}, {}))}});
   c.push_back({"iota", {cast(arange(10), DType::Float32) * 0.5, arange(4, DType::Int64) + 1}});
+  for (Case& e : extras_graphs()) c.push_back(std::move(e));
   return c;
 }
 
@@ -617,4 +637,219 @@ TEST_CASE("fuzzed specs give a kernel or an Error, nothing else", "[kernel_spec]
   INFO("accepted " << accepted << ", refused " << refused);
   CHECK(refused > 1000);
   CHECK(accepted > 0);
+}
+
+namespace {
+
+// Every {"e": slot, "at": [...]} read in a spec (JSON), checked against the spec's inputs.
+size_t count_extra_reads(const json& v, const json& inputs) {
+  size_t n = 0;
+  if (v.is_object() && v.contains("e") && v.contains("at")) {
+    const json& buf = inputs.at(v["e"].get<size_t>());
+    CHECK((buf["dtype"] == "int32" || buf["dtype"] == "int64"));
+    CHECK(v["at"].size() == buf["dims"].size());
+    ++n;
+  }
+  if (v.is_structured())
+    for (const json& c : v) n += count_extra_reads(c, inputs);
+  return n;
+}
+
+// map, in0 float32[p0,p1], in1 int64[p0] -> out float32[p0]:
+//   v0 = load in0[@in1(i0), 0]
+//   v2 = reduce.add i1<p1 { v1 = load in0[@in1(@in1(i0)), i1]; yield v1 }
+//   v3 = binary.add v0 v2
+//   yield v3
+KernelIR extra_ir() {
+  KernelIR ir;
+  ir.kind = KernelKind::Map;
+  ir.inputs.push_back({DType::Float32, {ix_param(0), ix_param(1)}});
+  ir.inputs.push_back({DType::Int64, {ix_param(0)}});
+  ir.output = {DType::Float32, {ix_param(0)}};
+  ir.loops.push_back({0, ix_param(0)});
+  KStmt first;
+  first.kind = KOp::Load;
+  first.id = 0;
+  first.buffer = 0;
+  first.index = {ix_extra(1, {ix_var(0)}), ix_const(0)};
+  KStmt load;
+  load.kind = KOp::Load;
+  load.id = 1;
+  load.buffer = 0;
+  load.index = {ix_extra(1, {ix_extra(1, {ix_var(0)})}), ix_var(1)};
+  KStmt red;
+  red.kind = KOp::Reduce;
+  red.id = 2;
+  red.op = int(ReduceOp::Add);
+  red.loops.push_back({1, ix_param(1)});
+  red.body = std::make_shared<KBlock>();
+  red.body->stmts.push_back(load);
+  red.body->result = 1;
+  KStmt add;
+  add.kind = KOp::Binary;
+  add.id = 3;
+  add.op = int(BinaryOp::Add);
+  add.args = {0, 2};
+  ir.body.stmts = {first, red, add};
+  ir.body.result = 3;
+  ir.num_params = 2;
+  ir.num_vars = 2;
+  ir.ops = {"reindex", "reduce.add(axes=1)", "binary.add"};
+  return ir;
+}
+
+}  // namespace
+
+TEST_CASE("kernels that read extras survive the JSON round trip exactly", "[kernel_spec][extras]") {
+  // The JSON form of a read, nested reads included.
+  const json spec = kernel_spec_to_json(extra_ir());
+  CHECK(spec["body"]["stmts"][0]["index"][0] == json::parse(R"({"e":1,"at":[{"i":0}]})"));
+  CHECK(spec["body"]["stmts"][1]["body"]["stmts"][0]["index"][0] ==
+        json::parse(R"({"e":1,"at":[{"e":1,"at":[{"i":0}]}]})"));
+  check_round_trip(extra_ir());
+  CHECK_THAT(serialize_ir(kernel_spec_from_json(spec)), Contains("@e1(@e1(i0))"));
+
+  // Every kernel the planner makes for the extras ops, fused and not, shape-generic and
+  // specialised, scatter targets and conditions included.
+  size_t kernels = 0, reading = 0, scatters = 0;
+  for (int opt : {0, 1}) {
+    metajit_test::ScopedEnv env("METAJIT_OPT_LEVEL", std::to_string(opt));
+    for (const Case& c : extras_graphs()) {
+      INFO(c.name << " at O" << opt);
+      size_t reads = 0;
+      for (const KernelIR& ir : planned_kernels(c.outputs)) {
+        check_round_trip(ir);
+        const json j = kernel_spec_to_json(ir);
+        const size_t n = count_extra_reads(j, j["inputs"]);
+        reads += n;
+        ++kernels;
+        reading += n > 0;
+        scatters += n > 0 && ir.kind == KernelKind::Scatter;
+      }
+      CHECK(reads > 0);
+    }
+  }
+  CHECK(reading >= 12);
+  CHECK(scatters >= 4);  // scatter_add and reindex_reduce, in both modes
+  CHECK(kernels >= reading);
+}
+
+TEST_CASE("bad extra reads in specs are refused with the offending path", "[kernel_spec][extras]") {
+  using Mutate = std::function<void(json&)>;
+  struct Bad {
+    const char* what;
+    Mutate mutate;
+    std::string path;
+    std::string message;
+  };
+  auto set = [](const char* pointer, json value) -> Mutate {
+    return [=](json& j) { j[json::json_pointer(pointer)] = value; };
+  };
+  const json read = json::parse(R"({"e":1,"at":[0]})");
+  json deep = json{{"i", 0}};
+  for (int k = 0; k < 300; ++k) deep = json{{"e", 1}, {"at", json::array({deep})}};
+  const std::vector<Bad> table = {
+      {"slot out of range", set("/body/stmts/0/index/0/e", 2), "body.stmts[0].index[0].e",
+       "2 is out of range (valid: 0..1)"},
+      {"slot negative", set("/body/stmts/0/index/0/e", -1), "body.stmts[0].index[0].e",
+       "out of range"},
+      {"slot huge", set("/body/stmts/0/index/0/e", uint64_t(1) << 63), "body.stmts[0].index[0].e",
+       "out of range"},
+      {"slot string", set("/body/stmts/0/index/0/e", "in1"), "body.stmts[0].index[0].e",
+       "expected an integer, got string"},
+      {"a float buffer", set("/body/stmts/0/index/0/e", 0), "body.stmts[0].index[0].e",
+       "in0 is float32; extra reads take int32 or int64 buffers"},
+      {"a bool buffer", set("/inputs/1/dtype", "bool"), "body.stmts[0].index[0].e",
+       "in1 is bool; extra reads take int32 or int64 buffers"},
+      {"too many indices", set("/body/stmts/0/index/0/at", json::array({0, 1})),
+       "body.stmts[0].index[0].at", "in1 has 1 axes; got 2 indices"},
+      {"no indices", set("/body/stmts/0/index/0/at", json::array()), "body.stmts[0].index[0].at",
+       "in1 has 1 axes; got 0 indices"},
+      {"at not an array", set("/body/stmts/0/index/0/at", 0), "body.stmts[0].index[0].at",
+       "expected an array, got number"},
+      {"nested too many indices", set("/body/stmts/1/body/stmts/0/index/0/at/0/at/1", 0),
+       "body.stmts[1].body.stmts[0].index[0].at[0].at", "in1 has 1 axes; got 2 indices"},
+      {"nested float buffer", set("/body/stmts/1/body/stmts/0/index/0/at/0/e", 0),
+       "body.stmts[1].body.stmts[0].index[0].at[0].e", "in0 is float32"},
+      {"index out of scope", set("/body/stmts/0/index/0/at/0", json{{"i", 1}}),
+       "body.stmts[0].index[0].at[0].i", "not a loop variable in scope here (in scope: i0)"},
+      {"index unknown operator", set("/body/stmts/0/index/0/at/0", json::array({"pow", 1, 2})),
+       "body.stmts[0].index[0].at[0][0]", "unknown index operator \"pow\""},
+      {"e without at", set("/body/stmts/0/index/0", json{{"e", 1}}), "body.stmts[0].index[0]",
+       "expected an index expression"},
+      {"at without e", set("/body/stmts/0/index/0", json{{"at", json::array({0})}}),
+       "body.stmts[0].index[0]", "expected an index expression"},
+      {"a third key", set("/body/stmts/0/index/0", json{{"e", 1}, {"at", {0}}, {"p", 0}}),
+       "body.stmts[0].index[0]", "expected an index expression"},
+      {"in input dims", set("/inputs/0/dims/0", read), "inputs[0].dims[0].e",
+       "an extra read where only params and constants may appear"},
+      {"in its own dims", set("/inputs/1/dims/0", read), "inputs[1].dims[0].e",
+       "an extra read where only params and constants may appear"},
+      {"in output dims", set("/output/dims/0", read), "output.dims[0].e",
+       "an extra read where only params and constants may appear"},
+      {"in a loop extent", set("/loops/0/extent", read), "loops[0].extent.e",
+       "an extra read where only params and constants may appear"},
+      {"in a reduce extent", set("/body/stmts/1/loops/0/extent", read),
+       "body.stmts[1].loops[0].extent.e",
+       "an extra read where only params and constants may appear"},
+      {"inside an extent expression",
+       set("/loops/0/extent", json::array({"add", {{"p", 0}}, read})), "loops[0].extent[2].e",
+       "an extra read where only params and constants may appear"},
+      {"nested deeper than the limit", set("/body/stmts/0/index/0", deep), "body.stmts[0].index[0]",
+       "nested deeper than 256"},
+  };
+  for (const Bad& b : table) {
+    INFO(b.what);
+    json j = kernel_spec_to_json(extra_ir());
+    REQUIRE_NOTHROW(kernel_spec_from_json(j));
+    b.mutate(j);
+    CHECK_THROWS_AS(kernel_spec_from_json(j), Error);
+    CHECK_THROWS_WITH(kernel_spec_from_json(j),
+                      Contains("kernel spec: " + b.path + ":") && Contains(b.message));
+  }
+
+  // A kernel without input buffers has nothing to read: an iota of a read.
+  {
+    KernelIR ir;
+    ir.output = {DType::Int64, {ix_param(0)}};
+    ir.loops.push_back({0, ix_param(0)});
+    KStmt iota;
+    iota.kind = KOp::Iota;
+    iota.dtype = DType::Int64;
+    iota.index = {ix_var(0)};
+    ir.body.stmts = {iota};
+    ir.body.result = 0;
+    ir.num_params = 1;
+    ir.num_vars = 1;
+    json j = kernel_spec_to_json(ir);
+    REQUIRE_NOTHROW(kernel_spec_from_json(j));
+    j["body"]["stmts"][0]["index"][0] = read;
+    CHECK_THROWS_WITH(kernel_spec_from_json(j),
+                      Contains("kernel spec: body.stmts[0].index[0].e: the kernel has no input "
+                               "buffers to read"));
+  }
+
+  // In a scatter kernel's target and target_valid, with the same checks.
+  {
+    Var x = rand({6}, 22);
+    Var idx = array(std::vector<int32_t>{0, 2, 1, 9, -1, 0}, {6});
+    std::vector<NodePtr> nodes{
+        reindex_reduce(x, ReduceOp::Add, {3}, {"@e0(i0)"}, {"@e0(i0) == 2"}, {idx}).node()};
+    json s;
+    for (const LoweredKernel& k : build_pipeline(nodes).kernels)
+      if (k.ir.kind == KernelKind::Scatter) s = kernel_spec_to_json(k.ir);
+    REQUIRE(s.is_object());
+    REQUIRE(s["target"][0].contains("e"));
+    REQUIRE_NOTHROW(kernel_spec_from_json(s));
+    const int slot = s["target"][0]["e"].get<int>();
+    json j = s;
+    j["target"][0]["at"].push_back(0);
+    CHECK_THROWS_WITH(kernel_spec_from_json(j),
+                      Contains("kernel spec: target[0].at: in" + std::to_string(slot) +
+                               " has 1 axes; got 2 indices"));
+    j = s;
+    j["target"][0]["e"] = int(s["inputs"].size());
+    CHECK_THROWS_WITH(kernel_spec_from_json(j),
+                      Contains("kernel spec: target[0].e: ") && Contains("out of range"));
+  }
 }

@@ -10,6 +10,13 @@
 // casts only see exact, bounded, non-NaN values, and fragile values never feed a
 // discontinuous op (floor, comparisons, casts to int/bool, logical ops, where conditions),
 // where one ulp could flip the result.
+//
+// Some reindex / reindex_reduce nodes take extras (data-dependent indexing, "@eK(...)"): 1-2
+// Int32/Int64 arrays of rank 1-3 (new leaves whose values reach outside every extent in both
+// directions, down to INT64_MIN and up to INT64_MAX, or integer values of the graph), read in
+// the index expressions, sometimes in the overflow conditions and sometimes inside another
+// read's arguments. Index arithmetic wraps on both sides, and a read outside its extra means
+// the overflow value (reindex) or a skipped element (reindex_reduce) on both sides.
 #pragma once
 #include <metajit/metajit.h>
 
@@ -274,8 +281,10 @@ class GraphGenerator {
   // Records a new value. `arithmetic`: integer results must stay strictly inside the range
   // (an op like neg or * on lowest() overflows); other ops (max, where, identities of empty
   // reductions, ...) may reach lowest() itself.
+  // `prelude`: listing lines that go before the value's own (its new extras), written only
+  // when the value is accepted.
   const Value& add_value(Var var, const std::string& expr, double bound, bool may_nan, bool fragile,
-                         bool arithmetic = false) {
+                         bool arithmetic = false, const std::string& prelude = "") {
     if (var.numel() > (large_ ? kMaxNumelLarge : kMaxNumel)) throw Rejected{};
     const DType dt = var.dtype();
     if (!is_float(dt)) {
@@ -295,8 +304,8 @@ class GraphGenerator {
     }
     Value v{std::move(var), "v" + std::to_string(values_.size()), bound, may_nan, fragile,
             fragile_f32};
-    listing_ << "Var " << v.name << " = " << expr << ";  // " << dtype_name(v.var.dtype()) << " "
-             << shape_str(v.var.shape()) << "\n";
+    listing_ << prelude << "Var " << v.name << " = " << expr << ";  // "
+             << dtype_name(v.var.dtype()) << " " << shape_str(v.var.shape()) << "\n";
     value_of_node_[v.var.node().get()] = values_.size();
     values_.push_back(std::move(v));
     return values_.back();
@@ -430,21 +439,186 @@ class GraphGenerator {
     return out;
   }
 
-  // ------------------------------------------------------------ ops
-  const Value& add_reindex(const Value& x, const Shape& shape) {
+  // ------------------------------------------------------------ extras
+  // The extras of one reindex / reindex_reduce node: arrays read by "@eK(...)".
+  struct Extras {
+    std::vector<Var> vars;
+    std::vector<std::string> names;
+    std::vector<Shape> shapes;
+    std::string listing;  // the new leaves, as C++
+    bool empty() const { return vars.empty(); }
+    std::string cpp() const {
+      std::string out = "{";
+      for (size_t k = 0; k < names.size(); ++k) out += (k ? ", " : "") + names[k];
+      return out + "}";
+    }
+  };
+
+  // A value an index may hold: mostly near [0, span) (a little outside it on both sides), now
+  // and then one far outside, the extremes of the dtype included.
+  int64_t extra_element(DType dt, int64_t span) {
+    if (chance(0.9)) return uniform(-2, int(span) + 1);
+    const bool i32 = dt == DType::Int32;
+    const int64_t lo =
+        i32 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min();
+    const int64_t hi =
+        i32 ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int64_t>::max();
+    return pick(std::vector<int64_t>{lo, hi, lo + 1, hi - 1, -1000, 1000, span, -span - 1,
+                                     i32 ? int64_t(1) << 30 : int64_t(1) << 40,
+                                     i32 ? -(int64_t(1) << 30) : -(int64_t(1) << 40)});
+  }
+
+  // A new Int32/Int64 leaf of rank 1-3 whose values index axes of about `span` elements.
+  void add_extra_leaf(Extras& ex, int64_t span) {
+    const DType dt = chance(0.5) ? DType::Int32 : DType::Int64;
+    Shape shape;
+    for (int k = 0, rank = uniform(1, 3); k < rank; ++k) shape.push_back(random_dim());
+    const int64_t n = numel_of(shape);
+    std::vector<int64_t> vals;
+    for (int64_t k = 0; k < n; ++k) vals.push_back(extra_element(dt, span));
+    const std::string name = "e" + std::to_string(num_extras_++);
+    std::ostringstream text;
+    text << "Var " << name << " = array<" << (dt == DType::Int32 ? "int32_t" : "int64_t") << ">({";
+    for (int64_t k = 0; k < n && k < 64; ++k) {
+      // INT64_MIN has no literal.
+      if (vals[size_t(k)] == std::numeric_limits<int64_t>::min())
+        text << (k ? ", " : "") << "INT64_MIN";
+      else
+        text << (k ? ", " : "") << vals[size_t(k)];
+    }
+    if (n > 64) text << ", /* " << n - 64 << " more: rerun the seed */";
+    text << "}, " << shape_cpp(shape) << ");  // extra, " << dtype_name(dt) << " "
+         << shape_str(shape) << "\n";
+    ex.listing += text.str();
+    ex.vars.push_back(dt == DType::Int32
+                          ? array(std::vector<int32_t>(vals.begin(), vals.end()), shape)
+                          : array(vals, shape));
+    ex.names.push_back(name);
+    ex.shapes.push_back(shape);
+  }
+
+  // 1-2 extras: new leaves, or now and then an integer value of the graph (a computed node:
+  // the planner stores it for the reads).
+  Extras random_extras(int64_t span) {
+    Extras ex;
+    const int count = chance(0.7) ? 1 : 2;
+    for (int k = 0; k < count; ++k) {
+      std::vector<size_t> ints;
+      for (size_t v = 0; v < values_.size(); ++v) {
+        const Var& var = values_[v].var;
+        if ((var.dtype() == DType::Int32 || var.dtype() == DType::Int64) && var.ndim() >= 1 &&
+            var.ndim() <= 3)
+          ints.push_back(v);
+      }
+      if (!ints.empty() && chance(0.2)) {
+        const Value& v = values_[pick(ints)];
+        ex.vars.push_back(v.var);
+        ex.names.push_back(v.name);
+        ex.shapes.push_back(v.var.shape());
+      } else {
+        add_extra_leaf(ex, span);
+      }
+    }
+    return ex;
+  }
+
+  // "@eK(a, ...)": a read of a random extra, its arguments index expressions over
+  // i0..i<num_vars-1> that usually land inside it; `nest` allows one argument to be a read
+  // itself.
+  std::string extra_read(const Extras& ex, int num_vars, bool nest) {
+    const size_t k = size_t(uniform(0, int(ex.vars.size()) - 1));
+    const Shape& s = ex.shapes[k];
+    const int nested_arg = nest && chance(0.15) ? uniform(0, int(s.size()) - 1) : -1;
+    std::string out = "@e" + std::to_string(k) + "(";
+    for (size_t a = 0; a < s.size(); ++a) {
+      out += a ? (chance(0.3) ? " , " : ",") : "";
+      out += int(a) == nested_arg ? extra_read(ex, num_vars, false) : index_expr(num_vars, s[a]);
+    }
+    return out + ")";
+  }
+
+  // An index into an axis of `extent` elements computed from an extra read.
+  std::string extra_index_expr(const Extras& ex, int num_vars, int64_t extent) {
+    const std::string r = extra_read(ex, num_vars, true);
+    const std::string var = num_vars > 0 ? "i" + std::to_string(uniform(0, num_vars - 1)) : "1";
+    switch (uniform(0, 9)) {
+      case 0:
+        return r + "+" + var + "-1";
+      case 1:
+        return r + "*2";
+      case 2:
+        return r + "/2";
+      case 3:
+        return "(" + r + ")%" + std::to_string(std::max<int64_t>(extent, 1));
+      case 4:
+        return std::to_string(std::max<int64_t>(extent, 1) - 1) + "-" + r;
+      case 5:
+        return "(" + r + "+" + var + ")%" + std::to_string(std::max<int64_t>(extent, 1) + 1);
+      default:
+        return r;
+    }
+  }
+
+  // Index expressions for axes of `extents` over i0..i<num_vars-1>: with extras, some read
+  // them (at least one does).
+  std::vector<std::string> index_exprs(const Extras& ex, int num_vars, const Shape& extents) {
     std::vector<std::string> idx;
-    for (int64_t j = 0; j < x.var.ndim(); ++j)
-      idx.push_back(index_expr(int(shape.size()), x.var.shape()[size_t(j)]));
-    const std::vector<std::string> cond = conditions(int(shape.size()));
+    bool read = false;
+    for (size_t j = 0; j < extents.size(); ++j) {
+      const bool use = !ex.empty() && (chance(0.6) || (!read && j + 1 == extents.size()));
+      idx.push_back(use ? extra_index_expr(ex, num_vars, extents[j])
+                        : index_expr(num_vars, extents[j]));
+      read = read || use;
+    }
+    return idx;
+  }
+
+  // Overflow conditions; with extras, sometimes one that reads them (also where there are no
+  // index expressions at all to read them: a 0-d x or output).
+  std::vector<std::string> conditions_with(const Extras& ex, int num_vars, bool must_read) {
+    std::vector<std::string> out = conditions(num_vars);
+    if (ex.empty() || !(must_read || chance(0.3))) return out;
+    const std::string r = extra_read(ex, num_vars, true);
+    const std::string var = num_vars > 0 ? "i" + std::to_string(uniform(0, num_vars - 1)) : "0";
+    switch (uniform(0, 4)) {
+      case 0:
+        out.push_back(r + ">" + std::to_string(uniform(0, 3)));
+        break;
+      case 1:
+        out.push_back(r + "==" + var);
+        break;
+      case 2:
+        out.push_back("(" + r + "-" + var + ")%2");
+        break;
+      case 3:
+        out.push_back("!(" + r + "<0) && " + var + "!=1");
+        break;
+      default:
+        out.push_back(r + "<0 || " + r + ">=" + std::to_string(uniform(1, 4)));
+        break;
+    }
+    return out;
+  }
+
+  // ------------------------------------------------------------ ops
+  const Value& add_reindex(const Value& x, const Shape& shape, bool allow_extras = false) {
+    // The span of the extras' values: about the extents they index.
+    int64_t span = 1;
+    for (int64_t d : x.var.shape()) span = std::max(span, d);
+    for (int64_t d : shape) span = std::max(span, d);
+    const Extras ex = allow_extras && chance(0.3) ? random_extras(span) : Extras{};
+    const std::vector<std::string> idx = index_exprs(ex, int(shape.size()), x.var.shape());
+    const std::vector<std::string> cond = conditions_with(ex, int(shape.size()), x.var.ndim() == 0);
     const DType dt = x.var.dtype();
     double overflow = dt == DType::Bool ? double(uniform(0, 1))
                       : is_float(dt)    ? pick(std::vector<double>{0, -1, 1.5, 7, -2.25})
                                         : double(uniform(-3, 9));
-    Var r = reindex(x.var, shape, idx, overflow, cond);
-    return add_value(r,
-                     "reindex(" + x.name + ", " + shape_cpp(shape) + ", " + strings_cpp(idx) +
-                         ", " + num(overflow) + ", " + strings_cpp(cond) + ")",
-                     std::max(x.bound, std::fabs(overflow)), x.may_nan, x.fragile);
+    Var r = reindex(x.var, shape, idx, overflow, cond, ex.vars);
+    return add_value(
+        r,
+        "reindex(" + x.name + ", " + shape_cpp(shape) + ", " + strings_cpp(idx) + ", " +
+            num(overflow) + ", " + strings_cpp(cond) + (ex.empty() ? "" : ", " + ex.cpp()) + ")",
+        std::max(x.bound, std::fabs(overflow)), x.may_nan, x.fragile, false, ex.listing);
   }
 
   void op_unary() {
@@ -669,19 +843,22 @@ class GraphGenerator {
 
   void op_reindex() {
     const Value x = pick_value();
-    add_reindex(x, random_shape(4));
+    add_reindex(x, random_shape(4), true);
   }
 
   void op_reindex_reduce() {
     const Value y = pick_value();
     const Shape shape = random_shape(3);
     const int ny = int(y.var.ndim());
-    std::vector<std::string> idx;
-    for (int64_t d : shape) idx.push_back(index_expr(ny, d));
-    const std::vector<std::string> cond = conditions(ny);
+    int64_t span = 1;
+    for (int64_t d : y.var.shape()) span = std::max(span, d);
+    for (int64_t d : shape) span = std::max(span, d);
+    const Extras ex = chance(0.3) ? random_extras(span) : Extras{};
+    const std::vector<std::string> idx = index_exprs(ex, ny, shape);
+    const std::vector<std::string> cond = conditions_with(ex, ny, shape.empty());
     const ReduceOp op =
         pick(std::vector<ReduceOp>{ReduceOp::Add, ReduceOp::Mul, ReduceOp::Max, ReduceOp::Min});
-    Var r = reindex_reduce(y.var, op, shape, idx, cond);
+    Var r = reindex_reduce(y.var, op, shape, idx, cond, ex.vars);
     const double n = double(std::max<int64_t>(y.var.numel(), 1));
     double bound;
     bool fragile = y.fragile;
@@ -697,8 +874,9 @@ class GraphGenerator {
     static const char* ops[] = {"ReduceOp::Add", "ReduceOp::Mul", "ReduceOp::Max", "ReduceOp::Min"};
     add_value(r,
               "reindex_reduce(" + y.name + ", " + ops[int(op)] + ", " + shape_cpp(shape) + ", " +
-                  strings_cpp(idx) + ", " + strings_cpp(cond) + ")",
-              bound, y.may_nan, fragile, op == ReduceOp::Add || op == ReduceOp::Mul);
+                  strings_cpp(idx) + ", " + strings_cpp(cond) +
+                  (ex.empty() ? "" : ", " + ex.cpp()) + ")",
+              bound, y.may_nan, fragile, op == ReduceOp::Add || op == ReduceOp::Mul, ex.listing);
   }
 
   void op_reduce() {
@@ -815,6 +993,7 @@ class GraphGenerator {
 
   RandomBits rng_;
   bool large_ = false;
+  int num_extras_ = 0;  // extra leaves made so far (named e0, e1, ...)
   std::optional<size_t> staged_;
   std::vector<Value> values_;
   std::map<const Node*, size_t> value_of_node_;  // index in values_ of each value's node

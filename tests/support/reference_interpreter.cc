@@ -591,7 +591,7 @@ HostTensor eval_reindex(const Node& n, const HostTensor& in, const HostExtras& e
       for (size_t k = 0; k < nx && inside; ++k) {
         const int64_t v = ix_eval(*n.indexes[k], idx.data(), nullptr, &extras);
         inside = v >= 0 && v < x.shape[k];
-        off += v * x_strides[k];
+        if (inside) off += v * x_strides[k];  // a far index would overflow the product
       }
       for (size_t c = 0; c < n.conditions.size() && inside; ++c)
         inside = ix_eval(*n.conditions[c], idx.data(), nullptr, &extras) == 0;
@@ -626,7 +626,7 @@ HostTensor eval_reindex_reduce(const Node& n, const HostTensor& in, const HostEx
       for (size_t k = 0; k < nd && inside; ++k) {
         const int64_t t = ix_eval(*n.indexes[k], idx.data(), nullptr, &extras);
         inside = t >= 0 && t < n.shape[k];
-        off += t * out_strides[k];
+        if (inside) off += t * out_strides[k];
       }
       for (size_t c = 0; c < n.conditions.size() && inside; ++c)
         inside = ix_eval(*n.conditions[c], idx.data(), nullptr, &extras) == 0;
