@@ -223,7 +223,11 @@ class CppEmitter : public CFamilyEmitter {
       const std::string name = "in" + std::to_string(load->buffer);
       dtypes_[load->id] = load->dtype;
       dtypes_[st.id] = st.dtype;
-      line(depth, "const bool " + ok + " = " + ix(*st.cond) + ";");
+      std::string test = ix(*st.cond);
+      if (auto it = guard_tests_.find(st.id); it != guard_tests_.end())
+        test = it->second.second ? it->second.first + " && " + ix(*it->second.second)
+                                 : it->second.first;
+      line(depth, "const bool " + ok + " = " + test + ";");
       line(depth, "const " + T + " " + v(load->id) + " = " + name + "_any[" + ok + " ? (" +
                       offset(name, load->index) + ") : 0];");
       line(depth, "const " + T + " " + v(st.id) + " = " + ok + " ? " + v(load->id) + " : " +
@@ -492,6 +496,7 @@ class CppEmitter : public CFamilyEmitter {
         std::set<int> outer;
         for (int o = 0; o < lv; ++o) outer.insert(ir.loops[size_t(o)].var);
         hoist_extra_reads(ir.body, {}, outer, d);
+        hoist_guard_tests(ir.body, outer, d);
       }
       if (innermost && strips) {
         strip_mined_inner(ir, levels, interchanged, d, store);
@@ -514,7 +519,38 @@ class CppEmitter : public CFamilyEmitter {
     }
     for (; d > base; --d) line(d - 1, "}");
     forget_hoisted_extras();
+    guard_tests_.clear();
   }
+
+  // The parts of speculative guards' tests (stmt()) that read only `outer` loop variables,
+  // computed once at `depth` before the innermost loop: a gather's row checks.
+  void hoist_guard_tests(const KBlock& b, const std::set<int>& outer, int depth) {
+    for (const KStmt& st : b.stmts) {
+      if (!speculative_load(st)) continue;
+      std::set<int> inner;
+      collect_vars(*st.cond, inner);
+      for (int v : outer) inner.erase(v);
+      std::vector<IndexExprPtr> fixed, varying;
+      split_conjuncts(st.cond, inner, fixed, varying);
+      if (fixed.empty()) continue;
+      const std::string name = "mj_g" + std::to_string(st.id);
+      line(depth, "const bool " + name + " = " + ix(*conjunction(fixed)) + ";");
+      guard_tests_[st.id] = {name, varying.empty() ? nullptr : conjunction(varying)};
+    }
+  }
+  static void collect_vars(const IndexExpr& e, std::set<int>& out) {
+    if (e.kind == IxKind::Var) out.insert(int(e.value));
+    for (const IndexExprPtr& a : e.args) collect_vars(*a, out);
+    for (const IndexExpr* c : {e.a.get(), e.b.get(), e.c.get()})
+      if (c) collect_vars(*c, out);
+  }
+  static IndexExprPtr conjunction(const std::vector<IndexExprPtr>& terms) {
+    IndexExprPtr all = terms.at(0);
+    for (size_t k = 1; k < terms.size(); ++k) all = ix_binary(IxKind::And, all, terms[k]);
+    return all;
+  }
+  // Guard id -> its hoisted test's local and the rest of its test (null: nothing left).
+  std::map<int, std::pair<std::string, IndexExprPtr>> guard_tests_;
 
   // The micro-kernel of the target (cpu_target.h): c[mr x nr] (row stride ldc) = (first ? 0 :
   // c) + sum over kn steps of a column of the packed A panel (mr floats a step) times a row of

@@ -9,8 +9,9 @@
 namespace metajit {
 
 // Bump when the emitted source for the same IR changes.
-// 17: scatters split an independent target loop between threads; 18: speculative gather loads
-inline constexpr const char* kCodegenVersion = "cpp-18";
+// 17: scatters split an independent target loop between threads; 18: speculative gather loads;
+// 19: their row tests hoisted
+inline constexpr const char* kCodegenVersion = "cpp-19";
 
 class KernelKeyBuilder {
  public:
