@@ -83,26 +83,17 @@ class Lowerer {
     return ix_substitute(lower_extras(own, extra_node), idx);
   }
   IndexExprPtr lower_extras(const IndexExprPtr& e, const std::function<int(int64_t)>& extra_node) {
-    if (!ix_reads_extras(*e)) return e;
-    if (e->kind == IxKind::Extra) {
-      const int src = extra_node(e->value);
+    return ix_replace_extras(e, [&](int64_t k, std::vector<IndexExprPtr> args) {
+      const int src = extra_node(k);
       const GNode& x = g_.nodes[size_t(src)];
-      if (x.kind == OpKind::Scalar) {
-        auto [it, fresh] = params_.emplace(std::make_pair(src, -1), 0);
-        if (fresh) {
-          it->second = int(out_.args.params.size());
-          out_.args.params.push_back(static_cast<int64_t>(x.scalar));
-        }
-        return ix_param(it->second);
+      if (x.kind != OpKind::Scalar) return ix_extra(buffer_slot(src), std::move(args));
+      auto [it, fresh] = params_.emplace(std::make_pair(src, -1), 0);
+      if (fresh) {
+        it->second = int(out_.args.params.size());
+        out_.args.params.push_back(static_cast<int64_t>(x.scalar));
       }
-      std::vector<IndexExprPtr> args;
-      for (const IndexExprPtr& a : e->args) args.push_back(lower_extras(a, extra_node));
-      return ix_extra(buffer_slot(src), std::move(args));
-    }
-    auto copy = std::make_shared<IndexExpr>(*e);
-    for (IndexExprPtr* c : {&copy->a, &copy->b, &copy->c})
-      if (*c) *c = lower_extras(*c, extra_node);
-    return copy;
+      return ix_param(it->second);
+    });
   }
 
   // Extent of axis `axis` of node `node`: a Param slot, or the constant when specialising.

@@ -542,16 +542,18 @@ IndexExprPtr ix_extra_reads_valid(const IndexExprPtr& e,
   return valid;
 }
 
-IndexExprPtr ix_renumber_extras(const IndexExprPtr& e, const std::function<int64_t(int64_t)>& map) {
+IndexExprPtr ix_replace_extras(
+    const IndexExprPtr& e,
+    const std::function<IndexExprPtr(int64_t k, std::vector<IndexExprPtr> args)>& replace) {
   if (!ix_reads_extras(*e)) return e;
   if (e->kind == IxKind::Extra) {
     std::vector<IndexExprPtr> args;
-    for (const IndexExprPtr& a : e->args) args.push_back(ix_renumber_extras(a, map));
-    return ix_extra(int(map(e->value)), std::move(args));
+    for (const IndexExprPtr& a : e->args) args.push_back(ix_replace_extras(a, replace));
+    return replace(e->value, std::move(args));
   }
   auto copy = std::make_shared<IndexExpr>(*e);
   for (IndexExprPtr* c : {&copy->a, &copy->b, &copy->c})
-    if (*c) *c = ix_renumber_extras(*c, map);
+    if (*c) *c = ix_replace_extras(*c, replace);
   return copy;
 }
 

@@ -109,8 +109,11 @@ bool ix_extra_reads_in_range(const IndexExpr& e, const int64_t* vars, const int6
 // Extra in `e` (constant 1 when there is none). The code generator guards with it.
 IndexExprPtr ix_extra_reads_valid(const IndexExprPtr& e,
                                   const std::function<IndexExprPtr(int64_t k, int axis)>& extent);
-// Replaces every Extra's number K by map(K) (lowering: extras number -> buffer slot).
-IndexExprPtr ix_renumber_extras(const IndexExprPtr& e, const std::function<int64_t(int64_t)>& map);
+// Replaces every Extra by replace(K, its arguments, themselves replaced first). Lowering turns
+// a node's @eK into a read of an input buffer slot (or an int64 parameter) with it.
+IndexExprPtr ix_replace_extras(
+    const IndexExprPtr& e,
+    const std::function<IndexExprPtr(int64_t k, std::vector<IndexExprPtr> args)>& replace);
 // True when `e` contains an Extra.
 bool ix_reads_extras(const IndexExpr& e);
 

@@ -472,12 +472,19 @@ TEST_CASE("substitution, renumbering and division checks see into reads", "[inde
   // Loop variables inside the arguments are substituted.
   IndexExprPtr s = ix_substitute(e, {ix_var(5), ix_param(2)});
   CHECK(ix_to_string(*s) == "@e1((i5*2),@e0(p2))");
-  // Extras renumbered (lowering: extras number -> buffer slot), arguments included.
-  IndexExprPtr r = ix_renumber_extras(e, [](int64_t k) { return k + 10; });
+  // Extras replaced (lowering: extras number -> buffer slot, or a parameter), the arguments
+  // first.
+  auto renumber = [](int64_t add) {
+    return [add](int64_t k, std::vector<IndexExprPtr> args) {
+      return ix_extra(int(k + add), std::move(args));
+    };
+  };
+  IndexExprPtr r = ix_replace_extras(e, renumber(10));
   CHECK(ix_to_string(*r) == "@e11((i0*2),@e10(i1))");
-  CHECK(ix_renumber_extras(parse_e("i0+1"), [](int64_t k) { return k; })->kind == IxKind::Add);
-  CHECK(ix_to_string(*ix_renumber_extras(parse_e("i0 + @e0(1)"), [](int64_t) { return 4; })) ==
-        "(i0+@e4(1))");
+  CHECK(ix_replace_extras(parse_e("i0+1"), renumber(0))->kind == IxKind::Add);
+  CHECK(ix_to_string(*ix_replace_extras(parse_e("i0 + @e0(1)"), renumber(4))) == "(i0+@e4(1))");
+  CHECK(ix_to_string(*ix_replace_extras(parse_e("i0 + @e0(1)"),
+                                        [](int64_t, auto) { return ix_param(3); })) == "(i0+p3)");
   // Division by something that is not a non-zero constant, inside an argument.
   CHECK(ix_has_unsafe_division(*parse_e("@e0(i0/i1)")));
   CHECK(ix_has_unsafe_division(*parse_e("@e1(1, @e0(i0%i1))")));
