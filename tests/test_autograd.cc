@@ -41,27 +41,7 @@ const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Every value of a float or integer Var as double (evaluating it first).
 std::vector<double> values_of(const Var& v) {
-  switch (v.dtype()) {
-    case DType::Float64:
-      return v.to_vector<double>();
-    case DType::Float32: {
-      std::vector<float> f = v.to_vector<float>();
-      return std::vector<double>(f.begin(), f.end());
-    }
-    case DType::Int32: {
-      std::vector<int32_t> i = v.to_vector<int32_t>();
-      return std::vector<double>(i.begin(), i.end());
-    }
-    case DType::Int64: {
-      std::vector<int64_t> i = v.to_vector<int64_t>();
-      return std::vector<double>(i.begin(), i.end());
-    }
-    case DType::Bool: {
-      std::vector<bool> b = v.to_vector<bool>();
-      return std::vector<double>(b.begin(), b.end());
-    }
-  }
-  return {};
+  return metajit_test_detail::eval_values_as_double(v);
 }
 
 // A small deterministic generator (the values must not depend on the standard library).

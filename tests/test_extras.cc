@@ -104,27 +104,7 @@ Var tens(DType dt = DType::Float32) {
 
 // Every value of a Var as double (evaluating it first).
 std::vector<double> values_of(const Var& v) {
-  switch (v.dtype()) {
-    case DType::Float64:
-      return v.to_vector<double>();
-    case DType::Float32: {
-      std::vector<float> f = v.to_vector<float>();
-      return std::vector<double>(f.begin(), f.end());
-    }
-    case DType::Int32: {
-      std::vector<int32_t> i = v.to_vector<int32_t>();
-      return std::vector<double>(i.begin(), i.end());
-    }
-    case DType::Int64: {
-      std::vector<int64_t> i = v.to_vector<int64_t>();
-      return std::vector<double>(i.begin(), i.end());
-    }
-    case DType::Bool: {
-      std::vector<bool> b = v.to_vector<bool>();
-      return std::vector<double>(b.begin(), b.end());
-    }
-  }
-  return {};
+  return metajit_test_detail::eval_values_as_double(v);
 }
 
 // `v` has `shape` and exactly the values `expected` (the hand-computed values are small
