@@ -34,6 +34,7 @@
 #include "support/exceptions.h"
 #include "support/reference_check.h"
 #include "support/text.h"
+#include "support/typed_arrays.h"
 
 using namespace metajit;
 using Catch::Matchers::Contains;
@@ -69,23 +70,7 @@ Var f64(const std::vector<double>& v, Shape shape) {
   return array(v, std::move(shape));
 }
 
-// An array of `dt` holding `values` (converted as C++ does).
-Var make_array(DType dt, const std::vector<double>& values, Shape shape) {
-  switch (dt) {
-    case DType::Int32:
-      return array(std::vector<int32_t>(values.begin(), values.end()), std::move(shape));
-    case DType::Int64:
-      return array(std::vector<int64_t>(values.begin(), values.end()), std::move(shape));
-    case DType::Float32:
-      return array(std::vector<float>(values.begin(), values.end()), std::move(shape));
-    case DType::Float64:
-      return array(values, std::move(shape));
-    case DType::Bool:
-      break;
-  }
-  FAIL("make_array: unsupported dtype");
-  return {};
-}
+using metajit_test::make_array;
 
 // x[r, c] = 10 r + c for a [rows, cols] grid: every value names its position.
 std::vector<double> grid_values(int64_t rows, int64_t cols) {

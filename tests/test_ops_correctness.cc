@@ -17,6 +17,7 @@
 #include "base/config.h"
 #include "support/reference_check.h"
 #include "support/scoped_env.h"
+#include "support/typed_arrays.h"
 
 using namespace metajit;
 
@@ -27,28 +28,7 @@ const double kInf = std::numeric_limits<double>::infinity();
 const DType kAllDTypes[] = {DType::Bool, DType::Int32, DType::Int64, DType::Float32,
                             DType::Float64};
 
-// An array of dtype `dt` holding `values` converted as C++ does (bool: non-zero).
-Var make_array(DType dt, const std::vector<double>& values, Shape shape) {
-  switch (dt) {
-    case DType::Bool: {
-      std::vector<bool> v;
-      for (double x : values) v.push_back(x != 0);
-      return array(v, std::move(shape));
-    }
-    case DType::Int32:
-      return array(std::vector<int32_t>(values.begin(), values.end()), std::move(shape));
-    case DType::Int64:
-      return array(std::vector<int64_t>(values.begin(), values.end()), std::move(shape));
-    case DType::Float32:
-      return array(std::vector<float>(values.begin(), values.end()), std::move(shape));
-    case DType::Float64:
-      return array(values, std::move(shape));
-  }
-  return {};
-}
-Var make_array(DType dt, const std::vector<double>& values) {
-  return make_array(dt, values, {int64_t(values.size())});
-}
+using metajit_test::make_array;
 
 // The 1-d `x` repeated as `rows` rows: [rows, n]. Table rows are computed from tiled inputs
 // so that every row already has the table's shape: a row read through a broadcast would be
