@@ -36,6 +36,40 @@ bool env_flag(const char* name) {
   return !v.empty() && v != "0" && v != "false" && v != "no" && v != "off";
 }
 
+void read_remote_config(Config& c) {
+  c.remote_url = env("METAJIT_REMOTE");
+  std::string mode = env("METAJIT_REMOTE_MODE");
+  if (mode.empty()) mode = c.remote_url.empty() ? "off" : "read";
+  if (mode != "off" && mode != "read" && mode != "readwrite")
+    throw Error("METAJIT_REMOTE_MODE=" + mode + " is not valid; expected off, read or readwrite");
+  c.remote_mode = mode;
+  if (std::string ns = env("METAJIT_REMOTE_NAMESPACE"); !ns.empty()) {
+    bool ok = ns.size() <= 64;
+    for (char ch : ns)
+      ok = ok && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
+                  ch == '.');
+    if (!ok)
+      throw Error("METAJIT_REMOTE_NAMESPACE=" + ns +
+                  " is not valid; expected 1 to 64 letters, digits, '-', '_' or '.'");
+    c.remote_namespace = ns;
+  }
+  c.remote_password_file = env("METAJIT_REMOTE_PASSWORD_FILE");
+  if (std::string v = env("METAJIT_REMOTE_TIMEOUT");
+      !v.empty() && (!parse_duration(v, c.remote_timeout_seconds) ||
+                     c.remote_timeout_seconds < 0.001 || c.remote_timeout_seconds > 3600))
+    throw Error("METAJIT_REMOTE_TIMEOUT=" + v +
+                " is not valid; expected a duration from 0.001s to 1h, in seconds, e.g. 2 or 0.5");
+  if (std::string v = env("METAJIT_REMOTE_WAIT");
+      !v.empty() && (!parse_duration(v, c.remote_wait_seconds) || c.remote_wait_seconds > 86400))
+    throw Error("METAJIT_REMOTE_WAIT=" + v + " is not valid; expected a duration up to 1d");
+  c.remote_signing_key = env("METAJIT_REMOTE_SIGNING_KEY");
+  c.remote_trusted_keys = env("METAJIT_REMOTE_TRUSTED_KEYS");
+  std::string trust = env("METAJIT_REMOTE_TRUST");
+  if (!trust.empty() && trust != "unsigned" && trust != "signed")
+    throw Error("METAJIT_REMOTE_TRUST=" + trust + " is not valid; expected signed or unsigned");
+  c.remote_trust_unsigned = trust == "unsigned";
+}
+
 Config read_config() {
   Config c;
   std::string dir = env("METAJIT_CACHE_DIR");
@@ -98,6 +132,7 @@ Config read_config() {
       !v.empty() && !parse_duration(v, c.compile_timeout_seconds))
     throw Error("METAJIT_COMPILE_TIMEOUT=" + v + " is not a duration; expected e.g. 300, 90s, 5m");
   c.dump_dot_dir = env("METAJIT_DUMP_DOT");
+  read_remote_config(c);
   return c;
 }
 

@@ -30,6 +30,16 @@ struct Config {
   std::vector<std::string> extra_nvccflags;     // METAJIT_NVCCFLAGS, split on whitespace
   double compile_timeout_seconds = 300;         // METAJIT_COMPILE_TIMEOUT
   std::string dump_dot_dir;                     // METAJIT_DUMP_DOT: a DOT file per eval() there
+  // The remote kernel cache (README "Sharing kernels across machines"; remote_cache/).
+  std::string remote_url;             // METAJIT_REMOTE: redis://... or redis+unix:///path
+  std::string remote_mode = "off";    // METAJIT_REMOTE_MODE off|read|readwrite (read if a URL)
+  std::string remote_namespace = "default";  // METAJIT_REMOTE_NAMESPACE
+  std::string remote_password_file;          // METAJIT_REMOTE_PASSWORD_FILE
+  double remote_timeout_seconds = 2;         // METAJIT_REMOTE_TIMEOUT, per operation
+  double remote_wait_seconds = 60;  // METAJIT_REMOTE_WAIT: longest wait for another's compile
+  std::string remote_signing_key;   // METAJIT_REMOTE_SIGNING_KEY (secret key file)
+  std::string remote_trusted_keys;  // METAJIT_REMOTE_TRUSTED_KEYS (public keys, one a line)
+  bool remote_trust_unsigned = false;  // METAJIT_REMOTE_TRUST=unsigned
 };
 
 // The process-wide configuration (read from the environment on first use).

@@ -37,6 +37,11 @@ struct CacheCounters {
   // entry had been removed. Their sum is `misses` (for files written since they were counted).
   uint64_t misses_new = 0, misses_compiler = 0, misses_target = 0, misses_flags = 0,
            misses_codegen = 0, misses_removed = 0;
+  // The remote tier (remote_cache/): kernels installed from it, lookups that found nothing,
+  // entries refused (unsigned, foreign, corrupt...), failed operations and of those the
+  // timeouts, kernels uploaded.
+  uint64_t remote_hits = 0, remote_misses = 0, remote_rejected = 0, remote_errors = 0,
+           remote_timeouts = 0, remote_uploads = 0;
 };
 
 // The whole-number counters of CacheCounters, each once: its stats.json field, its label in
@@ -53,6 +58,12 @@ inline constexpr CacheCounterField kCacheCounterFields[] = {
     {"compiles", "compiles", &CacheCounters::compiles},
     {"errors", "errors", &CacheCounters::errors},
     {"evictions", "evictions", &CacheCounters::evictions},
+    {"remote_hits", "remote hits", &CacheCounters::remote_hits},
+    {"remote_misses", "remote misses", &CacheCounters::remote_misses},
+    {"remote_rejected", "remote rejected", &CacheCounters::remote_rejected},
+    {"remote_errors", "remote errors", &CacheCounters::remote_errors},
+    {"remote_timeouts", "remote timeouts", &CacheCounters::remote_timeouts},
+    {"remote_uploads", "remote uploads", &CacheCounters::remote_uploads},
 };
 // The misses by cause: stats.json's "misses_by_cause" object (a missing field reads as 0), the
 // same object in `metajit cache stats --json`, one "misses by cause" row in its text.

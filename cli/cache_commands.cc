@@ -214,14 +214,14 @@ std::optional<Rebuildable> rebuildable_spec(const CacheStore& store, const std::
 // warm_kernels() per device, summed; a device whose toolchain is missing counts its kernels as
 // failed with the toolchain's error.
 WarmSummary warm_by_device(const std::vector<KernelIR>& cpu, const std::vector<KernelIR>& cuda,
-                           int jobs) {
+                           int jobs, bool push) {
   WarmSummary total;
   for (Device d : {Device::CPU, Device::CUDA}) {
     const std::vector<KernelIR>& irs = d == Device::CPU ? cpu : cuda;
     if (irs.empty() && d == Device::CUDA) continue;  // the CPU pass checks the cache even empty
     WarmSummary w;
     try {
-      w = warm_kernels(irs, jobs, d);
+      w = warm_kernels(irs, jobs, d, push);
     } catch (const CompileError& e) {
       w.total = w.failed = irs.size();
       w.first_failure = std::string(device_name(d)) + " kernels: " + e.what();
@@ -230,6 +230,9 @@ WarmSummary warm_by_device(const std::vector<KernelIR>& cpu, const std::vector<K
     total.cached += w.cached;
     total.compiled += w.compiled;
     total.failed += w.failed;
+    total.fetched += w.fetched;
+    total.pushed += w.pushed;
+    total.push_failed += w.push_failed;
     total.seconds += w.seconds;
     total.failed_keys.insert(total.failed_keys.end(), w.failed_keys.begin(), w.failed_keys.end());
     if (total.first_failure.empty()) total.first_failure = w.first_failure;
@@ -272,7 +275,7 @@ int cmd_verify(bool fix) {
   }
   size_t rebuilt = 0;
   if (!rebuild[0].empty() || !rebuild[1].empty()) {
-    WarmSummary w = warm_by_device(rebuild[0], rebuild[1], config().jobs);
+    WarmSummary w = warm_by_device(rebuild[0], rebuild[1], config().jobs, /*push=*/false);
     rebuilt = w.compiled + w.cached;
     if (w.failed) std::fprintf(stderr, "metajit: %s\n", w.first_failure.c_str());
   }
@@ -317,7 +320,7 @@ int cmd_export(const std::string& output) {
   return 0;
 }
 
-int cmd_warm(const std::string& manifest_path, int jobs) {
+int cmd_warm(const std::string& manifest_path, int jobs, bool push) {
   std::vector<ManifestEntry> entries;
   try {
     entries = read_manifest(manifest_path);
@@ -333,18 +336,68 @@ int cmd_warm(const std::string& manifest_path, int jobs) {
                        "]: " + e.what());
     }
   }
-  WarmSummary w = warm_by_device(irs[0], irs[1], jobs > 0 ? jobs : config().jobs);
+  WarmSummary w;
+  try {
+    w = warm_by_device(irs[0], irs[1], jobs > 0 ? jobs : config().jobs, push);
+  } catch (const CacheError& e) {
+    if (push && std::string(e.what()).find("--push") != std::string::npos) throw UsageError(e.what());
+    throw;
+  }
   std::printf("warmed %s: %zu kernel%s in %.1f s: %zu compiled, %zu already cached, %zu failed",
               cache_root().string().c_str(), w.total, w.total == 1 ? "" : "s", w.seconds,
               w.compiled, w.cached, w.failed);
   if (!irs[1].empty()) std::printf(" (%zu CUDA)", irs[1].size());
+  if (w.fetched) std::printf("; %zu fetched from the remote cache", w.fetched);
+  if (push) std::printf("; %zu pushed to the remote cache, %zu not", w.pushed, w.push_failed);
   std::printf("\n");
+  if (push && w.push_failed) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "metajit: cache warm --push: %zu kernel%s could not be uploaded\n",
+                 w.push_failed, w.push_failed == 1 ? "" : "s");
+    return 2;
+  }
   if (w.failed) {
     std::fflush(stdout);
     std::fprintf(stderr, "metajit: %s\n", w.first_failure.c_str());
     return 2;
   }
   return 0;
+}
+
+// `cache push KEY... | --all`: uploads local entries to the remote cache.
+int cmd_push(const std::vector<std::string>& prefixes, bool all) {
+  if (all == !prefixes.empty())
+    throw UsageError("cache push: name KEYs or --all (not both, not neither)");
+  CacheStore store(cache_root());
+  std::vector<std::string> keys;
+  if (all) {
+    for (const CacheEntryInfo& e : store.list()) keys.push_back(e.key);
+  } else {
+    for (const std::string& prefix : prefixes) {
+      try {
+        keys.push_back(store.resolve_prefix(prefix));
+      } catch (const CacheError& e) {
+        throw UsageError(std::string("cache push: ") + e.what());
+      }
+    }
+  }
+  std::vector<PushResult> results;
+  try {
+    results = push_kernels(keys);
+  } catch (const CacheError& e) {
+    throw UsageError(e.what());
+  }
+  size_t pushed = 0;
+  for (const PushResult& r : results) {
+    if (r.pushed) {
+      ++pushed;
+    } else {
+      std::fprintf(stderr, "metajit: not pushed %s: %s\n", r.key.c_str(), r.why.c_str());
+    }
+  }
+  std::printf("pushed %zu of %zu kernel%s to %s\n", pushed, results.size(),
+              results.size() == 1 ? "" : "s", config().remote_url.c_str());
+  return pushed == results.size() ? 0 : 2;
 }
 
 // Values of every `cache` subcommand's options; shared by the callbacks.
@@ -358,6 +411,8 @@ struct CacheArgs {
   std::string output;
   std::string manifest;
   int jobs = 0;
+  bool push = false, all = false;
+  std::vector<std::string> keys;
 };
 
 }  // namespace
@@ -419,9 +474,16 @@ void register_cache_commands(CLI::App& app, Action& action) {
       if (jobs->count() > 0 && args->jobs < 1)
         throw UsageError("cache warm: -j " + std::to_string(args->jobs) +
                          " is not valid; expected a positive number of jobs");
-      return cmd_warm(args->manifest, args->jobs);
+      return cmd_warm(args->manifest, args->jobs, args->push);
     };
   });
+  warm->add_flag("--push", args->push,
+                 "Then upload every kernel of the manifest to the remote cache (METAJIT_REMOTE)");
+
+  CLI::App* push = cache->add_subcommand("push", "Upload cached kernels to the remote cache");
+  push->add_option("KEY", args->keys, "Keys or unique key prefixes (hex)");
+  push->add_flag("--all", args->all, "Every kernel in the local cache");
+  push->callback([&action, args] { action = [args] { return cmd_push(args->keys, args->all); }; });
 }
 
 }  // namespace metajit::cli

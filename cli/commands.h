@@ -20,6 +20,7 @@ using Action = std::function<int()>;
 
 void register_cache_commands(CLI::App& app, Action& action);
 void register_doctor_command(CLI::App& app, Action& action);
+void register_remote_commands(CLI::App& app, Action& action);
 
 // "3.4 MiB": sizes as people read them.
 std::string human_bytes(uint64_t bytes);

@@ -19,6 +19,7 @@
 #include "base/config.h"
 #include "cache/cache_store.h"
 #include "cli/commands.h"
+#include "remote_cache/remote_store.h"
 #include "runtime/compiler_driver.h"
 #include "runtime/cuda_runtime.h"
 #include "runtime/cuda_toolchain.h"
@@ -249,6 +250,42 @@ std::string summarize_target(const std::string& target) {
   return shown + " (+" + std::to_string(others) + " more target options)";
 }
 
+// The remote cache (README "Sharing kernels across machines"): off is information; a server
+// that cannot be reached, keys that cannot be read, or a noeviction policy (uploads fail once
+// the server is full) are problems.
+Check check_remote() {
+  Check c{"remote", Status::Info};
+  RemoteStore* store = RemoteStore::current();
+  if (!store) {
+    c.detail = "off (METAJIT_REMOTE " +
+               std::string(config().remote_url.empty() ? "is not set)" : "with mode off)");
+    return c;
+  }
+  RemoteStatus s = store->status();
+  std::string what = s.url + ", " + s.mode + ", namespace " + s.name_space;
+  if (!s.reachable) {
+    return {"remote", Status::Problem, what + ": not reachable (" + s.error + ")",
+            "check METAJIT_REMOTE, METAJIT_REMOTE_PASSWORD_FILE and that the server runs "
+            "(metajit remote status)"};
+  }
+  if (!s.readable || (s.mode == "readwrite" && !s.writable))
+    return {"remote", Status::Problem,
+            what + ": reads " + (s.readable ? "on" : "off") + ", writes " +
+                (s.writable ? "on" : "off"),
+            s.readable ? "set METAJIT_REMOTE_SIGNING_KEY to a key made by `metajit remote keygen`"
+                       : "set METAJIT_REMOTE_TRUSTED_KEYS to a file of trusted public keys"};
+  if (s.maxmemory_policy == "noeviction")
+    return {"remote", Status::Problem,
+            what + ": the server's maxmemory-policy is noeviction: uploads fail once it is full",
+            "redis-cli CONFIG SET maxmemory-policy allkeys-lru (and in redis.conf)"};
+  c.status = Status::Ok;
+  c.detail = what + ": Redis " + s.server_version + ", " +
+             (s.entries >= 0 ? std::to_string(s.entries) + " kernels, " : "") + "policy " +
+             (s.maxmemory_policy.empty() ? "unknown" : s.maxmemory_policy) +
+             (s.trust_unsigned ? " (signatures not required)" : "");
+  return c;
+}
+
 int run_doctor(bool json) {
   std::vector<Check> checks;
   nlohmann::json report = nlohmann::json::object();
@@ -281,6 +318,7 @@ int run_doctor(bool json) {
   checks.push_back(check_cache_dir(root));
   std::optional<uint64_t> free_bytes;
   checks.push_back(check_free_space(root, free_bytes));
+  checks.push_back(check_remote());
 
   uint64_t entries = 0, bytes = 0;
   try {

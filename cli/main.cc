@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   metajit::cli::Action action;
   metajit::cli::register_doctor_command(app, action);
   metajit::cli::register_cache_commands(app, action);
+  metajit::cli::register_remote_commands(app, action);
 
   try {
     app.parse(argc, argv);

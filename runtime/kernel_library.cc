@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -28,7 +29,9 @@
 #include "runtime/compiler_driver.h"
 #include "runtime/cuda_toolchain.h"
 #include "runtime/loader.h"
+#include "remote_cache/remote_store.h"
 #include "runtime/miss_cause.h"
+#include "runtime/portable_toolchain.h"
 #include "runtime/runtime_stats.h"
 #include "runtime/toolchain.h"
 
@@ -54,10 +57,31 @@ MemoryTable& table() {
 // work, or at exit.
 std::atomic<uint64_t> unflushed_memory_hits{0};
 
+// Adds what the remote counters (remote_store.h) gained since the last call to `delta`: they
+// go to the cache's statistics with the batch that made them, uploads (a background thread's)
+// with a later one or at exit.
+void take_remote_counts(CacheCounters& delta) {
+  static std::mutex mu;
+  static uint64_t seen[6] = {0, 0, 0, 0, 0, 0};
+  RemoteCounters& r = remote_counters();
+  const uint64_t now[6] = {r.hits.load(),   r.misses.load(),   r.rejected.load(),
+                           r.errors.load(), r.timeouts.load(), r.uploads.load()};
+  uint64_t CacheCounters::*fields[6] = {
+      &CacheCounters::remote_hits,   &CacheCounters::remote_misses,
+      &CacheCounters::remote_rejected, &CacheCounters::remote_errors,
+      &CacheCounters::remote_timeouts, &CacheCounters::remote_uploads};
+  std::lock_guard<std::mutex> lock(mu);
+  for (int i = 0; i < 6; ++i) {
+    delta.*fields[i] += now[i] - seen[i];
+    seen[i] = now[i];
+  }
+}
+
 void flush_memory_hits() {
   uint64_t n = unflushed_memory_hits.exchange(0);
-  if (!n) return;
   CacheCounters delta;
+  take_remote_counts(delta);
+  if (!n && !delta.remote_uploads && !delta.remote_errors) return;
   delta.memory_hits = n;
   try {
     CacheStore(config().cache_dir).add_counters(delta);
@@ -153,7 +177,16 @@ struct Backend {
   std::function<std::vector<std::string>(const fs::path&, const fs::path&)> command;
   nlohmann::json meta;  // compiler, compiler_version, target, flags: recorded in meta.json
   KeyParts parts;       // what the key is made of besides the IR (key left empty)
+  // The toolchain identity of remote keys (portable_toolchain.h): hashes the compiler's
+  // binaries, so it is computed only when a remote cache is in use.
+  std::function<std::string()> portable;
 };
+
+// A kernel's key in the remote cache: the local key's fields with the portable identity.
+std::string remote_key_of(const Backend& b, const std::string& ir_text,
+                          const std::string& portable) {
+  return kernel_key(b.name, ir_text, "portable\n" + portable);
+}
 
 std::string emit_cuda_for_gpu(const KernelIR& ir) {
   return emit_cuda(ir, CudaTarget::Gpu);
@@ -188,6 +221,7 @@ Backend backend_for(Device device) {
     b.parts.target = tc.resolved_target;
     b.parts.isa = tc.target.name();
     b.parts.flags = tc.flags;
+    b.portable = [&tc] { return portable_identity(tc); };
     return b;
   }
   const CudaToolchain& tc = cuda_toolchain();
@@ -211,6 +245,7 @@ Backend backend_for(Device device) {
   b.parts.compiler_id = xxh3_128_hex(tc.binary_identity());
   b.parts.target = tc.emulated ? "host emulation" : tc.arch;
   b.parts.flags = tc.flags;
+  b.portable = [&tc] { return portable_identity(tc); };
   return b;
 }
 
@@ -228,6 +263,9 @@ std::string memory_settings(Device device) {
 
 struct Pending {
   std::string key;
+  std::string ir_text;     // serialize_ir(*ir)
+  std::string remote_key;  // set when a remote cache is in use
+  std::string lease_token;  // the fleet-wide lease on compiling it, when this process holds it
   std::string ir_digest;  // the kernel-IR index's name for it (miss_cause.h)
   const KernelIR* ir = nullptr;
   std::vector<size_t> positions;  // where in the request this kernel is needed
@@ -272,6 +310,21 @@ void stage(Pending& p, CacheStore& store, const Backend& backend) {
   }
   p.source = p.staging / backend.source_file;
   p.command = backend.command(p.source, p.staging / "kernel.so");
+}
+
+// What every meta.json of `backend` records about `p`, however the entry was made.
+nlohmann::json entry_meta(const Pending& p, const Backend& backend) {
+  nlohmann::json meta = backend.meta;
+  meta["backend"] = backend.name;
+  meta["source_file"] = backend.source_file;
+  meta["ops"] = p.ir->ops;
+  meta["spec"] = kernel_spec_to_json(*p.ir);
+  // The key's parts apart (compiler, flags, target above): what `cache stats` and a later
+  // miss of the same IR compare.
+  meta["ir_digest"] = p.ir_digest;
+  meta["codegen"] = backend.parts.codegen;
+  meta["compiler_id"] = backend.parts.compiler_id;
+  return meta;
 }
 
 CompileError compile_failure(const Pending& p, const CompileOutcome& r) {
@@ -350,18 +403,9 @@ std::optional<CompileError> compile_and_install(std::vector<Pending*>& todo,
       p.lock.release();
       continue;
     }
-    nlohmann::json meta = backend.meta;
-    meta["backend"] = backend.name;
-    meta["source_file"] = backend.source_file;
-    meta["ops"] = p.ir->ops;
-    meta["spec"] = kernel_spec_to_json(*p.ir);
+    nlohmann::json meta = entry_meta(p, backend);
     meta["compile_command"] = p.command;
     meta["compile_seconds"] = r.seconds;
-    // The key's parts apart (compiler, flags, target above): what `cache stats` and a later
-    // miss of the same IR compare.
-    meta["ir_digest"] = p.ir_digest;
-    meta["codegen"] = backend.parts.codegen;
-    meta["compiler_id"] = backend.parts.compiler_id;
     uint64_t bytes = 0;
     bool installed = false;
     try {
@@ -401,6 +445,7 @@ std::vector<Pending> group_by_key(const std::vector<const KernelIR*>& irs,
       p.key = key;
       p.ir_digest = ir_digest(backend.name, texts[i]);
       p.ir = irs[i];
+      p.ir_text = texts[i];
       pending.push_back(std::move(p));
     }
     pending[it->second].positions.push_back(i);
@@ -425,6 +470,108 @@ std::optional<fs::path> find_or_lock(CacheStore& store, Pending& p) {
   return so;
 }
 
+// The remote cache when one is configured and this process may read or write it.
+RemoteStore* usable_remote() {
+  RemoteStore* remote = RemoteStore::current();
+  return remote && (remote->readable() || remote->writable()) ? remote : nullptr;
+}
+
+// The portable identity of `backend` (computed once per batch: it hashes compiler binaries);
+// "" when it cannot be had, which keeps the remote out of this batch.
+std::string portable_of(const Backend& backend) {
+  try {
+    return backend.portable();
+  } catch (const std::exception& e) {
+    warn_once("remote-identity", std::string("remote cache: cannot identify the toolchain (") +
+                                     e.what() + "); kernels are not shared");
+    return "";
+  }
+}
+
+// Looks `p` (its local lock held) up in the remote cache: a verified hit is installed in
+// `store` under the local key with the local cache's staging, rename and checksums, and its
+// kernel.so returned. On a miss a writer takes the fleet-wide lease on compiling it, and anyone
+// finding another machine's lease waits (bounded) for that machine's upload.
+std::optional<fs::path> install_from_remote(RemoteStore& remote, CacheStore& store, Pending& p,
+                                            const Backend& backend, CacheCounters& delta) {
+  OpenedEnvelope env;
+  std::string why;
+  using Lookup = RemoteStore::Lookup;
+  Lookup found = remote.readable() ? remote.fetch(p.remote_key, env, why) : Lookup::Miss;
+  if (found == Lookup::Miss) {
+    bool other = false;
+    if (remote.writable()) {
+      if (std::optional<std::string> token = remote.try_lease(p.remote_key, other))
+        p.lease_token = *token;
+    } else {
+      other = remote.leased(p.remote_key);
+    }
+    if (other && remote.readable()) found = remote.wait_for_entry(p.remote_key, env, why);
+  }
+  if (found != Lookup::Hit) return std::nullopt;
+  // The signer vouches for its binary; the source must also be what this machine's code
+  // generator writes for the kernel, or the entry describes some other kernel.
+  const std::string src = backend.emit(*p.ir);
+  const EnvelopeFile *so_file = nullptr, *src_file = nullptr;
+  for (const EnvelopeFile& f : env.files) {
+    if (f.name == "kernel.so") so_file = &f;
+    if (f.name == backend.source_file) src_file = &f;
+  }
+  if (!so_file || !src_file || src_file->bytes != src) {
+    remote.reject(p.remote_key, "its source is not what this machine generates for the kernel");
+    return std::nullopt;
+  }
+  fs::path staging;
+  try {
+    std::string room;
+    if (!has_room(store, room)) throw CacheError(room);
+    staging = store.make_staging_dir();
+    write_source(staging, backend.source_file, src);
+    write_source(staging, "kernel.so", so_file->bytes);
+    nlohmann::json meta = entry_meta(p, backend);
+    meta["origin"] = "remote";
+    meta["remote_key"] = p.remote_key;
+    meta["remote_signer"] = env.signer;
+    if (env.header.contains("producer")) meta["remote_producer"] = env.header["producer"];
+    if (env.header.contains("compile_seconds") && env.header["compile_seconds"].is_number())
+      meta["compile_seconds"] = env.header["compile_seconds"];
+    uint64_t bytes = 0;
+    fs::path so = store.install(p.key, staging, std::move(meta), &bytes);
+    delta.bytes += int64_t(bytes);
+    record_parts(store, p, backend);
+    remote_counters().hits++;
+    log_message(LogLevel::Info, "remote hit " + p.key + " (remote key " + p.remote_key +
+                                    (env.signer.empty() ? ", unsigned" : ", signed by " + env.signer) +
+                                    ")");
+    return so;
+  } catch (const CacheError& e) {
+    // A local cache that cannot take the entry: compile as if the remote had missed.
+    if (!staging.empty()) store.discard(staging);
+    log_message(LogLevel::Debug, "not installing remote " + p.remote_key + ": " + e.what());
+    return std::nullopt;
+  }
+}
+
+// The envelope's contents for the entry whose kernel.so is `object`.
+UploadJob upload_job(const Pending& p, const fs::path& object, const Backend& backend,
+                     const std::string& portable) {
+  UploadJob job;
+  job.remote_key = p.remote_key;
+  job.lease_token = p.lease_token;
+  job.info = {{"backend", backend.name},
+              {"toolchain", xxh3_128_hex(portable)},
+              {"producer", remote_producer()},
+              {"ops", p.ir->ops},
+              {"compile_seconds", p.compile_seconds}};
+  for (const std::string& name : {backend.source_file, std::string("kernel.so")}) {
+    std::ifstream in(object.parent_path() / name, std::ios::binary);
+    if (!in) throw CacheError("cannot read " + (object.parent_path() / name).string());
+    job.files.push_back(
+        {name, std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>())});
+  }
+  return job;
+}
+
 // The sequence obtain_kernels and warm_kernels share: sweep the cache once per process, find
 // each key in it or lock and stage it (`use_cached(p, so)` takes a found entry; false: not
 // usable, build it again), compile and install the missing ones in parallel and hand each to
@@ -433,16 +580,28 @@ std::optional<fs::path> find_or_lock(CacheStore& store, Pending& p) {
 // statistics, maintain the cache. Returns the first compile failure.
 std::optional<CompileError> find_or_compile(
     std::vector<Pending>& pending, const Backend& backend, int jobs, bool always_show_progress,
-    bool require_writable, const std::function<bool(Pending&, const fs::path&)>& use_cached,
+    bool require_writable,
+    const std::function<bool(Pending&, const fs::path&, KernelOrigin)>& use_cached,
     const std::function<void(Pending&)>& use_compiled, CacheCounters& delta) {
   CacheStore store(config().cache_dir);
   sweep_once(store);
   if (require_writable) store.private_dir("tmp");
+  RemoteStore* remote = usable_remote();
+  std::string portable;  // the remote keys' toolchain identity, once per batch
   std::vector<Pending*> compiled;
   for (Pending& p : pending) {
     if (std::optional<fs::path> so = find_or_lock(store, p)) {
-      if (use_cached(p, *so)) continue;
+      if (use_cached(p, *so, KernelOrigin::Disk)) continue;
       p.lock = store.lock_key(p.key);
+    }
+    if (remote && portable.empty() && (portable = portable_of(backend)).empty()) remote = nullptr;
+    if (remote) {
+      p.remote_key = remote_key_of(backend, p.ir_text, portable);
+      if (std::optional<fs::path> so = install_from_remote(*remote, store, p, backend, delta)) {
+        p.lock.release();
+        if (use_cached(p, *so, KernelOrigin::Remote)) continue;
+        p.lock = store.lock_key(p.key);
+      }
     }
     delta.misses++;
     p.why = explain(store, p, backend);
@@ -461,6 +620,19 @@ std::optional<CompileError> find_or_compile(
   if (!compiled.empty())
     failure = compile_and_install(compiled, store, backend, jobs, always_show_progress, delta);
   for (Pending* p : compiled) use_compiled(*p);
+  if (remote)
+    for (Pending* p : compiled) {
+      if (!p->object.empty() && remote->writable()) {
+        try {
+          remote->upload_later(upload_job(*p, p->object, backend, portable));
+          continue;
+        } catch (const CacheError& e) {
+          log_message(LogLevel::Debug, "not uploading " + p->key + ": " + e.what());
+        }
+      }
+      remote->release_lease(p->remote_key, p->lease_token);
+    }
+  take_remote_counts(delta);
   store.add_counters(delta);
   if (!compiled.empty()) store.maintain(config().cache_max_size);
   return failure;
@@ -512,13 +684,15 @@ std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs
   std::vector<Pending> pending = group_by_key(irs, texts, misses, backend);
   CacheCounters delta;
   delta.memory_hits = unflushed_memory_hits.exchange(0);
-  auto load_cached = [&](Pending& p, const fs::path& so) {
+  auto load_cached = [&](Pending& p, const fs::path& so, KernelOrigin origin) {
     try {
-      KernelHandle h{load_kernel(so), p.key, KernelOrigin::Disk};
+      KernelHandle h{load_kernel(so), p.key, origin};
       for (size_t i : p.positions) out[i] = h;
-      counters.disk_hits++;
-      delta.disk_hits++;
-      log_message(LogLevel::Debug, "disk hit " + p.key);
+      if (origin == KernelOrigin::Disk) {
+        counters.disk_hits++;
+        delta.disk_hits++;
+        log_message(LogLevel::Debug, "disk hit " + p.key);
+      }
       recorder().record(p.key, *p.ir, device_name(device));
       return true;
     } catch (const Error& e) {
@@ -545,7 +719,7 @@ std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs
   return out;
 }
 
-WarmSummary warm_kernels(const std::vector<KernelIR>& irs, int jobs, Device device) {
+WarmSummary warm_kernels(const std::vector<KernelIR>& irs, int jobs, Device device, bool push) {
   const auto start = std::chrono::steady_clock::now();
   WarmSummary summary;
   std::vector<const KernelIR*> ptrs;
@@ -561,8 +735,9 @@ WarmSummary warm_kernels(const std::vector<KernelIR>& irs, int jobs, Device devi
   summary.total = pending.size();
 
   CacheCounters delta;
-  auto count_cached = [&](Pending&, const fs::path&) {
+  auto count_cached = [&](Pending&, const fs::path&, KernelOrigin origin) {
     summary.cached++;
+    if (origin == KernelOrigin::Remote) summary.fetched++;
     return true;
   };
   auto count_compiled = [&](Pending& p) {
@@ -578,8 +753,80 @@ WarmSummary warm_kernels(const std::vector<KernelIR>& irs, int jobs, Device devi
       find_or_compile(pending, backend, jobs, /*always_show_progress=*/true,
                       /*require_writable=*/true, count_cached, count_compiled, delta);
   if (failure) summary.first_failure = failure->what();
+  if (push) {
+    RemoteStore* remote = usable_remote();
+    if (!remote || !remote->writable())
+      throw CacheError("cache warm --push: remote writes are off (set METAJIT_REMOTE, "
+                       "METAJIT_REMOTE_MODE=readwrite and METAJIT_REMOTE_SIGNING_KEY)");
+    const std::string portable = portable_of(backend);
+    if (portable.empty()) throw CacheError("cache warm --push: cannot identify the toolchain");
+    CacheStore store(config().cache_dir);
+    for (Pending& p : pending) {
+      std::optional<fs::path> so = store.find(p.key);
+      if (!so) continue;  // its compile failed
+      p.remote_key = remote_key_of(backend, p.ir_text, portable);
+      std::string why;
+      if (remote->upload_now(upload_job(p, *so, backend, portable), why))
+        summary.pushed++;
+      else
+        summary.push_failed++;
+    }
+    CacheCounters pushed;
+    take_remote_counts(pushed);
+    store.add_counters(pushed);
+  }
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
+}
+
+std::vector<PushResult> push_kernels(const std::vector<std::string>& keys) {
+  RemoteStore* remote = usable_remote();
+  if (!remote || !remote->writable())
+    throw CacheError("cache push: remote writes are off (set METAJIT_REMOTE, "
+                     "METAJIT_REMOTE_MODE=readwrite and METAJIT_REMOTE_SIGNING_KEY)");
+  CacheStore store(config().cache_dir);
+  std::vector<PushResult> results;
+  std::map<std::string, std::string> portable_by_backend;
+  for (const std::string& key : keys) {
+    PushResult r{key, false, ""};
+    try {
+      nlohmann::json meta = store.read_meta(key);
+      const std::string name = meta.value("backend", "");
+      Device device = name == "cpu" ? Device::CPU : Device::CUDA;
+      if (name != "cpu" && name != "cuda" && name != "cuda-emu")
+        throw CacheError("unknown backend '" + name + "'");
+      if (!meta.contains("spec")) throw CacheError("meta.json has no kernel spec");
+      KernelIR ir = kernel_spec_from_json(meta["spec"]);
+      const Backend backend = backend_for(device);
+      Pending p;
+      p.ir = &ir;
+      p.ir_text = serialize_ir(ir);
+      if (backend.name != name ||
+          kernel_key(backend.name, p.ir_text, backend.identity) != key)
+        throw CacheError("built by another toolchain than this machine's current one");
+      auto it = portable_by_backend.find(name);
+      if (it == portable_by_backend.end())
+        it = portable_by_backend.emplace(name, portable_of(backend)).first;
+      if (it->second.empty()) throw CacheError("cannot identify the toolchain");
+      std::optional<fs::path> so = store.find(key);
+      if (!so) throw CacheError("not in the cache (or failed its checks)");
+      p.key = key;
+      p.remote_key = remote_key_of(backend, p.ir_text, it->second);
+      if (meta.contains("compile_seconds") && meta["compile_seconds"].is_number())
+        p.compile_seconds = meta["compile_seconds"].get<double>();
+      r.pushed = remote->upload_now(upload_job(p, *so, backend, it->second), r.why);
+    } catch (const Error& e) {
+      r.why = e.what();
+    }
+    results.push_back(std::move(r));
+  }
+  CacheCounters pushed;
+  take_remote_counts(pushed);
+  try {
+    store.add_counters(pushed);
+  } catch (const CacheError&) {
+  }
+  return results;
 }
 
 std::filesystem::path cache_dir() {

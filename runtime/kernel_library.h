@@ -21,6 +21,7 @@ namespace metajit {
 enum class KernelOrigin : uint8_t {
   Memory,    // no record of how it reached this process
   Disk,      // loaded from the on-disk cache
+  Remote,    // fetched from the remote cache (remote_cache/), installed on disk, loaded
   Compiled,  // compiled by this process
 };
 
@@ -50,13 +51,28 @@ std::string kernel_source(const KernelIR& ir, Device device);
 
 struct WarmSummary {
   size_t total = 0, cached = 0, compiled = 0, failed = 0;  // distinct kernels
+  size_t fetched = 0;                 // of `cached`: installed from the remote cache
+  size_t pushed = 0, push_failed = 0;  // with `push`: uploaded to the remote cache
   double seconds = 0;
   std::vector<std::string> failed_keys;
   std::string first_failure;  // the first CompileError's message
 };
-// `metajit cache warm`: makes sure every kernel of `irs` is in the cache, compiling the missing
-// ones (at most `jobs` at a time) with a progress line on stderr. Loads nothing. Compile
-// failures are counted, not thrown; an unusable cache is a CacheError.
-WarmSummary warm_kernels(const std::vector<KernelIR>& irs, int jobs, Device device = Device::CPU);
+// `metajit cache warm`: makes sure every kernel of `irs` is in the cache, fetching the missing
+// ones from the remote cache when one is configured and compiling the rest (at most `jobs` at a
+// time) with a progress line on stderr. Loads nothing. Compile failures are counted, not
+// thrown; an unusable cache is a CacheError. With `push` (`cache warm --push`) every kernel of
+// `irs` is then uploaded to the remote cache (CacheError when remote writes are off).
+WarmSummary warm_kernels(const std::vector<KernelIR>& irs, int jobs, Device device = Device::CPU,
+                         bool push = false);
+
+struct PushResult {
+  std::string key;
+  bool pushed = false;
+  std::string why;  // not pushed: why
+};
+// `metajit cache push`: uploads the local entries `keys` to the remote cache under their remote
+// keys. An entry built by another toolchain than this machine's current one is skipped (its
+// remote key could not be told). CacheError when remote writes are off.
+std::vector<PushResult> push_kernels(const std::vector<std::string>& keys);
 
 }  // namespace metajit

@@ -220,7 +220,7 @@ std::string profile_report() {
   });
 
   uint64_t launches = 0, total_ns = 0;
-  size_t compiled = 0, from_disk = 0;
+  size_t compiled = 0, from_disk = 0, from_remote = 0;
   double compile_s = 0;
   for (const auto& [key, r] : rows) {
     launches += r.calls;
@@ -230,6 +230,8 @@ std::string profile_report() {
       compile_s += r.compile_seconds;
     } else if (r.origin == KernelOrigin::Disk) {
       ++from_disk;
+    } else if (r.origin == KernelOrigin::Remote) {
+      ++from_remote;
     }
   }
 
@@ -238,7 +240,9 @@ std::string profile_report() {
                     (launches == 1 ? "" : "es") + ", kernel time " + fmt_time(double(total_ns)) +
                     ", compile time " + (compiled ? fmt_time(compile_s * 1e9) : "0") + " (" +
                     std::to_string(compiled) + " compiled, " + std::to_string(from_disk) +
-                    " from disk)" + (on ? "" : "; profiling is off now") + "\n";
+                    " from disk" +
+                    (from_remote ? ", " + std::to_string(from_remote) + " from the remote" : "") +
+                    ")" + (on ? "" : "; profiling is off now") + "\n";
 
   // One row of cells per kernel; columns separated by two spaces, so no cell has two in a row.
   const std::vector<std::string> head = {"key",     "ops",        "calls", "total", "mean",
@@ -248,6 +252,7 @@ std::string profile_report() {
     const double mean_bytes = double(r.bytes_total) / double(r.calls);
     std::string compile = r.origin == KernelOrigin::Compiled ? fmt_time(r.compile_seconds * 1e9)
                           : r.origin == KernelOrigin::Disk   ? "disk"
+                          : r.origin == KernelOrigin::Remote ? "remote"
                                                              : "memory";
     cells.push_back({
         key.substr(0, kKeyDigits),

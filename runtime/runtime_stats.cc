@@ -2,9 +2,24 @@
 
 #include <metajit/runtime.h>
 
+#include <mutex>
+
 #include "base/buffer.h"
+#include "remote_cache/remote_store.h"
 
 namespace metajit {
+
+namespace {
+
+// The remote counters never go back (the cache's statistics take their increase); reset_stats()
+// moves the point stats() counts them from.
+struct RemoteBaseline {
+  uint64_t hits = 0, misses = 0, rejected = 0, errors = 0, timeouts = 0, uploads = 0;
+};
+std::mutex baseline_mu;
+RemoteBaseline remote_baseline;
+
+}  // namespace
 
 RuntimeCounters& runtime_counters() {
   static RuntimeCounters c;
@@ -26,6 +41,19 @@ Stats stats() {
   s.cuda_bytes_in_use = g.bytes_in_use;
   s.cuda_peak_bytes = g.peak_bytes;
   s.cuda_kernels_launched = c.cuda_kernels_launched.load();
+  RemoteCounters& r = remote_counters();
+  RemoteBaseline base;
+  {
+    std::lock_guard<std::mutex> lock(baseline_mu);
+    base = remote_baseline;
+  }
+  const RemoteBaseline* b = &base;
+  s.remote_hits = r.hits.load() - b->hits;
+  s.remote_misses = r.misses.load() - b->misses;
+  s.remote_rejected = r.rejected.load() - b->rejected;
+  s.remote_errors = r.errors.load() - b->errors;
+  s.remote_timeouts = r.timeouts.load() - b->timeouts;
+  s.remote_uploads = r.uploads.load() - b->uploads;
   return s;
 }
 
@@ -37,6 +65,12 @@ void reset_stats() {
   c.memory_hits = 0;
   c.disk_hits = 0;
   c.compile_micros = 0;
+  RemoteCounters& r = remote_counters();
+  {
+    std::lock_guard<std::mutex> lock(baseline_mu);
+    remote_baseline = {r.hits.load(),  r.misses.load(),   r.rejected.load(),
+                       r.errors.load(), r.timeouts.load(), r.uploads.load()};
+  }
   reset_allocator_peak();
 }
 

@@ -5,4 +5,4 @@ set -euo pipefail
 source "$(dirname "$0")/apt_packages.sh"
 apt_install_missing metajit required cmake g++ make pkg-config libboost-dev \
   libboost-filesystem-dev nlohmann-json3-dev catch2 libxxhash-dev libcli11-dev \
-  zlib1g-dev
+  zlib1g-dev libhiredis-dev libsodium-dev libzstd-dev redis-server

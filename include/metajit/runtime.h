@@ -40,6 +40,11 @@ struct Stats {
   // CUDA: device memory in use and its peak, kernels launched on the GPU (also counted in
   // kernels_launched).
   uint64_t cuda_bytes_in_use = 0, cuda_peak_bytes = 0, cuda_kernels_launched = 0;
+  // The remote kernel cache (README "Sharing kernels across machines"): kernels installed from
+  // it, lookups that found nothing, entries refused (unsigned, untrusted, corrupt, for another
+  // key), failed operations (of those, timeouts), kernels uploaded.
+  uint64_t remote_hits = 0, remote_misses = 0, remote_rejected = 0, remote_errors = 0,
+           remote_timeouts = 0, remote_uploads = 0;
 };
 Stats stats();
 void reset_stats();  // zeroes counters; peak_bytes restarts from bytes_in_use

@@ -1,0 +1,531 @@
+#include "remote_cache/remote_store.h"
+
+#include <sodium.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <ctime>
+#include <deque>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include <metajit/error.h>
+
+#include "base/config.h"
+#include "base/log.h"
+#include "remote_cache/redis_endpoint.h"
+
+namespace metajit {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr double kFirstBackoffSeconds = 5;
+constexpr double kMaxBackoffSeconds = 300;
+constexpr double kMaxConnectSeconds = 1;  // "a short connect timeout"
+constexpr size_t kUploadQueueLimit = 256;
+constexpr double kLeasePollSeconds = 0.05;
+constexpr double kExitFlushSeconds = 5;
+
+std::string read_password(const std::string& file, std::string& why) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    why = "METAJIT_REMOTE_PASSWORD_FILE: cannot read " + file;
+    return "";
+  }
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  return text;
+}
+
+std::string random_token() {
+  ensure_sodium();
+  unsigned char bytes[16];
+  randombytes_buf(bytes, sizeof bytes);
+  std::string out;
+  for (unsigned char b : bytes) {
+    static const char* hex = "0123456789abcdef";
+    out += hex[b >> 4];
+    out += hex[b & 15];
+  }
+  return out;
+}
+
+std::string host_name() {
+  char buf[256] = {0};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+// Uploads still queued at exit get a moment to finish (stores are never destroyed). A child of
+// fork() inherits the registration but not the upload threads: it skips its parent's stores.
+void flush_at_exit(RemoteStore* store) {
+  static std::mutex mu;
+  static auto* stores = new std::vector<std::pair<RemoteStore*, pid_t>>;
+  std::lock_guard<std::mutex> lock(mu);
+  if (stores->empty())
+    std::atexit([] {
+      std::vector<std::pair<RemoteStore*, pid_t>> all;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        all = *stores;
+      }
+      for (auto& [s, pid] : all)
+        if (pid == ::getpid()) s->flush(kExitFlushSeconds);
+    });
+  stores->emplace_back(store, ::getpid());
+}
+
+}  // namespace
+
+RemoteCounters& remote_counters() {
+  static RemoteCounters* c = new RemoteCounters;
+  return *c;
+}
+
+nlohmann::json remote_producer() {
+  std::time_t now = std::time(nullptr);
+  char when[32];
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return {{"host", host_name()}, {"pid", int64_t(::getpid())}, {"created", when}};
+}
+
+struct RemoteStore::Impl {
+  RedisEndpoint endpoint;
+  std::string password;
+  double op_timeout = 2, wait_seconds = 60;
+  std::string prefix;  // metajit:<namespace>:
+  EnvelopeTrust trust;
+  std::unique_ptr<SecretKey> signer;
+
+  // Foreground operations share one connection; the uploader has its own.
+  std::mutex fg_mu;
+  std::unique_ptr<RedisConnection> fg;
+
+  // Back-off after a failure, shared by both connections.
+  std::mutex backoff_mu;
+  Clock::time_point down_until{};
+  double backoff = kFirstBackoffSeconds;
+
+  // Uploads.
+  std::mutex up_mu;
+  std::condition_variable up_cv, idle_cv;
+  std::deque<UploadJob> queue;
+  bool uploading = false, stopping = false;
+  std::thread worker;
+  std::unique_ptr<RedisConnection> up;
+
+  bool in_backoff() {
+    std::lock_guard<std::mutex> lock(backoff_mu);
+    return Clock::now() < down_until;
+  }
+
+  void failed(const RedisFailure& f) {
+    RemoteCounters& c = remote_counters();
+    c.errors++;
+    if (f.kind == RemoteFailure::Timeout) c.timeouts++;
+    double wait;
+    {
+      std::lock_guard<std::mutex> lock(backoff_mu);
+      wait = backoff;
+      down_until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(backoff));
+      backoff = std::min(backoff * 2, kMaxBackoffSeconds);
+    }
+    warn_once(std::string("remote:") + remote_failure_name(f.kind),
+              std::string("remote cache (") + remote_failure_name(f.kind) + "): " + f.what() +
+                  "; kernels are compiled locally (the remote is tried again in " +
+                  std::to_string(int(wait)) + " s)");
+    log_message(LogLevel::Debug, std::string("remote cache: ") + f.what());
+  }
+
+  void succeeded() {
+    std::lock_guard<std::mutex> lock(backoff_mu);
+    backoff = kFirstBackoffSeconds;
+  }
+
+  // Runs `fn` on `conn` (connecting first when needed). False (counted, warned) on failure or
+  // while backing off.
+  bool run(std::unique_ptr<RedisConnection>& conn, const std::function<void(RedisConnection&)>& fn) {
+    if (in_backoff()) return false;
+    try {
+      if (!conn || conn->broken())
+        conn = std::make_unique<RedisConnection>(
+            endpoint, password, std::min(op_timeout, kMaxConnectSeconds), op_timeout);
+      fn(*conn);
+      succeeded();
+      return true;
+    } catch (const RedisFailure& f) {
+      conn.reset();
+      failed(f);
+      return false;
+    }
+  }
+  bool run_fg(const std::function<void(RedisConnection&)>& fn) {
+    std::lock_guard<std::mutex> lock(fg_mu);
+    return run(fg, fn);
+  }
+
+  static RedisReply checked(RedisConnection& c, const std::vector<std::string>& args,
+                            size_t max_bytes = 1 << 20) {
+    RedisReply r = c.command(args, max_bytes);
+    if (r.kind == RedisReply::Kind::Error)
+      throw RedisFailure(classify_error_reply(r.str), args[0] + ": " + r.str);
+    return r;
+  }
+
+  bool put(RedisConnection& c, const UploadJob& job) {
+    std::string value = seal_envelope(job.remote_key, job.info, job.files, signer.get());
+    checked(c, {"SET", prefix + "kernel:" + job.remote_key, value});
+    remote_counters().uploads++;
+    log_message(LogLevel::Info, "remote: uploaded " + job.remote_key + " (" +
+                                    std::to_string(value.size()) + " bytes)");
+    return true;
+  }
+
+  void release(RedisConnection& c, const std::string& remote_key, const std::string& token) {
+    // Deletes the lease only while it is still ours (it may have expired and been retaken).
+    static const char* script =
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
+        "return 0";
+    checked(c, {"EVAL", script, "1", prefix + "lease:" + remote_key, token});
+  }
+
+  void work() {
+    std::unique_lock<std::mutex> lock(up_mu);
+    for (;;) {
+      up_cv.wait(lock, [this] { return stopping || !queue.empty(); });
+      if (queue.empty()) return;
+      UploadJob job = std::move(queue.front());
+      queue.pop_front();
+      uploading = true;
+      lock.unlock();
+      run(up, [&](RedisConnection& c) {
+        try {
+          put(c, job);
+        } catch (const CacheError& e) {
+          log_message(LogLevel::Warn, std::string("remote upload: ") + e.what());
+        }
+        if (!job.lease_token.empty()) release(c, job.remote_key, job.lease_token);
+      });
+      lock.lock();
+      uploading = false;
+      idle_cv.notify_all();
+    }
+  }
+};
+
+RemoteStore::RemoteStore(const Config& c) : impl_(std::make_unique<Impl>()), url_(c.remote_url) {
+  if (c.remote_mode == "off" || c.remote_url.empty()) return;
+  Impl& m = *impl_;
+  std::string why;
+  std::optional<RedisEndpoint> endpoint = parse_redis_url(c.remote_url, why);
+  if (!endpoint) {
+    warn_once("remote-config", why + "; the remote cache is off");
+    return;
+  }
+  m.endpoint = *endpoint;
+  if (!c.remote_password_file.empty()) {
+    m.password = read_password(c.remote_password_file, why);
+    if (!why.empty()) {
+      warn_once("remote-config", why + "; the remote cache is off");
+      return;
+    }
+  }
+  m.op_timeout = c.remote_timeout_seconds;
+  m.wait_seconds = c.remote_wait_seconds;
+  m.prefix = "metajit:" + c.remote_namespace + ":";
+  m.trust.allow_unsigned = c.remote_trust_unsigned;
+  if (c.remote_trust_unsigned)
+    log_message(LogLevel::Warn,
+                "METAJIT_REMOTE_TRUST=unsigned: kernels from " + c.remote_url +
+                    " are loaded without checking signatures; anyone who can write to that "
+                    "server can run code in this process");
+  readable_ = c.remote_trust_unsigned;
+  if (!c.remote_trusted_keys.empty()) {
+    try {
+      m.trust.keys = load_public_keys(c.remote_trusted_keys);
+      readable_ = true;
+    } catch (const CacheError& e) {
+      warn_once("remote-trust", std::string(e.what()) + "; remote reads are off");
+    }
+  } else if (!c.remote_trust_unsigned) {
+    warn_once("remote-trust",
+              "METAJIT_REMOTE is set but METAJIT_REMOTE_TRUSTED_KEYS is not: remote reads are off "
+              "(name a file of trusted public keys, or set METAJIT_REMOTE_TRUST=unsigned)");
+  }
+  if (c.remote_mode == "readwrite") {
+    if (!c.remote_signing_key.empty()) {
+      try {
+        m.signer = std::make_unique<SecretKey>(load_secret_key(c.remote_signing_key));
+        writable_ = true;
+      } catch (const CacheError& e) {
+        warn_once("remote-sign", std::string(e.what()) + "; remote writes are off");
+      }
+    } else if (c.remote_trust_unsigned) {
+      writable_ = true;  // unsigned entries, for a fleet that opted out of signatures
+    } else {
+      warn_once("remote-sign",
+                "METAJIT_REMOTE_MODE=readwrite needs METAJIT_REMOTE_SIGNING_KEY (make one with "
+                "`metajit remote keygen NAME -o FILE`); remote writes are off");
+    }
+  }
+}
+
+RemoteStore::~RemoteStore() {
+  if (!impl_) return;
+  {
+    std::lock_guard<std::mutex> lock(impl_->up_mu);
+    impl_->stopping = true;
+  }
+  impl_->up_cv.notify_all();
+  if (impl_->worker.joinable()) impl_->worker.join();
+}
+
+std::string RemoteStore::kernel_key_name(const std::string& remote_key) const {
+  return impl_->prefix + "kernel:" + remote_key;
+}
+std::string RemoteStore::lease_key_name(const std::string& remote_key) const {
+  return impl_->prefix + "lease:" + remote_key;
+}
+
+RemoteStore::Lookup RemoteStore::fetch(const std::string& remote_key, OpenedEnvelope& out,
+                                       std::string& why) {
+  if (!readable_) return Lookup::Unavailable;
+  Impl& m = *impl_;
+  const EnvelopeLimits limits;
+  std::string value;
+  bool found = false;
+  bool ok = m.run_fg([&](RedisConnection& c) {
+    // GETRANGE bounds what the server sends: one byte past the limit says "too large".
+    RedisReply r = Impl::checked(
+        c, {"GETRANGE", kernel_key_name(remote_key), "0", std::to_string(limits.max_envelope_bytes)},
+        limits.max_envelope_bytes + 1);
+    found = r.kind == RedisReply::Kind::String && !r.str.empty();
+    value = std::move(r.str);
+  });
+  if (!ok) return Lookup::Unavailable;
+  RemoteCounters& counters = remote_counters();
+  if (!found) {
+    counters.misses++;
+    return Lookup::Miss;
+  }
+  std::optional<OpenedEnvelope> opened = open_envelope(value, remote_key, m.trust, why, limits);
+  if (!opened) {
+    counters.rejected++;
+    warn_once("remote-rejected", "remote cache: rejected an entry (" + why +
+                                     "); it is compiled locally (METAJIT_LOG=info lists each)");
+    log_message(LogLevel::Info, "remote: rejected " + remote_key + ": " + why);
+    return Lookup::Rejected;
+  }
+  out = std::move(*opened);
+  return Lookup::Hit;  // counted by the caller once the kernel is installed
+
+}
+
+void RemoteStore::reject(const std::string& remote_key, const std::string& why) {
+  remote_counters().rejected++;
+  warn_once("remote-rejected", "remote cache: rejected an entry (" + why +
+                                   "); it is compiled locally (METAJIT_LOG=info lists each)");
+  log_message(LogLevel::Info, "remote: rejected " + remote_key + ": " + why);
+}
+
+std::optional<std::string> RemoteStore::try_lease(const std::string& remote_key,
+                                                  bool& held_by_other) {
+  held_by_other = false;
+  if (!writable_) return std::nullopt;
+  Impl& m = *impl_;
+  std::string token = random_token();
+  bool taken = false;
+  // The lease outlives a compile by a margin; a holder that dies frees it when it expires.
+  const long long ttl_ms = (long long)(std::max(m.wait_seconds, 1.0) * 1000);
+  bool ok = m.run_fg([&](RedisConnection& c) {
+    RedisReply r = Impl::checked(c, {"SET", lease_key_name(remote_key), token, "NX", "PX",
+                                     std::to_string(ttl_ms)});
+    taken = r.kind == RedisReply::Kind::Status;
+  });
+  if (!ok) return std::nullopt;
+  if (!taken) {
+    held_by_other = true;
+    return std::nullopt;
+  }
+  return token;
+}
+
+bool RemoteStore::leased(const std::string& remote_key) {
+  if (!readable_) return false;
+  bool exists = false;
+  impl_->run_fg([&](RedisConnection& c) {
+    exists = Impl::checked(c, {"EXISTS", lease_key_name(remote_key)}).integer > 0;
+  });
+  return exists;
+}
+
+RemoteStore::Lookup RemoteStore::wait_for_entry(const std::string& remote_key,
+                                                OpenedEnvelope& out, std::string& why) {
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                            std::chrono::duration<double>(impl_->wait_seconds));
+  log_message(LogLevel::Info, "remote: waiting for another machine to compile " + remote_key);
+  RemoteCounters& counters = remote_counters();
+  while (Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(kLeasePollSeconds));
+    bool exists = false, lease = false;
+    bool ok = impl_->run_fg([&](RedisConnection& c) {
+      exists = Impl::checked(c, {"EXISTS", kernel_key_name(remote_key)}).integer > 0;
+      if (!exists) lease = Impl::checked(c, {"EXISTS", lease_key_name(remote_key)}).integer > 0;
+    });
+    if (!ok) return Lookup::Unavailable;
+    if (exists) return fetch(remote_key, out, why);
+    if (!lease) break;
+  }
+  // The holder finished without an entry, died, or is slower than the wait: compile here.
+  counters.misses++;
+  return Lookup::Miss;
+}
+
+void RemoteStore::release_lease(const std::string& remote_key, const std::string& token) {
+  if (token.empty()) return;
+  impl_->run_fg([&](RedisConnection& c) { impl_->release(c, remote_key, token); });
+}
+
+void RemoteStore::upload_later(UploadJob job) {
+  if (!writable_) return;
+  Impl& m = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(m.up_mu);
+    if (m.queue.size() < kUploadQueueLimit) {
+      if (!m.worker.joinable()) {
+        m.worker = std::thread([&m] { m.work(); });
+        flush_at_exit(this);
+      }
+      m.queue.push_back(std::move(job));
+      m.up_cv.notify_one();
+      return;
+    }
+  }
+  warn_once("remote-queue", "remote cache: the upload queue is full; some kernels are not shared");
+  release_lease(job.remote_key, job.lease_token);
+}
+
+bool RemoteStore::upload_now(const UploadJob& job, std::string& why) {
+  if (!writable_) {
+    why = "remote writes are off (METAJIT_REMOTE_MODE=readwrite and a signing key are needed)";
+    return false;
+  }
+  bool ok = impl_->run_fg([&](RedisConnection& c) { impl_->put(c, job); });
+  if (!ok) why = impl_->in_backoff() ? "the remote cache is unavailable" : "upload failed";
+  return ok;
+}
+
+void RemoteStore::flush(double seconds) {
+  Impl& m = *impl_;
+  std::unique_lock<std::mutex> lock(m.up_mu);
+  m.idle_cv.wait_for(lock, std::chrono::duration<double>(seconds),
+                     [&m] { return m.queue.empty() && !m.uploading; });
+}
+
+RemoteStatus RemoteStore::status() {
+  const Config& c = config();
+  RemoteStatus s;
+  s.url = c.remote_url;
+  s.mode = c.remote_mode;
+  s.name_space = c.remote_namespace;
+  s.readable = readable_;
+  s.writable = writable_;
+  s.trust_unsigned = impl_->trust.allow_unsigned;
+  if (impl_->signer) s.signing_key = impl_->signer->name;
+  for (const PublicKey& k : impl_->trust.keys) s.trusted_keys.push_back(k.name);
+  if (c.remote_mode == "off" || c.remote_url.empty()) return s;
+  std::string why;
+  if (!parse_redis_url(c.remote_url, why)) {
+    s.error = why;
+    return s;
+  }
+  Impl& m = *impl_;
+  std::unique_ptr<RedisConnection> conn;
+  try {
+    auto start = Clock::now();
+    conn = std::make_unique<RedisConnection>(
+        m.endpoint, m.password, std::min(m.op_timeout, kMaxConnectSeconds), m.op_timeout);
+    RedisReply pong = Impl::checked(*conn, {"PING"});
+    s.ping_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    s.reachable = pong.kind == RedisReply::Kind::Status;
+    // INFO may be refused to a reader's ACL user: then the policy stays unknown.
+    RedisReply info = conn->command({"INFO", "all"}, 1 << 20);
+    if (info.kind == RedisReply::Kind::String) {
+      std::istringstream lines(info.str);
+      for (std::string line; std::getline(lines, line);) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        auto value = [&line](const char* field) -> std::optional<std::string> {
+          std::string f = std::string(field) + ":";
+          if (line.rfind(f, 0) != 0) return std::nullopt;
+          return line.substr(f.size());
+        };
+        if (auto v = value("redis_version")) s.server_version = *v;
+        if (auto v = value("maxmemory_policy")) s.maxmemory_policy = *v;
+        if (auto v = value("used_memory")) s.used_memory = std::stoull(*v);
+        if (auto v = value("maxmemory")) s.maxmemory = std::stoull(*v);
+      }
+    }
+    // Counting entries walks the namespace with SCAN (bounded: a few seconds at most).
+    int64_t entries = 0;
+    std::string cursor = "0";
+    const auto stop = Clock::now() + std::chrono::seconds(5);
+    do {
+      RedisReply r = conn->command(
+          {"SCAN", cursor, "MATCH", m.prefix + "kernel:*", "COUNT", "1000"}, 1 << 22);
+      if (r.kind != RedisReply::Kind::Array || r.elements.size() != 2) {
+        entries = -1;
+        break;
+      }
+      cursor = r.elements[0].str;
+      entries += int64_t(r.elements[1].elements.size());
+    } while (cursor != "0" && Clock::now() < stop);
+    s.entries = cursor == "0" ? entries : -1;
+  } catch (const RedisFailure& f) {
+    s.error = std::string(remote_failure_name(f.kind)) + ": " + f.what();
+  } catch (const std::exception& e) {
+    s.error = e.what();
+  }
+  return s;
+}
+
+RemoteStore* RemoteStore::current() {
+  static std::mutex mu;
+  static std::map<std::string, RemoteStore*>* stores = new std::map<std::string, RemoteStore*>;
+  static pid_t owner = ::getpid();
+  const Config& c = config();
+  if (c.remote_mode == "off" || c.remote_url.empty()) return nullptr;
+  std::lock_guard<std::mutex> lock(mu);
+  if (::getpid() != owner) {
+    // A child of fork(): the parent's connections and upload thread are not ours. Close our
+    // copies of the sockets and start afresh (the old stores are left, never used again).
+    for (auto& [setting, store] : *stores) {
+      store->impl_->fg.reset();
+      store->impl_->up.reset();
+    }
+    stores = new std::map<std::string, RemoteStore*>;
+    owner = ::getpid();
+  }
+  std::string setting;
+  for (const std::string* f :
+       {&c.remote_url, &c.remote_mode, &c.remote_namespace, &c.remote_password_file,
+        &c.remote_signing_key, &c.remote_trusted_keys})
+    setting += *f + '\n';
+  setting += std::to_string(c.remote_timeout_seconds) + "\n" +
+             std::to_string(c.remote_wait_seconds) + "\n" + (c.remote_trust_unsigned ? "u" : "s");
+  auto it = stores->find(setting);
+  if (it != stores->end()) return it->second;
+  RemoteStore* store = new RemoteStore(c);  // never destroyed: uploads may run during exit
+  stores->emplace(setting, store);
+  return store;
+}
+
+}  // namespace metajit
