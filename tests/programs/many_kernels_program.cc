@@ -1,6 +1,7 @@
 // Started by the cache tests as separate processes: evaluates N distinct kernels (argument 1,
 // default 20) in one eval(), checks every value against the reference interpreter and prints
-// "ok compiled=C disk_hits=D launched=L". Exit status 1 on a wrong value.
+// "ok compiled=C disk_hits=D launched=L remote_hits=H remote_misses=M remote_rejected=R
+// remote_errors=E remote_timeouts=T remote_uploads=U". Exit status 1 on a wrong value.
 //
 // Kernel k is k+1 nested applications of sin(v)*0.75 + 0.25 on its own input (so no two kernels
 // share a subexpression and each has its own key); a few use other dtypes and a reduction.
@@ -40,8 +41,14 @@ int main(int argc, char** argv) {
       }
   }
   Stats s = stats();
-  std::printf("%s compiled=%llu disk_hits=%llu launched=%llu\n", bad ? "WRONG" : "ok",
-              (unsigned long long)s.kernels_compiled, (unsigned long long)s.disk_hits,
-              (unsigned long long)s.kernels_launched);
+  std::printf(
+      "%s compiled=%llu disk_hits=%llu launched=%llu remote_hits=%llu remote_misses=%llu "
+      "remote_rejected=%llu remote_errors=%llu remote_timeouts=%llu remote_uploads=%llu\n",
+      bad ? "WRONG" : "ok", (unsigned long long)s.kernels_compiled,
+      (unsigned long long)s.disk_hits, (unsigned long long)s.kernels_launched,
+      (unsigned long long)s.remote_hits, (unsigned long long)s.remote_misses,
+      (unsigned long long)s.remote_rejected, (unsigned long long)s.remote_errors,
+      (unsigned long long)s.remote_timeouts, (unsigned long long)s.remote_uploads);
+  std::fflush(stdout);  // uploads still queued are flushed at exit, after this line
   return bad ? 1 : 0;
 }
