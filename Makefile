@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 
-.PHONY: all deps bench-deps fuzz-deps build run test test-asan test-tsan fuzz bench bench-cuda \
+.PHONY: all deps bench-deps fuzz-deps build run test test-asan test-tsan fuzz bench bench-cuda bench-remote \
         install format clean
 
 all: build
@@ -71,6 +71,13 @@ BENCH_TARGET ?= native
 BENCH_JITTOR_PYTHON ?=
 bench-deps:
 	@bash scripts/install_bench_deps.sh
+
+# `make bench-remote`: the remote kernel cache on loopback (its own redis-server): a kernel from
+# the remote vs from the local disk vs compiled, and warming an empty machine through the remote
+# vs compiling (bench/remote_cache.sh; README "Sharing kernels across machines").
+bench-remote: build
+	cmake --build $(BUILD) -j $(JOBS) --target many_kernels_program
+	bash bench/remote_cache.sh $(BUILD) 20 5
 
 bench: deps bench-deps
 	cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DMETAJIT_BENCH=ON

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <boost/process/search_path.hpp>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -59,7 +60,7 @@ std::string content_digest(const fs::path& path) {
 }
 
 // Where the driver finds `prog` (gcc's -print-prog-name): a path, or a bare name on PATH.
-fs::path program_of(const fs::path& driver, const std::string& prog) {
+fs::path ask_program_of(const fs::path& driver, const std::string& prog) {
   CompileOutcome r = run_compiler({driver.string(), "-print-prog-name=" + prog}, 60);
   if (!r.ok) return {};
   std::string line = first_line(r.output);
@@ -68,13 +69,46 @@ fs::path program_of(const fs::path& driver, const std::string& prog) {
   return found.empty() ? fs::path() : fs::path(found.string());
 }
 
+// ask_program_of, remembered on disk per driver binary (path, size, mtime) and PATH: three
+// process starts (~10 ms each) saved in every later process. The programs' contents are still
+// hashed (through their own remembered digests) every time, so a binutils upgrade is seen.
+fs::path program_of(const Toolchain& tc, const std::string& prog) {
+  std::string facts;
+  append_field(facts, "driver", tc.path.string());
+  append_field(facts, "size", std::to_string(tc.binary_size));
+  append_field(facts, "mtime", std::to_string(tc.binary_mtime));
+  const char* path_env = std::getenv("PATH");
+  append_field(facts, "PATH", path_env ? path_env : "");
+  append_field(facts, "prog", prog);
+  const std::string name = "prog-" + xxh3_128_hex(facts) + ".txt";
+  const fs::path memo = config().cache_dir / "v1" / "toolchains" / name;
+  struct stat ms;
+  if (::lstat(memo.c_str(), &ms) == 0 && S_ISREG(ms.st_mode) && ms.st_uid == ::geteuid() &&
+      !(ms.st_mode & 022)) {
+    std::ifstream in(memo);
+    std::string line;
+    if (std::getline(in, line) && !line.empty() && line[0] == '/') return line;
+  }
+  fs::path found = ask_program_of(tc.path, prog);
+  if (!found.empty()) {
+    try {
+      CacheStore store(config().cache_dir);
+      write_file_atomically(store.private_dir("toolchains") / name, found.string() + "\n",
+                            /*durable=*/false);
+    } catch (const std::exception& e) {
+      log_message(LogLevel::Debug, std::string("not remembering ") + prog + ": " + e.what());
+    }
+  }
+  return found;
+}
+
 std::string host_binaries(const Toolchain& tc) {
   std::string out;
   append_field(out, "driver-sha256", content_digest(tc.path));
   // Clang is one binary; GCC's driver runs cc1plus, as and ld, each part of the result.
   if (tc.version_output.find("clang") == std::string::npos)
     for (const char* prog : {"cc1plus", "as", "ld"}) {
-      fs::path p = program_of(tc.path, prog);
+      fs::path p = program_of(tc, prog);
       append_field(out, std::string(prog) + "-sha256", p.empty() ? "absent" : content_digest(p));
     }
   append_field(out, "libc", std::string(gnu_get_libc_version()) + " " + gnu_get_libc_release());

@@ -1,12 +1,14 @@
 // Started by the cache tests as separate processes: evaluates N distinct kernels (argument 1,
 // default 20) in one eval(), checks every value against the reference interpreter and prints
 // "ok compiled=C disk_hits=D launched=L remote_hits=H remote_misses=M remote_rejected=R
-// remote_errors=E remote_timeouts=T remote_uploads=U". Exit status 1 on a wrong value.
+// remote_errors=E remote_timeouts=T remote_uploads=U eval_ms=X" (X: the eval() that gets and
+// runs the kernels, for bench/remote_cache.sh). Exit status 1 on a wrong value.
 //
 // Kernel k is k+1 nested applications of sin(v)*0.75 + 0.25 on its own input (so no two kernels
 // share a subexpression and each has its own key); a few use other dtypes and a reduction.
 #include <metajit/metajit.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -28,7 +30,10 @@ int main(int argc, char** argv) {
     outputs.push_back(v);
   }
   std::vector<HostTensor> expected = interpret(outputs);
+  const auto start = std::chrono::steady_clock::now();
   eval(outputs);
+  const double eval_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   int bad = 0;
   for (size_t k = 0; k < outputs.size(); ++k) {
     std::vector<float> got = outputs[k].to_vector<float>();
@@ -43,12 +48,13 @@ int main(int argc, char** argv) {
   Stats s = stats();
   std::printf(
       "%s compiled=%llu disk_hits=%llu launched=%llu remote_hits=%llu remote_misses=%llu "
-      "remote_rejected=%llu remote_errors=%llu remote_timeouts=%llu remote_uploads=%llu\n",
+      "remote_rejected=%llu remote_errors=%llu remote_timeouts=%llu remote_uploads=%llu "
+      "eval_ms=%.2f\n",
       bad ? "WRONG" : "ok", (unsigned long long)s.kernels_compiled,
       (unsigned long long)s.disk_hits, (unsigned long long)s.kernels_launched,
       (unsigned long long)s.remote_hits, (unsigned long long)s.remote_misses,
       (unsigned long long)s.remote_rejected, (unsigned long long)s.remote_errors,
-      (unsigned long long)s.remote_timeouts, (unsigned long long)s.remote_uploads);
+      (unsigned long long)s.remote_timeouts, (unsigned long long)s.remote_uploads, eval_ms);
   std::fflush(stdout);  // uploads still queued are flushed at exit, after this line
   return bad ? 1 : 0;
 }
