@@ -1,12 +1,13 @@
 #include "remote_cache/envelope.h"
 
+#include <metajit/error.h>
 #include <sodium.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <set>
-
-#include <metajit/error.h>
 
 #include "cache/untrusted_json.h"
 #include "remote_cache/sha256.h"
@@ -55,6 +56,16 @@ class Reader {
 
 bool allowed_file_name(const std::string& name) {
   return name == "kernel.cc" || name == "kernel.cu" || name == "kernel.so";
+}
+
+// Text from the entry quoted in a reason, at most `max` bytes with control characters as '?':
+// the reason is one line of a warning, and an unverified signer name must not be able to end
+// that line or send escape sequences to the terminal.
+std::string shown(std::string_view text, size_t max = 64) {
+  std::string out(text.substr(0, max));
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return out;
 }
 
 }  // namespace
@@ -123,19 +134,24 @@ std::optional<OpenedEnvelope> open_envelope(std::string_view data, const std::st
   OpenedEnvelope out;
   out.signer.assign(signer);
   if (signer_len == 0) {
-    if (!trust.allow_unsigned) return reject("unsigned entry (METAJIT_REMOTE_TRUST is not unsigned)");
+    if (!trust.allow_unsigned)
+      return reject("unsigned entry (METAJIT_REMOTE_TRUST is not unsigned)");
   } else {
     in.bytes(signature_len, signature);
-    const PublicKey* key = nullptr;
-    for (const PublicKey& k : trust.keys)
-      if (k.name == out.signer) key = &k;
-    if (!key && !trust.allow_unsigned)
-      return reject("signed by '" + out.signer.substr(0, 64) + "', which is not a trusted key");
-    if (key && crypto_sign_verify_detached(
-                   reinterpret_cast<const unsigned char*>(signature.data()),
-                   reinterpret_cast<const unsigned char*>(data.data()), signed_bytes,
-                   key->bytes.data()) != 0)
-      return reject("bad signature (claims key '" + out.signer + "')");
+    // Every trusted key of that name is tried: a key regenerated under the same name is
+    // trusted beside the old one while a fleet rotates.
+    bool named = false, verified = false;
+    for (const PublicKey& k : trust.keys) {
+      if (k.name != out.signer) continue;
+      named = true;
+      verified = verified || crypto_sign_verify_detached(
+                                 reinterpret_cast<const unsigned char*>(signature.data()),
+                                 reinterpret_cast<const unsigned char*>(data.data()), signed_bytes,
+                                 k.bytes.data()) == 0;
+    }
+    if (!named && !trust.allow_unsigned)
+      return reject("signed by '" + shown(out.signer) + "', which is not a trusted key");
+    if (named && !verified) return reject("bad signature (claims key '" + out.signer + "')");
   }
 
   // Authentic (or explicitly not required to be): now the contents.
@@ -145,7 +161,7 @@ std::optional<OpenedEnvelope> open_envelope(std::string_view data, const std::st
       !h["key"].is_string() || !h.contains("files") || !h["files"].is_array())
     return reject("malformed header");
   if (h["key"].get<std::string>() != expected_key)
-    return reject("entry is for key " + h["key"].get<std::string>().substr(0, 64) +
+    return reject("entry is for key " + shown(h["key"].get<std::string>()) +
                   ", not the key asked for");
   struct Declared {
     std::string name, sha256;
@@ -161,7 +177,7 @@ std::optional<OpenedEnvelope> open_envelope(std::string_view data, const std::st
     Declared d{f["name"].get<std::string>(), f["sha256"].get<std::string>(),
                f["size"].get<size_t>()};
     if (!allowed_file_name(d.name) || !names.insert(d.name).second)
-      return reject("unexpected file '" + d.name.substr(0, 64) + "' in the entry");
+      return reject("unexpected file '" + shown(d.name) + "' in the entry");
     if (d.size > limits.max_files_bytes || total + d.size > limits.max_files_bytes)
       return reject("files larger than " + std::to_string(limits.max_files_bytes) + " bytes");
     total += d.size;
@@ -169,19 +185,37 @@ std::optional<OpenedEnvelope> open_envelope(std::string_view data, const std::st
   }
   if (!names.count("kernel.so")) return reject("no kernel.so in the entry");
   unsigned long long content = ZSTD_getFrameContentSize(payload.data(), payload.size());
-  if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN ||
-      content != total)
+  if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN || content != total)
     return reject("payload does not declare the files' total size (" + std::to_string(total) +
                   " bytes)");
-  std::string plain(total, '\0');
-  size_t n = ZSTD_decompress(plain.data(), plain.size(), payload.data(), payload.size());
-  if (ZSTD_isError(n) || n != total) return reject("payload does not decompress");
+  // Streamed in steps of at most kInflateStep: memory follows what the frame really holds, so
+  // a small frame that only declares a large size costs no more than its real contents.
+  std::string plain;
+  {
+    constexpr size_t kInflateStep = size_t(1) << 20;
+    std::unique_ptr<ZSTD_DStream, size_t (*)(ZSTD_DStream*)> ds(ZSTD_createDStream(),
+                                                                 ZSTD_freeDStream);
+    if (!ds || ZSTD_isError(ZSTD_initDStream(ds.get()))) return reject("zstd failed to start");
+    ZSTD_inBuffer in_buf{payload.data(), payload.size(), 0};
+    size_t ret = 1;
+    while (ret != 0) {
+      const size_t have = plain.size();
+      const size_t room = std::min(kInflateStep, total - have);
+      plain.resize(have + std::max<size_t>(room, 1));  // 1: lets zstd report excess output
+      ZSTD_outBuffer out_buf{plain.data() + have, plain.size() - have, 0};
+      ret = ZSTD_decompressStream(ds.get(), &out_buf, &in_buf);
+      plain.resize(have + out_buf.pos);
+      if (ZSTD_isError(ret) || plain.size() > total) return reject("payload does not decompress");
+      if (out_buf.pos == 0 && in_buf.pos == in_buf.size && ret != 0) break;
+    }
+    if (ret != 0 || in_buf.pos != in_buf.size || plain.size() != total)
+      return reject("payload does not decompress");
+  }
   size_t at = 0;
   for (const Declared& d : declared) {
     EnvelopeFile f{d.name, plain.substr(at, d.size)};
     at += d.size;
-    if (sha256_hex(f.bytes) != d.sha256)
-      return reject(d.name + " does not match its SHA-256");
+    if (sha256_hex(f.bytes) != d.sha256) return reject(d.name + " does not match its SHA-256");
     out.files.push_back(std::move(f));
   }
   return out;

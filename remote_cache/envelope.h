@@ -10,7 +10,7 @@
 //
 // Reading checks, in this order, before anything is decompressed or parsed as JSON: the total
 // size, the magic, every length against the bytes that are there (no trailing bytes), and the
-// signature against the trusted key of that name. Only then is the header parsed (bounded), its
+// signature against a trusted key of that name. Only then is the header parsed (bounded), its
 // key compared with the key asked for, the frame's declared size compared with the files'
 // total (a compression bomb is refused before a byte is inflated), the frame decompressed into
 // exactly that many bytes, and every file checked against its SHA-256.

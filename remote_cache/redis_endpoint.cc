@@ -15,6 +15,13 @@ bool all_digits(const std::string& s) {
   return true;
 }
 
+// True when `rest`, a URL after its scheme, holds user information with a password (user:pw@):
+// the password may itself hold '/', ':' or '@', so a message must not repeat any of the URL.
+bool has_password(const std::string& rest) {
+  const size_t at = rest.rfind('@');
+  return at != std::string::npos && rest.find(':') < at;
+}
+
 }  // namespace
 
 std::string RedisEndpoint::describe() const {
@@ -31,16 +38,27 @@ std::optional<RedisEndpoint> parse_redis_url(const std::string& url, std::string
   if (url.rfind(unix_scheme, 0) == 0) {
     e.socket_path = url.substr(unix_scheme.size());
     if (e.socket_path.empty() || e.socket_path[0] != '/') {
-      why = "METAJIT_REMOTE=" + url + ": the socket path must be absolute" + kValid;
+      why = "METAJIT_REMOTE=" + (has_password(e.socket_path) ? unix_scheme + "..." : url) +
+            ": the socket path must be absolute" + kValid;
       return std::nullopt;
     }
     return e;
   }
   if (url.rfind(tcp_scheme, 0) != 0) {
-    why = "METAJIT_REMOTE=" + url + " is not a Redis URL" + kValid;
+    const size_t scheme_end = url.find("://");  // rediss://user:pw@host, say
+    const bool secret = scheme_end != std::string::npos && has_password(url.substr(scheme_end + 3));
+    why = "METAJIT_REMOTE=" + (secret ? url.substr(0, scheme_end + 3) + "..." : url) +
+          " is not a Redis URL" + kValid;
     return std::nullopt;
   }
   std::string rest = url.substr(tcp_scheme.size());
+  // First: every later message repeats the URL.
+  if (has_password(rest)) {
+    why = "METAJIT_REMOTE=" + tcp_scheme +
+          "...: a password does not belong in the URL; put it in a file named by "
+          "METAJIT_REMOTE_PASSWORD_FILE";
+    return std::nullopt;
+  }
   if (size_t slash = rest.find('/'); slash != std::string::npos) {
     std::string db = rest.substr(slash + 1);
     rest.resize(slash);
@@ -55,12 +73,6 @@ std::optional<RedisEndpoint> parse_redis_url(const std::string& url, std::string
   if (size_t at = rest.rfind('@'); at != std::string::npos) {
     e.user = rest.substr(0, at);
     rest = rest.substr(at + 1);
-    if (e.user.find(':') != std::string::npos) {
-      why = "METAJIT_REMOTE=" + url.substr(0, tcp_scheme.size()) +
-            "...: a password does not belong in the URL; put it in a file named by "
-            "METAJIT_REMOTE_PASSWORD_FILE";
-      return std::nullopt;
-    }
   }
   std::string port;
   if (!rest.empty() && rest[0] == '[') {

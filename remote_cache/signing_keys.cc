@@ -1,6 +1,7 @@
 #include "remote_cache/signing_keys.h"
 
 #include <fcntl.h>
+#include <metajit/error.h>
 #include <sodium.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,8 +10,6 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
-
-#include <metajit/error.h>
 
 namespace metajit {
 namespace {
@@ -54,8 +53,7 @@ bool parse_key_line(const std::string& line, std::string& name, uint8_t* out, si
 void write_new_file(const std::filesystem::path& path, const std::string& text, mode_t mode) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
   if (fd < 0)
-    throw CacheError("remote keygen: cannot create " + path.string() + ": " +
-                     std::strerror(errno) +
+    throw CacheError("remote keygen: cannot create " + path.string() + ": " + std::strerror(errno) +
                      (errno == EEXIST ? " (keys are never overwritten; remove it first)" : ""));
   ::fchmod(fd, mode);  // whatever the umask
   bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
@@ -138,11 +136,27 @@ SecretKey load_secret_key(const std::filesystem::path& file) {
   }
   SecretKey sk;
   std::string why;
-  if (line.empty() || !parse_key_line(line, sk.name, sk.bytes.data(), sk.bytes.size(), why))
+  const bool parsed =
+      !line.empty() && parse_key_line(line, sk.name, sk.bytes.data(), sk.bytes.size(), why);
+  sodium_memzero(line.data(), line.size());  // a malformed line may still hold the secret
+  if (!parsed)
     throw CacheError("METAJIT_REMOTE_SIGNING_KEY: " + file.string() +
                      " is not a metajit secret key (" + (why.empty() ? "empty" : why) +
                      "); make one with `metajit remote keygen NAME -o FILE`");
-  sodium_memzero(line.data(), line.size());
+  // The second half is the public key of the first (libsodium's layout). A file whose halves
+  // disagree (edited, or pasted together from two keys) would sign entries no reader verifies.
+  std::array<uint8_t, crypto_sign_SEEDBYTES> seed;
+  std::array<uint8_t, crypto_sign_PUBLICKEYBYTES> pk;
+  std::array<uint8_t, crypto_sign_SECRETKEYBYTES> derived;
+  crypto_sign_ed25519_sk_to_seed(seed.data(), sk.bytes.data());
+  crypto_sign_seed_keypair(pk.data(), derived.data(), seed.data());
+  const bool consistent = sodium_memcmp(derived.data(), sk.bytes.data(), derived.size()) == 0;
+  sodium_memzero(seed.data(), seed.size());
+  sodium_memzero(derived.data(), derived.size());
+  if (!consistent)
+    throw CacheError("METAJIT_REMOTE_SIGNING_KEY: " + file.string() +
+                     " is not a metajit secret key (its public half does not belong to its "
+                     "secret half); make one with `metajit remote keygen NAME -o FILE`");
   return sk;
 }
 
@@ -165,6 +179,9 @@ std::vector<PublicKey> load_public_keys(const std::filesystem::path& file) {
                        std::to_string(number) + ": " + why);
     keys.push_back(pk);
   }
+  if (in.bad())  // a directory, say: not a file with no keys in it
+    throw CacheError("METAJIT_REMOTE_TRUSTED_KEYS: cannot read " + file.string() + ": " +
+                     std::strerror(errno));
   return keys;
 }
 
