@@ -488,27 +488,11 @@ std::string portable_of(const Backend& backend) {
   }
 }
 
-// Looks `p` (its local lock held) up in the remote cache: a verified hit is installed in
-// `store` under the local key with the local cache's staging, rename and checksums, and its
-// kernel.so returned. On a miss a writer takes the fleet-wide lease on compiling it, and anyone
-// finding another machine's lease waits (bounded) for that machine's upload.
-std::optional<fs::path> install_from_remote(RemoteStore& remote, CacheStore& store, Pending& p,
-                                            const Backend& backend, CacheCounters& delta) {
-  OpenedEnvelope env;
-  std::string why;
-  using Lookup = RemoteStore::Lookup;
-  Lookup found = remote.readable() ? remote.fetch(p.remote_key, env, why) : Lookup::Miss;
-  if (found == Lookup::Miss) {
-    bool other = false;
-    if (remote.writable()) {
-      if (std::optional<std::string> token = remote.try_lease(p.remote_key, other))
-        p.lease_token = *token;
-    } else {
-      other = remote.leased(p.remote_key);
-    }
-    if (other && remote.readable()) found = remote.wait_for_entry(p.remote_key, env, why);
-  }
-  if (found != Lookup::Hit) return std::nullopt;
+// Installs the verified remote entry `env` of `p` (its local lock held) in `store` under the
+// local key with the local cache's staging, rename and checksums; returns its kernel.so.
+std::optional<fs::path> install_envelope(RemoteStore& remote, CacheStore& store, Pending& p,
+                                         const Backend& backend, const OpenedEnvelope& env,
+                                         CacheCounters& delta) {
   // The signer vouches for its binary; the source must also be what this machine's code
   // generator writes for the kernel, or the entry describes some other kernel.
   const std::string src = backend.emit(*p.ir);
@@ -552,6 +536,42 @@ std::optional<fs::path> install_from_remote(RemoteStore& remote, CacheStore& sto
   }
 }
 
+// Looks `p` (its local lock held) up in the remote cache: a verified hit is installed
+// (install_envelope) and its kernel.so returned. On a miss a writer takes the fleet-wide lease
+// on compiling it; `leased_by_other` says another machine holds that lease, and the caller
+// waits for that machine's upload later (wait_and_install), once its own kernels are built.
+std::optional<fs::path> install_from_remote(RemoteStore& remote, CacheStore& store, Pending& p,
+                                            const Backend& backend, CacheCounters& delta,
+                                            bool& leased_by_other) {
+  OpenedEnvelope env;
+  std::string why;
+  using Lookup = RemoteStore::Lookup;
+  leased_by_other = false;
+  Lookup found = remote.readable() ? remote.fetch(p.remote_key, env, why) : Lookup::Miss;
+  if (found == Lookup::Miss) {
+    bool other = false;
+    if (remote.writable()) {
+      if (std::optional<std::string> token = remote.try_lease(p.remote_key, other))
+        p.lease_token = *token;
+    } else {
+      other = remote.leased(p.remote_key);
+    }
+    leased_by_other = other && remote.readable();
+  }
+  if (found != Lookup::Hit) return std::nullopt;
+  return install_envelope(remote, store, p, backend, env, delta);
+}
+
+// Waits (bounded) for the entry of `p` that another machine holds the lease on, and installs it.
+std::optional<fs::path> wait_and_install(RemoteStore& remote, CacheStore& store, Pending& p,
+                                         const Backend& backend, CacheCounters& delta) {
+  OpenedEnvelope env;
+  std::string why;
+  if (remote.wait_for_entry(p.remote_key, env, why) != RemoteStore::Lookup::Hit)
+    return std::nullopt;
+  return install_envelope(remote, store, p, backend, env, delta);
+}
+
 // The envelope's contents for the entry whose kernel.so is `object`.
 UploadJob upload_job(const Pending& p, const fs::path& object, const Backend& backend,
                      const std::string& portable) {
@@ -588,21 +608,9 @@ std::optional<CompileError> find_or_compile(
   if (require_writable) store.private_dir("tmp");
   RemoteStore* remote = usable_remote();
   std::string portable;  // the remote keys' toolchain identity, once per batch
-  std::vector<Pending*> compiled;
-  for (Pending& p : pending) {
-    if (std::optional<fs::path> so = find_or_lock(store, p)) {
-      if (use_cached(p, *so, KernelOrigin::Disk)) continue;
-      p.lock = store.lock_key(p.key);
-    }
-    if (remote && portable.empty() && (portable = portable_of(backend)).empty()) remote = nullptr;
-    if (remote) {
-      p.remote_key = remote_key_of(backend, p.ir_text, portable);
-      if (std::optional<fs::path> so = install_from_remote(*remote, store, p, backend, delta)) {
-        p.lock.release();
-        if (use_cached(p, *so, KernelOrigin::Remote)) continue;
-        p.lock = store.lock_key(p.key);
-      }
-    }
+  std::vector<Pending*> compiled, waiting, late;
+  // A miss: counted, explained and staged, to be compiled with `round`.
+  auto miss = [&](Pending& p, std::vector<Pending*>& round) {
     delta.misses++;
     p.why = explain(store, p, backend);
     delta.*miss_cause_counter(p.why.cause) += 1;
@@ -613,28 +621,70 @@ std::optional<CompileError> find_or_compile(
                       (p.ir->ops.size() > 1 ? ", ..." : "") +
                       "): " + (p.why.cause == MissCause::New ? "a new kernel" : p.why.reason));
     stage(p, store, backend);
-    compiled.push_back(&p);
-  }
-  log_miss_causes(compiled);
-  std::optional<CompileError> failure;
-  if (!compiled.empty())
-    failure = compile_and_install(compiled, store, backend, jobs, always_show_progress, delta);
-  for (Pending* p : compiled) use_compiled(*p);
-  if (remote)
-    for (Pending* p : compiled) {
-      if (!p->object.empty() && remote->writable()) {
-        try {
-          remote->upload_later(upload_job(*p, p->object, backend, portable));
-          continue;
-        } catch (const CacheError& e) {
-          log_message(LogLevel::Debug, "not uploading " + p->key + ": " + e.what());
+    round.push_back(&p);
+  };
+  // Compiles and installs `round`, hands each kernel over and queues its upload (which ends its
+  // lease). Returns the round's first compile failure.
+  auto build = [&](std::vector<Pending*>& round) {
+    log_miss_causes(round);
+    std::optional<CompileError> failure;
+    if (round.empty()) return failure;
+    failure = compile_and_install(round, store, backend, jobs, always_show_progress, delta);
+    for (Pending* p : round) use_compiled(*p);
+    if (remote)
+      for (Pending* p : round) {
+        if (!p->object.empty() && remote->writable()) {
+          try {
+            remote->upload_later(upload_job(*p, p->object, backend, portable));
+            continue;
+          } catch (const CacheError& e) {
+            log_message(LogLevel::Debug, "not uploading " + p->key + ": " + e.what());
+          }
         }
+        remote->release_lease(p->remote_key, p->lease_token);
       }
-      remote->release_lease(p->remote_key, p->lease_token);
+    return failure;
+  };
+  for (Pending& p : pending) {
+    if (std::optional<fs::path> so = find_or_lock(store, p)) {
+      if (use_cached(p, *so, KernelOrigin::Disk)) continue;
+      p.lock = store.lock_key(p.key);
     }
+    if (remote && portable.empty() && (portable = portable_of(backend)).empty()) remote = nullptr;
+    if (remote) {
+      p.remote_key = remote_key_of(backend, p.ir_text, portable);
+      bool leased_by_other = false;
+      if (std::optional<fs::path> so =
+              install_from_remote(*remote, store, p, backend, delta, leased_by_other)) {
+        p.lock.release();
+        if (use_cached(p, *so, KernelOrigin::Remote)) continue;
+        p.lock = store.lock_key(p.key);
+      } else if (leased_by_other) {
+        waiting.push_back(&p);
+        continue;
+      }
+    }
+    miss(p, compiled);
+  }
+  // The kernels other machines hold leases on are waited for only after this process has built
+  // (and queued the uploads of) the ones it holds leases on: waiting while holding leases would
+  // wait for machines that wait for us. Two machines whose local keys order the kernels
+  // differently (another compiler path or mtime, same content: the same remote keys) each
+  // waited out METAJIT_REMOTE_WAIT, then both compiled everything.
+  std::optional<CompileError> failure = build(compiled);
+  for (Pending* p : waiting) {
+    if (std::optional<fs::path> so = wait_and_install(*remote, store, *p, backend, delta)) {
+      p->lock.release();
+      if (use_cached(*p, *so, KernelOrigin::Remote)) continue;
+      p->lock = store.lock_key(p->key);
+    }
+    miss(*p, late);
+  }
+  std::optional<CompileError> late_failure = build(late);
+  if (!failure) failure = late_failure;
   take_remote_counts(delta);
   store.add_counters(delta);
-  if (!compiled.empty()) store.maintain(config().cache_max_size);
+  if (!compiled.empty() || !late.empty()) store.maintain(config().cache_max_size);
   return failure;
 }
 
