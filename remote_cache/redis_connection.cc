@@ -204,22 +204,35 @@ RedisReply RedisConnection::command(const std::vector<std::string>& args, size_t
                  ctx_->errstr);
   }
   void* raw = nullptr;
+  // Every byte read for this reply is counted as it arrives (the reader drops what it has
+  // parsed, so its buffer says nothing about an array's total): protocol framing allowed for,
+  // a reply longer than asked for fails before the rest of it is read.
+  const size_t most = max_reply_bytes + 64 + max_reply_bytes / 8;
+  size_t received = 0;
   for (;;) {
     if (redisGetReplyFromReader(ctx_, &raw) != REDIS_OK)
       throw fail(RemoteFailure::Protocol, ctx_->errstr);
     if (raw) break;
-    // A reply still arriving holds its bytes in the reader's buffer: stop a huge one early.
-    if (ctx_->reader && ctx_->reader->len > max_reply_bytes + 4096)
+    if (received > most)
       throw fail(RemoteFailure::Protocol,
                  "reply longer than " + std::to_string(max_reply_bytes) + " bytes");
     if (!wait_for(POLLIN)) throw fail(RemoteFailure::Timeout, "timed out waiting for a reply");
     errno = 0;
+    const size_t before = ctx_->reader ? ctx_->reader->len - ctx_->reader->pos : 0;
     if (redisBufferRead(ctx_) != REDIS_OK)
       throw fail(errno == EAGAIN || errno == EWOULDBLOCK ? RemoteFailure::Timeout
                                                           : RemoteFailure::Io,
                  ctx_->errstr);
+    const size_t after = ctx_->reader ? ctx_->reader->len - ctx_->reader->pos : 0;
+    received += after > before ? after - before : 0;
   }
   redisReply* reply = static_cast<redisReply*>(raw);
+  // A single string is held to the limit exactly (framing is not in its length).
+  if (reply->type == REDIS_REPLY_STRING && reply->len > max_reply_bytes) {
+    freeReplyObject(reply);
+    throw fail(RemoteFailure::Protocol,
+               "reply longer than " + std::to_string(max_reply_bytes) + " bytes");
+  }
   RedisReply out = convert(reply);
   freeReplyObject(reply);
   return out;

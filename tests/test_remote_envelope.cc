@@ -1343,6 +1343,35 @@ TEST_CASE("a reply larger than max_reply_bytes is a Protocol failure", "[remote-
   }
 }
 
+TEST_CASE("max_reply_bytes holds exactly for strings and in total for arrays", "[remote-unit]") {
+  RedisServer::require();
+  RedisServer server;
+  const size_t limit = 64 << 10;
+  auto expect_too_long = [&](const std::vector<std::string>& args) {
+    auto c = server.connect();
+    try {
+      c->command(args, limit);
+      FAIL("a reply over the limit was returned: " + args[0] + " " + args[1]);
+    } catch (const RedisFailure& f) {
+      CHECK(f.kind == RemoteFailure::Protocol);
+    }
+  };
+  auto c = server.connect();
+  for (size_t extra : {size_t(1), size_t(4096), size_t(12000)}) {
+    const std::string key = "s" + std::to_string(extra);
+    REQUIRE(c->command({"SET", key, std::string(limit + extra, 's')}).str == "OK");
+    expect_too_long({"GET", key});
+  }
+  REQUIRE(c->command({"SET", "exact", std::string(limit, 'e')}).str == "OK");
+  CHECK(c->command({"GET", "exact"}, limit).str.size() == limit);
+  // 2000 elements of 1000 bytes: hiredis frees parsed elements, the count must not forget them.
+  for (int i = 0; i < 2000; ++i)
+    REQUIRE(c->command({"RPUSH", "list", std::string(1000, 'l')}, 1 << 20).kind ==
+            RedisReply::Kind::Integer);
+  expect_too_long({"LRANGE", "list", "0", "-1"});
+  CHECK(c->command({"LRANGE", "list", "0", "9"}, limit).elements.size() == 10);
+}
+
 TEST_CASE("a server that stops answering is a Timeout within the operation timeout",
           "[remote-unit]") {
   RedisServer::require();
