@@ -46,8 +46,8 @@ void read_remote_config(Config& c) {
   if (std::string ns = env("METAJIT_REMOTE_NAMESPACE"); !ns.empty()) {
     bool ok = ns.size() <= 64;
     for (char ch : ns)
-      ok = ok && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
-                  ch == '.');
+      ok = ok &&
+           (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.');
     if (!ok)
       throw Error("METAJIT_REMOTE_NAMESPACE=" + ns +
                   " is not valid; expected 1 to 64 letters, digits, '-', '_' or '.'");

@@ -340,7 +340,8 @@ int cmd_warm(const std::string& manifest_path, int jobs, bool push) {
   try {
     w = warm_by_device(irs[0], irs[1], jobs > 0 ? jobs : config().jobs, push);
   } catch (const CacheError& e) {
-    if (push && std::string(e.what()).find("--push") != std::string::npos) throw UsageError(e.what());
+    if (push && std::string(e.what()).find("--push") != std::string::npos)
+      throw UsageError(e.what());
     throw;
   }
   std::printf("warmed %s: %zu kernel%s in %.1f s: %zu compiled, %zu already cached, %zu failed",

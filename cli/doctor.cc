@@ -269,11 +269,11 @@ Check check_remote() {
             "(metajit remote status)"};
   }
   if (!s.readable || (s.mode == "readwrite" && !s.writable))
-    return {"remote", Status::Problem,
-            what + ": reads " + (s.readable ? "on" : "off") + ", writes " +
-                (s.writable ? "on" : "off"),
-            s.readable ? "set METAJIT_REMOTE_SIGNING_KEY to a key made by `metajit remote keygen`"
-                       : "set METAJIT_REMOTE_TRUSTED_KEYS to a file of trusted public keys"};
+    return {
+        "remote", Status::Problem,
+        what + ": reads " + (s.readable ? "on" : "off") + ", writes " + (s.writable ? "on" : "off"),
+        s.readable ? "set METAJIT_REMOTE_SIGNING_KEY to a key made by `metajit remote keygen`"
+                   : "set METAJIT_REMOTE_TRUSTED_KEYS to a file of trusted public keys"};
   if (s.maxmemory_policy == "noeviction")
     return {"remote", Status::Problem,
             what + ": the server's maxmemory-policy is noeviction: uploads fail once it is full",

@@ -73,11 +73,11 @@ int cmd_status(bool json) {
     std::printf("  namespace:  %s\n", s.name_space.c_str());
     std::string trusted;
     for (const std::string& k : s.trusted_keys) trusted += (trusted.empty() ? "" : ", ") + k;
-    std::printf("  keys:       signing %s; trusted %s%s\n",
-                s.signing_key.empty() ? "none" : s.signing_key.c_str(),
-                trusted.empty() ? "none" : trusted.c_str(),
-                s.trust_unsigned ? " (METAJIT_REMOTE_TRUST=unsigned: signatures not required)"
-                                 : "");
+    std::printf(
+        "  keys:       signing %s; trusted %s%s\n",
+        s.signing_key.empty() ? "none" : s.signing_key.c_str(),
+        trusted.empty() ? "none" : trusted.c_str(),
+        s.trust_unsigned ? " (METAJIT_REMOTE_TRUST=unsigned: signatures not required)" : "");
     if (!s.reachable) {
       std::printf("  reachable:  no (%s)\n", s.error.c_str());
     } else {

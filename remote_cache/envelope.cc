@@ -194,7 +194,7 @@ std::optional<OpenedEnvelope> open_envelope(std::string_view data, const std::st
   {
     constexpr size_t kInflateStep = size_t(1) << 20;
     std::unique_ptr<ZSTD_DStream, size_t (*)(ZSTD_DStream*)> ds(ZSTD_createDStream(),
-                                                                 ZSTD_freeDStream);
+                                                                ZSTD_freeDStream);
     if (!ds || ZSTD_isError(ZSTD_initDStream(ds.get()))) return reject("zstd failed to start");
     ZSTD_inBuffer in_buf{payload.data(), payload.size(), 0};
     size_t ret = 1;

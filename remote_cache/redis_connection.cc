@@ -4,8 +4,10 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -88,13 +90,20 @@ RedisReply convert(const redisReply* r) {
 
 const char* remote_failure_name(RemoteFailure f) {
   switch (f) {
-    case RemoteFailure::Unreachable: return "unreachable";
-    case RemoteFailure::Timeout: return "timeout";
-    case RemoteFailure::Io: return "connection lost";
-    case RemoteFailure::Auth: return "not authorized";
-    case RemoteFailure::OutOfMemory: return "server out of memory";
-    case RemoteFailure::Protocol: return "bad reply";
-    case RemoteFailure::Server: return "server error";
+    case RemoteFailure::Unreachable:
+      return "unreachable";
+    case RemoteFailure::Timeout:
+      return "timeout";
+    case RemoteFailure::Io:
+      return "connection lost";
+    case RemoteFailure::Auth:
+      return "not authorized";
+    case RemoteFailure::OutOfMemory:
+      return "server out of memory";
+    case RemoteFailure::Protocol:
+      return "bad reply";
+    case RemoteFailure::Server:
+      return "server error";
   }
   return "error";
 }
@@ -170,8 +179,8 @@ RedisReply RedisConnection::command(const std::vector<std::string>& args, size_t
   }
   if (broken_ || !ctx_) throw RedisFailure(RemoteFailure::Io, where_ + ": connection lost");
   SigpipeGuard guard;
-  const auto deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(op_timeout_));
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(op_timeout_));
   auto fail = [this](RemoteFailure kind, const std::string& why) {
     broken_ = true;
     return RedisFailure(kind, where_ + ": " + why);
@@ -197,11 +206,16 @@ RedisReply RedisConnection::command(const std::vector<std::string>& args, size_t
   int done = 0;
   while (!done) {
     if (!wait_for(POLLOUT)) throw fail(RemoteFailure::Timeout, "timed out sending a command");
+    // A blocking write of a large value to a server that stops reading waits for SO_SNDTIMEO:
+    // that is what is left of the deadline, so the command never overruns it.
+    const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+    const timeval send_limit = to_timeval(std::max(left, 0.001));
+    ::setsockopt(ctx_->fd, SOL_SOCKET, SO_SNDTIMEO, &send_limit, sizeof send_limit);
     errno = 0;
     if (redisBufferWrite(ctx_, &done) != REDIS_OK)
-      throw fail(errno == EAGAIN || errno == EWOULDBLOCK ? RemoteFailure::Timeout
-                                                          : RemoteFailure::Io,
-                 ctx_->errstr);
+      throw fail(
+          errno == EAGAIN || errno == EWOULDBLOCK ? RemoteFailure::Timeout : RemoteFailure::Io,
+          ctx_->errstr);
   }
   void* raw = nullptr;
   // Every byte read for this reply is counted as it arrives (the reader drops what it has
@@ -220,9 +234,9 @@ RedisReply RedisConnection::command(const std::vector<std::string>& args, size_t
     errno = 0;
     const size_t before = ctx_->reader ? ctx_->reader->len - ctx_->reader->pos : 0;
     if (redisBufferRead(ctx_) != REDIS_OK)
-      throw fail(errno == EAGAIN || errno == EWOULDBLOCK ? RemoteFailure::Timeout
-                                                          : RemoteFailure::Io,
-                 ctx_->errstr);
+      throw fail(
+          errno == EAGAIN || errno == EWOULDBLOCK ? RemoteFailure::Timeout : RemoteFailure::Io,
+          ctx_->errstr);
     const size_t after = ctx_->reader ? ctx_->reader->len - ctx_->reader->pos : 0;
     received += after > before ? after - before : 0;
   }

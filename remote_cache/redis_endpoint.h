@@ -10,7 +10,7 @@
 namespace metajit {
 
 struct RedisEndpoint {
-  std::string host;         // empty for a Unix socket
+  std::string host;  // empty for a Unix socket
   int port = 6379;
   std::string socket_path;  // Unix socket, or empty
   std::string user;         // ACL user (Redis 6+), or empty for the default user

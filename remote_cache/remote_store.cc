@@ -1,5 +1,6 @@
 #include "remote_cache/remote_store.h"
 
+#include <metajit/error.h>
 #include <sodium.h>
 #include <unistd.h>
 
@@ -14,8 +15,7 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
-
-#include <metajit/error.h>
+#include <utility>
 
 #include "base/config.h"
 #include "base/log.h"
@@ -106,9 +106,12 @@ struct RemoteStore::Impl {
   EnvelopeTrust trust;
   std::unique_ptr<SecretKey> signer;
 
-  // Foreground operations share one connection; the uploader has its own.
+  // Foreground operations share one connection; the uploader has its own. Each remembers how
+  // many failures there had been when it was made (see run()).
   std::mutex fg_mu;
   std::unique_ptr<RedisConnection> fg;
+  uint64_t fg_made_after = 0, up_made_after = 0;
+  std::atomic<uint64_t> failures{0};
 
   // Back-off after a failure, shared by both connections.
   std::mutex backoff_mu;
@@ -129,6 +132,7 @@ struct RemoteStore::Impl {
   }
 
   void failed(const RedisFailure& f) {
+    failures++;
     RemoteCounters& c = remote_counters();
     c.errors++;
     if (f.kind == RemoteFailure::Timeout) c.timeouts++;
@@ -136,7 +140,8 @@ struct RemoteStore::Impl {
     {
       std::lock_guard<std::mutex> lock(backoff_mu);
       wait = backoff;
-      down_until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(backoff));
+      down_until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(backoff));
       backoff = std::min(backoff * 2, kMaxBackoffSeconds);
     }
     warn_once(std::string("remote:") + remote_failure_name(f.kind),
@@ -152,25 +157,31 @@ struct RemoteStore::Impl {
   }
 
   // Runs `fn` on `conn` (connecting first when needed). False (counted, warned) on failure or
-  // while backing off.
-  bool run(std::unique_ptr<RedisConnection>& conn, const std::function<void(RedisConnection&)>& fn) {
+  // while backing off. A connection made before the latest failure, of either connection, is
+  // made afresh: the server went away or restarted meanwhile, and the idle one would fail on
+  // its first write to the old server (after a restart, the uploads would be lost).
+  bool run(std::unique_ptr<RedisConnection>& conn, uint64_t& made_after,
+           const std::function<void(RedisConnection&)>& fn) {
     if (in_backoff()) return false;
     try {
-      if (!conn || conn->broken())
+      if (!conn || conn->broken() || made_after != failures.load()) {
+        conn.reset();
+        made_after = failures.load();
         conn = std::make_unique<RedisConnection>(
             endpoint, password, std::min(op_timeout, kMaxConnectSeconds), op_timeout);
+      }
       fn(*conn);
       succeeded();
       return true;
     } catch (const RedisFailure& f) {
-      conn.reset();
+      if (conn && conn->broken()) conn.reset();  // an error reply leaves it working
       failed(f);
       return false;
     }
   }
   bool run_fg(const std::function<void(RedisConnection&)>& fn) {
     std::lock_guard<std::mutex> lock(fg_mu);
-    return run(fg, fn);
+    return run(fg, fg_made_after, fn);
   }
 
   static RedisReply checked(RedisConnection& c, const std::vector<std::string>& args,
@@ -198,6 +209,21 @@ struct RemoteStore::Impl {
     checked(c, {"EVAL", script, "1", prefix + "lease:" + remote_key, token});
   }
 
+  // The uploader's connection after the server refused an upload with an error reply (out of
+  // memory, not allowed...): it still works, and gives back the leases of that upload and of the
+  // ones dropped while backing off. A lease promises an entry; left behind, it would make every
+  // other machine wait for that entry until the lease expires (METAJIT_REMOTE_WAIT).
+  std::unique_ptr<RedisConnection> refused;
+
+  void give_back(const UploadJob& job) {
+    if (job.lease_token.empty() || !refused || refused->broken()) return;
+    try {
+      release(*refused, job.remote_key, job.lease_token);
+    } catch (const RedisFailure&) {
+      // Best effort: the lease expires in the end anyway.
+    }
+  }
+
   void work() {
     std::unique_lock<std::mutex> lock(up_mu);
     for (;;) {
@@ -207,7 +233,8 @@ struct RemoteStore::Impl {
       queue.pop_front();
       uploading = true;
       lock.unlock();
-      run(up, [&](RedisConnection& c) {
+      const bool skipped = in_backoff();
+      const bool done = run(up, up_made_after, [&](RedisConnection& c) {
         try {
           put(c, job);
         } catch (const CacheError& e) {
@@ -215,6 +242,12 @@ struct RemoteStore::Impl {
         }
         if (!job.lease_token.empty()) release(c, job.remote_key, job.lease_token);
       });
+      if (done) {
+        refused.reset();
+      } else {
+        if (!skipped) refused = up && !up->broken() ? std::move(up) : nullptr;
+        give_back(job);
+      }
       lock.lock();
       uploading = false;
       idle_cv.notify_all();
@@ -252,7 +285,11 @@ RemoteStore::RemoteStore(const Config& c) : impl_(std::make_unique<Impl>()), url
   if (!c.remote_trusted_keys.empty()) {
     try {
       m.trust.keys = load_public_keys(c.remote_trusted_keys);
-      readable_ = true;
+      if (!m.trust.keys.empty())
+        readable_ = true;
+      else if (!c.remote_trust_unsigned)
+        warn_once("remote-trust", "METAJIT_REMOTE_TRUSTED_KEYS: " + c.remote_trusted_keys +
+                                      " holds no keys; remote reads are off");
     } catch (const CacheError& e) {
       warn_once("remote-trust", std::string(e.what()) + "; remote reads are off");
     }
@@ -306,7 +343,8 @@ RemoteStore::Lookup RemoteStore::fetch(const std::string& remote_key, OpenedEnve
   bool ok = m.run_fg([&](RedisConnection& c) {
     // GETRANGE bounds what the server sends: one byte past the limit says "too large".
     RedisReply r = Impl::checked(
-        c, {"GETRANGE", kernel_key_name(remote_key), "0", std::to_string(limits.max_envelope_bytes)},
+        c,
+        {"GETRANGE", kernel_key_name(remote_key), "0", std::to_string(limits.max_envelope_bytes)},
         limits.max_envelope_bytes + 1);
     found = r.kind == RedisReply::Kind::String && !r.str.empty();
     value = std::move(r.str);
@@ -327,7 +365,6 @@ RemoteStore::Lookup RemoteStore::fetch(const std::string& remote_key, OpenedEnve
   }
   out = std::move(*opened);
   return Lookup::Hit;  // counted by the caller once the kernel is installed
-
 }
 
 void RemoteStore::reject(const std::string& remote_key, const std::string& why) {
@@ -347,8 +384,8 @@ std::optional<std::string> RemoteStore::try_lease(const std::string& remote_key,
   // The lease outlives a compile by a margin; a holder that dies frees it when it expires.
   const long long ttl_ms = (long long)(std::max(m.wait_seconds, 1.0) * 1000);
   bool ok = m.run_fg([&](RedisConnection& c) {
-    RedisReply r = Impl::checked(c, {"SET", lease_key_name(remote_key), token, "NX", "PX",
-                                     std::to_string(ttl_ms)});
+    RedisReply r = Impl::checked(
+        c, {"SET", lease_key_name(remote_key), token, "NX", "PX", std::to_string(ttl_ms)});
     taken = r.kind == RedisReply::Kind::Status;
   });
   if (!ok) return std::nullopt;
@@ -368,12 +405,11 @@ bool RemoteStore::leased(const std::string& remote_key) {
   return exists;
 }
 
-RemoteStore::Lookup RemoteStore::wait_for_entry(const std::string& remote_key,
-                                                OpenedEnvelope& out, std::string& why) {
+RemoteStore::Lookup RemoteStore::wait_for_entry(const std::string& remote_key, OpenedEnvelope& out,
+                                                std::string& why) {
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                            std::chrono::duration<double>(impl_->wait_seconds));
+                                           std::chrono::duration<double>(impl_->wait_seconds));
   log_message(LogLevel::Info, "remote: waiting for another machine to compile " + remote_key);
-  RemoteCounters& counters = remote_counters();
   while (Clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::duration<double>(kLeasePollSeconds));
     bool exists = false, lease = false;
@@ -385,8 +421,8 @@ RemoteStore::Lookup RemoteStore::wait_for_entry(const std::string& remote_key,
     if (exists) return fetch(remote_key, out, why);
     if (!lease) break;
   }
-  // The holder finished without an entry, died, or is slower than the wait: compile here.
-  counters.misses++;
+  // The holder finished without an entry, died, or is slower than the wait: compile here. Not
+  // counted again: the lookup before the wait (fetch) counted its miss.
   return Lookup::Miss;
 }
 
@@ -479,8 +515,8 @@ RemoteStatus RemoteStore::status() {
     std::string cursor = "0";
     const auto stop = Clock::now() + std::chrono::seconds(5);
     do {
-      RedisReply r = conn->command(
-          {"SCAN", cursor, "MATCH", m.prefix + "kernel:*", "COUNT", "1000"}, 1 << 22);
+      RedisReply r =
+          conn->command({"SCAN", cursor, "MATCH", m.prefix + "kernel:*", "COUNT", "1000"}, 1 << 22);
       if (r.kind != RedisReply::Kind::Array || r.elements.size() != 2) {
         entries = -1;
         break;
@@ -510,6 +546,7 @@ RemoteStore* RemoteStore::current() {
     for (auto& [setting, store] : *stores) {
       store->impl_->fg.reset();
       store->impl_->up.reset();
+      store->impl_->refused.reset();
     }
     stores = new std::map<std::string, RemoteStore*>;
     owner = ::getpid();

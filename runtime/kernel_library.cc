@@ -26,10 +26,10 @@
 #include "codegen/cuda_emulation.h"
 #include "codegen/kernel_key.h"
 #include "codegen/kernel_spec.h"
+#include "remote_cache/remote_store.h"
 #include "runtime/compiler_driver.h"
 #include "runtime/cuda_toolchain.h"
 #include "runtime/loader.h"
-#include "remote_cache/remote_store.h"
 #include "runtime/miss_cause.h"
 #include "runtime/portable_toolchain.h"
 #include "runtime/runtime_stats.h"
@@ -67,7 +67,7 @@ void take_remote_counts(CacheCounters& delta) {
   const uint64_t now[6] = {r.hits.load(),   r.misses.load(),   r.rejected.load(),
                            r.errors.load(), r.timeouts.load(), r.uploads.load()};
   uint64_t CacheCounters::*fields[6] = {
-      &CacheCounters::remote_hits,   &CacheCounters::remote_misses,
+      &CacheCounters::remote_hits,     &CacheCounters::remote_misses,
       &CacheCounters::remote_rejected, &CacheCounters::remote_errors,
       &CacheCounters::remote_timeouts, &CacheCounters::remote_uploads};
   std::lock_guard<std::mutex> lock(mu);
@@ -263,10 +263,10 @@ std::string memory_settings(Device device) {
 
 struct Pending {
   std::string key;
-  std::string ir_text;     // serialize_ir(*ir)
-  std::string remote_key;  // set when a remote cache is in use
+  std::string ir_text;      // serialize_ir(*ir)
+  std::string remote_key;   // set when a remote cache is in use
   std::string lease_token;  // the fleet-wide lease on compiling it, when this process holds it
-  std::string ir_digest;  // the kernel-IR index's name for it (miss_cause.h)
+  std::string ir_digest;    // the kernel-IR index's name for it (miss_cause.h)
   const KernelIR* ir = nullptr;
   std::vector<size_t> positions;  // where in the request this kernel is needed
   CacheStore* store = nullptr;
@@ -524,9 +524,9 @@ std::optional<fs::path> install_envelope(RemoteStore& remote, CacheStore& store,
     delta.bytes += int64_t(bytes);
     record_parts(store, p, backend);
     remote_counters().hits++;
-    log_message(LogLevel::Info, "remote hit " + p.key + " (remote key " + p.remote_key +
-                                    (env.signer.empty() ? ", unsigned" : ", signed by " + env.signer) +
-                                    ")");
+    log_message(LogLevel::Info,
+                "remote hit " + p.key + " (remote key " + p.remote_key +
+                    (env.signer.empty() ? ", unsigned" : ", signed by " + env.signer) + ")");
     return so;
   } catch (const CacheError& e) {
     // A local cache that cannot take the entry: compile as if the remote had missed.
@@ -586,8 +586,8 @@ UploadJob upload_job(const Pending& p, const fs::path& object, const Backend& ba
   for (const std::string& name : {backend.source_file, std::string("kernel.so")}) {
     std::ifstream in(object.parent_path() / name, std::ios::binary);
     if (!in) throw CacheError("cannot read " + (object.parent_path() / name).string());
-    job.files.push_back(
-        {name, std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>())});
+    job.files.push_back({name, std::string((std::istreambuf_iterator<char>(in)),
+                                           std::istreambuf_iterator<char>())});
   }
   return job;
 }
@@ -806,8 +806,9 @@ WarmSummary warm_kernels(const std::vector<KernelIR>& irs, int jobs, Device devi
   if (push) {
     RemoteStore* remote = usable_remote();
     if (!remote || !remote->writable())
-      throw CacheError("cache warm --push: remote writes are off (set METAJIT_REMOTE, "
-                       "METAJIT_REMOTE_MODE=readwrite and METAJIT_REMOTE_SIGNING_KEY)");
+      throw CacheError(
+          "cache warm --push: remote writes are off (set METAJIT_REMOTE, "
+          "METAJIT_REMOTE_MODE=readwrite and METAJIT_REMOTE_SIGNING_KEY)");
     const std::string portable = portable_of(backend);
     if (portable.empty()) throw CacheError("cache warm --push: cannot identify the toolchain");
     CacheStore store(config().cache_dir);
@@ -832,8 +833,9 @@ WarmSummary warm_kernels(const std::vector<KernelIR>& irs, int jobs, Device devi
 std::vector<PushResult> push_kernels(const std::vector<std::string>& keys) {
   RemoteStore* remote = usable_remote();
   if (!remote || !remote->writable())
-    throw CacheError("cache push: remote writes are off (set METAJIT_REMOTE, "
-                     "METAJIT_REMOTE_MODE=readwrite and METAJIT_REMOTE_SIGNING_KEY)");
+    throw CacheError(
+        "cache push: remote writes are off (set METAJIT_REMOTE, "
+        "METAJIT_REMOTE_MODE=readwrite and METAJIT_REMOTE_SIGNING_KEY)");
   CacheStore store(config().cache_dir);
   std::vector<PushResult> results;
   std::map<std::string, std::string> portable_by_backend;
@@ -851,8 +853,7 @@ std::vector<PushResult> push_kernels(const std::vector<std::string>& keys) {
       Pending p;
       p.ir = &ir;
       p.ir_text = serialize_ir(ir);
-      if (backend.name != name ||
-          kernel_key(backend.name, p.ir_text, backend.identity) != key)
+      if (backend.name != name || kernel_key(backend.name, p.ir_text, backend.identity) != key)
         throw CacheError("built by another toolchain than this machine's current one");
       auto it = portable_by_backend.find(name);
       if (it == portable_by_backend.end())

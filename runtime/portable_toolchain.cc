@@ -34,8 +34,8 @@ std::string content_digest(const fs::path& path) {
   std::string facts;
   append_field(facts, "path", real.string());
   append_field(facts, "size", std::to_string(st.st_size));
-  append_field(facts, "mtime", std::to_string(int64_t(st.st_mtim.tv_sec) * 1000000000 +
-                                              st.st_mtim.tv_nsec));
+  append_field(facts, "mtime",
+               std::to_string(int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec));
   append_field(facts, "inode", std::to_string(st.st_ino) + ":" + std::to_string(st.st_dev));
   const std::string name = "sha256-" + xxh3_128_hex(facts) + ".txt";
   const fs::path memo = config().cache_dir / "v1" / "toolchains" / name;

@@ -18,6 +18,7 @@
 #include "support/files.h"
 #include "support/processes.h"
 #include "support/redis_server.h"
+#include "support/text.h"
 
 namespace fs = std::filesystem;
 using metajit_test::RedisOptions;
@@ -873,5 +874,28 @@ TEST_CASE(
     CHECK(f.remote_hits == 4);
     CHECK(f.compiled == 0);
     CHECK(f.remote_errors == 0);
+  }
+}
+
+TEST_CASE("without trusted keys remote reads are off, with one warning, and nothing is rejected",
+          "[remote]") {
+  RedisServer::require();
+  Fleet fleet;
+  FleetRun w = fleet.run(fleet.env("W", "readwrite"), 3);
+  INFO("writer: " << w.output);
+  REQUIRE(w.ok);
+  REQUIRE(fleet.entries() == 3);
+  const fs::path empty = fleet.dir() / "no-keys.pub";
+  metajit_test::write_file(empty, "# the fleet's keys go here\n\n");
+  for (const std::string& trusted :
+       {std::string(" METAJIT_REMOTE_TRUSTED_KEYS="), " METAJIT_REMOTE_TRUSTED_KEYS=" + q(empty)}) {
+    FleetRun r = fleet.run(fleet.env("R" + std::to_string(trusted.size()), "read", trusted), 3);
+    INFO(r.output);
+    CHECK(r.ok);
+    CHECK(r.compiled == 3);
+    CHECK(r.remote_hits == 0);
+    CHECK(r.remote_misses == 0);
+    CHECK(r.remote_rejected == 0);
+    CHECK(metajit_test::count_occurrences(r.output, "remote reads are off") == 1);
   }
 }

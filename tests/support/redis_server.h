@@ -3,12 +3,12 @@
 // runs in a temporary directory of its own, on a Unix socket (default) or a free 127.0.0.1
 // port, persists nothing, and is SIGKILLed and reaped when the object goes out of scope.
 #pragma once
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <netinet/in.h>
 
 #include <chrono>
 #include <filesystem>
@@ -24,10 +24,10 @@
 namespace metajit_test {
 
 struct RedisOptions {
-  bool tcp = false;              // 127.0.0.1:<free port> instead of a Unix socket
-  std::string password;          // requirepass
-  std::string maxmemory;         // e.g. "2mb"
-  std::string policy;            // maxmemory-policy, e.g. "noeviction"
+  bool tcp = false;                // 127.0.0.1:<free port> instead of a Unix socket
+  std::string password;            // requirepass
+  std::string maxmemory;           // e.g. "2mb"
+  std::string policy;              // maxmemory-policy, e.g. "noeviction"
   std::vector<std::string> extra;  // more "--name value" arguments
 };
 
@@ -65,8 +65,7 @@ class RedisServer {
 
   // METAJIT_REMOTE for this server.
   std::string url() const {
-    return options_.tcp ? "redis://127.0.0.1:" + std::to_string(port_)
-                        : "redis+unix://" + socket_;
+    return options_.tcp ? "redis://127.0.0.1:" + std::to_string(port_) : "redis+unix://" + socket_;
   }
   metajit::RedisEndpoint endpoint() const {
     std::string why;
@@ -118,13 +117,20 @@ class RedisServer {
 
   void start() {
     std::vector<std::string> args = {binary(),
-                                     "--port", std::to_string(options_.tcp ? port_ : 0),
-                                     "--bind", "127.0.0.1",
-                                     "--save", "",
-                                     "--appendonly", "no",
-                                     "--dir", dir_.string(),
-                                     "--logfile", (dir_ / "redis.log").string(),
-                                     "--daemonize", "no"};
+                                     "--port",
+                                     std::to_string(options_.tcp ? port_ : 0),
+                                     "--bind",
+                                     "127.0.0.1",
+                                     "--save",
+                                     "",
+                                     "--appendonly",
+                                     "no",
+                                     "--dir",
+                                     dir_.string(),
+                                     "--logfile",
+                                     (dir_ / "redis.log").string(),
+                                     "--daemonize",
+                                     "no"};
     if (!options_.tcp) {
       args.insert(args.end(), {"--unixsocket", socket_, "--unixsocketperm", "700"});
     }
