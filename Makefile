@@ -30,7 +30,7 @@ test: build
 # build tree and a kernel cache of its own. README "Sanitizers".
 SAN_CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
                   -DMETAJIT_SAMPLES=OFF $(SAN_EXTRA_CMAKE_FLAGS)
-ASAN_TESTS ?= -L '^(unit|slow|process)$$'
+ASAN_TESTS ?= -L '^(unit|slow|process|remote)$$'
 TSAN_TESTS ?= -R '^test_(jit|runtime|cache_store):'
 test-asan: deps
 	cmake -S . -B $(BUILD)-asan $(SAN_CMAKE_FLAGS) -DMETAJIT_SANITIZE=address,undefined
