@@ -791,19 +791,21 @@ TEST_CASE("generate_key_pair never overwrites a key file", "[remote-unit]") {
   const fs::path secret = tmp.path() / "k";
   const fs::path pub = tmp.path() / "k.pub";
 
-  SECTION("an existing secret key file") {
-    metajit_test::write_file(secret, "old secret\n");
+  // `existing` holds `text`: generate_key_pair refuses, naming it, keeps it and writes no `other`.
+  auto refused_over = [&](const fs::path& existing, const std::string& text,
+                          const fs::path& other) {
+    metajit_test::write_file(existing, text);
     const std::string msg = message_of<CacheError>([&] { generate_key_pair("w", secret); });
-    CHECK_THAT(msg, Contains(secret.string()) && Contains("never overwritten"));
-    CHECK(metajit_test::read_file(secret) == "old secret\n");
-    CHECK_FALSE(fs::exists(pub));
+    CHECK_THAT(msg, Contains(existing.string()) && Contains("never overwritten"));
+    CHECK(metajit_test::read_file(existing) == text);
+    CHECK_FALSE(fs::exists(other));
+  };
+
+  SECTION("an existing secret key file") {
+    refused_over(secret, "old secret\n", pub);
   }
   SECTION("an existing public key file") {
-    metajit_test::write_file(pub, "old:public\n");
-    const std::string msg = message_of<CacheError>([&] { generate_key_pair("w", secret); });
-    CHECK_THAT(msg, Contains(pub.string()) && Contains("never overwritten"));
-    CHECK(metajit_test::read_file(pub) == "old:public\n");
-    CHECK_FALSE(fs::exists(secret));
+    refused_over(pub, "old:public\n", secret);
   }
   SECTION("a key made before") {
     generate_key_pair("w", secret);

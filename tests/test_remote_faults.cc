@@ -36,6 +36,7 @@ using metajit_test::occurrences;
 using metajit_test::ProgramRun;
 using metajit_test::RedisOptions;
 using metajit_test::RedisServer;
+using metajit_test::RemoteSetup;
 using metajit_test::run_program;
 using metajit_test::RunEnv;
 using metajit_test::TempDir;
@@ -84,6 +85,17 @@ void require_ok(const ProgramRun& r) {
   REQUIRE(r.ok);
 }
 
+// A run that ran right (require_ok) and whose counters named in `expected` have those values.
+void require_counters(const ProgramRun& r,
+                      const std::map<std::string, unsigned long long>& expected) {
+  require_ok(r);
+  INFO(r.output);
+  for (const auto& [name, value] : expected) {
+    INFO(name);
+    CHECK(r.counters.at(name) == value);
+  }
+}
+
 // The counters of a run of many_kernels_program where the remote failed once at the first
 // lookup: all `n` kernels compiled here, nothing from or to the remote, one error.
 void require_compiled_locally(const ProgramRun& r, unsigned long long n) {
@@ -94,6 +106,44 @@ void require_compiled_locally(const ProgramRun& r, unsigned long long n) {
   CHECK(r.counters.at("remote_rejected") == 0);
   CHECK(r.counters.at("remote_errors") == 1);
   CHECK(r.counters.at("remote_uploads") == 0);
+}
+
+// Exactly one failure warning in `output`, the one of `cause`.
+void require_one_warning(const std::string& output, const std::string& cause) {
+  CHECK(occurrences(output, warning_of(cause)) == 1);
+  CHECK(occurrences(output, kAnyFailureWarning) == 1);
+}
+
+// A run of `n` kernels where the remote failed once, with `cause`, at the first lookup: it ran
+// right, compiled everything here and warned once.
+void require_failed_once(const ProgramRun& r, unsigned long long n, const std::string& cause) {
+  require_ok(r);
+  require_compiled_locally(r, n);
+  require_one_warning(r.output, cause);
+}
+
+// Lets remote_batches_program `program` (waiting at `sync`) run batches `from` to `to` and end
+// after the server was killed; its output, which must show that it ended by itself with exit
+// status 0 and no signal, that SIGPIPE kept its default action in it, that a write went into
+// the dead connection (EPIPE, which raises SIGPIPE) and that the one warning is "connection lost".
+std::string finish_after_broken_pipe(Child& program, const fs::path& sync, int from, int to) {
+  for (int b = from; b <= to; ++b) go(sync, b);
+  REQUIRE(program.finish(kHangBound));
+  const std::string out = program.output();
+  INFO(out);
+  CHECK(program.signal() == 0);  // SIGPIPE's default action would have ended it here
+  CHECK(program.exit_code() == 0);
+  CHECK(out.find("done sigpipe=default") != std::string::npos);
+  CHECK(out.find("Broken pipe") != std::string::npos);
+  require_one_warning(out, "connection lost");
+  return out;
+}
+
+// The options of a server whose maxmemory-policy is noeviction.
+RedisOptions noeviction() {
+  RedisOptions options;
+  options.policy = "noeviction";
+  return options;
 }
 
 // A TCP server on 127.0.0.1 that misbehaves on purpose, in a thread of the test. It accepts a
@@ -182,11 +232,8 @@ TEST_CASE("no server at a nonexistent socket: compiled locally, one warning, lat
   const RunEnv env = metajit_test::writer_env(url, tmp.path() / "cache", keys);
   ProgramRun first =
       run_program(metajit_test::many_kernels(4), env, tmp.path() / "1.txt", kHangBound);
-  require_ok(first);
-  require_compiled_locally(first, 4);
+  require_failed_once(first, 4, "unreachable");
   CHECK(first.counters.at("remote_timeouts") == 0);
-  CHECK(occurrences(first.output, warning_of("unreachable")) == 1);
-  CHECK(occurrences(first.output, kAnyFailureWarning) == 1);
   CHECK(first.output.find("No such file or directory") != std::string::npos);
   // The uploads queued meanwhile were dropped in the back-off, not tried (and not warned about).
   nlohmann::json stats = metajit_test::cache_stats(tmp.path() / "cache");
@@ -197,10 +244,7 @@ TEST_CASE("no server at a nonexistent socket: compiled locally, one warning, lat
   // remote, so it has nothing to warn about.
   ProgramRun second =
       run_program(metajit_test::many_kernels(4), env, tmp.path() / "2.txt", kHangBound);
-  require_ok(second);
-  CHECK(second.counters.at("compiled") == 0);
-  CHECK(second.counters.at("disk_hits") == 4);
-  CHECK(second.counters.at("remote_errors") == 0);
+  require_counters(second, {{"compiled", 0}, {"disk_hits", 4}, {"remote_errors", 0}});
   CHECK(occurrences(second.output, kAnyFailureWarning) == 0);
 }
 
@@ -220,11 +264,8 @@ TEST_CASE("no server at a stale socket file or a closed TCP port: compiled local
     ProgramRun r =
         run_program(metajit_test::many_kernels(4), metajit_test::reader_env(url, cache, keys),
                     cache.string() + ".txt", kHangBound);
-    require_ok(r);
-    require_compiled_locally(r, 4);
+    require_failed_once(r, 4, "unreachable");
     CHECK(r.counters.at("remote_timeouts") == 0);
-    CHECK(occurrences(r.output, warning_of("unreachable")) == 1);
-    CHECK(occurrences(r.output, kAnyFailureWarning) == 1);
     CHECK(r.output.find("Connection refused") != std::string::npos);
   }
 }
@@ -232,14 +273,10 @@ TEST_CASE("no server at a stale socket file or a closed TCP port: compiled local
 TEST_CASE("server SIGKILLed between batches: compiled locally, back-off, used again after restart",
           "[remote]") {
   RedisServer::require();
-  RedisServer server;
-  TempDir tmp;
-  const KeyPair keys = metajit_test::make_key_pair(tmp.path(), "writer");
-  const fs::path sync = tmp.path() / "sync";
-  fs::create_directories(sync);
-  Child program(batches_program(3, 3, sync),
-                metajit_test::writer_env(server.url(), tmp.path() / "cache", keys),
-                tmp.path() / "out.txt");
+  RemoteSetup remote;
+  RedisServer& server = remote.server;
+  const fs::path sync = remote.sync();
+  Child program(batches_program(3, 3, sync), remote.writer("cache"), remote.tmp.path() / "out.txt");
   auto b0 = batch_done(program, 0);
   CHECK(b0.at("compiled") == 3);
   CHECK(b0.at("remote_misses") == 3);
@@ -274,14 +311,13 @@ TEST_CASE("server SIGKILLed between batches: compiled locally, back-off, used ag
   // The restarted server got batch 2's three kernels, and no lease was left behind.
   CHECK(metajit_test::kernel_keys(server).size() == 3);
   CHECK(metajit_test::lease_keys(server).empty());
-  nlohmann::json stats = metajit_test::cache_stats(tmp.path() / "cache");
+  nlohmann::json stats = metajit_test::cache_stats(remote.tmp.path() / "cache");
   CHECK(stats["remote_uploads"] == 6);
   CHECK(stats["remote_errors"] == 1);
 
   // A later process on another machine uses the restarted server: batch 2's kernels are hits.
-  ProgramRun later = run_program(batches_program(3, 3, sync),
-                                 metajit_test::reader_env(server.url(), tmp.path() / "B", keys),
-                                 tmp.path() / "later.txt", kHangBound);
+  ProgramRun later = run_program(batches_program(3, 3, sync), remote.reader("B"),
+                                 remote.tmp.path() / "later.txt", kHangBound);
   INFO(later.output);
   REQUIRE(later.exit_code == 0);
   auto l2 = metajit_test::line_fields(later.output, "batch 2 ");
@@ -292,70 +328,43 @@ TEST_CASE("server SIGKILLed between batches: compiled locally, back-off, used ag
 TEST_CASE("a lookup that writes to a connection the server closed does not SIGPIPE the program",
           "[remote]") {
   RedisServer::require();
-  RedisServer server;  // a Unix socket: a write after the server is gone fails with EPIPE
-  TempDir tmp;
-  const KeyPair keys = metajit_test::make_key_pair(tmp.path(), "writer");
-  const fs::path sync = tmp.path() / "sync";
-  fs::create_directories(sync);
-  Child program(batches_program(2, 2, sync),
-                metajit_test::writer_env(server.url(), tmp.path() / "cache", keys),
-                tmp.path() / "out.txt");
+  RemoteSetup remote;  // a Unix socket: a write after the server is gone fails with EPIPE
+  const fs::path sync = remote.sync();
+  Child program(batches_program(2, 2, sync), remote.writer("cache"), remote.tmp.path() / "out.txt");
   batch_done(program, 0);
-  REQUIRE(metajit_test::wait_for_uploads(server, 2, 30));
-  server.kill_now();  // the program's connection stays open on its side
-  go(sync, 1);
-  go(sync, 2);
-  REQUIRE(program.finish(kHangBound));
-  const std::string out = program.output();
+  REQUIRE(metajit_test::wait_for_uploads(remote.server, 2, 30));
+  remote.server.kill_now();  // the program's connection stays open on its side
+  // The lookup of batch 1 writes into the dead connection.
+  const std::string out = finish_after_broken_pipe(program, sync, 1, 2);
   INFO(out);
-  CHECK(program.signal() == 0);  // SIGPIPE's default action would have ended it here
-  CHECK(program.exit_code() == 0);
   CHECK(out.find("batch 1 ok") != std::string::npos);
-  CHECK(out.find("done sigpipe=default") != std::string::npos);
-  // The lookup did write into the dead connection (EPIPE, which raises SIGPIPE).
-  CHECK(out.find("Broken pipe") != std::string::npos);
-  CHECK(occurrences(out, warning_of("connection lost")) == 1);
-  CHECK(occurrences(out, kAnyFailureWarning) == 1);
 }
 
 TEST_CASE("server SIGKILLed while a batch's uploads are queued: the upload thread survives it",
           "[remote]") {
   RedisServer::require();
-  RedisServer server;
-  TempDir tmp;
-  const KeyPair keys = metajit_test::make_key_pair(tmp.path(), "writer");
-  const fs::path sync = tmp.path() / "sync";
-  fs::create_directories(sync);
-  CompileGate gate(tmp.path());
+  RemoteSetup remote;
+  const fs::path sync = remote.sync();
+  CompileGate gate(remote.tmp.path());
   gate.open();
   Child program(batches_program(2, 2, sync),
-                with(metajit_test::writer_env(server.url(), tmp.path() / "cache", keys),
-                     "METAJIT_CXX", gate.compiler().string()),
-                tmp.path() / "out.txt");
+                with(remote.writer("cache"), "METAJIT_CXX", gate.compiler().string()),
+                remote.tmp.path() / "out.txt");
   batch_done(program, 0);
-  REQUIRE(metajit_test::wait_for_uploads(server, 2, 30));  // through the upload connection
+  REQUIRE(metajit_test::wait_for_uploads(remote.server, 2, 30));  // through the upload connection
   gate.close();
   go(sync, 1);
   // Batch 1 has looked its kernels up and leased them (before compiling); now kill the server.
   REQUIRE(gate.wait_until_holding(kHangBound));
-  CHECK(metajit_test::lease_keys(server).size() == 2);
-  server.kill_now();
+  CHECK(metajit_test::lease_keys(remote.server).size() == 2);
+  remote.server.kill_now();
   gate.open();
   batch_done(program, 1);
-  go(sync, 2);
-  REQUIRE(program.finish(kHangBound));
-  const std::string out = program.output();
-  INFO(out);
-  CHECK(program.signal() == 0);
-  CHECK(program.exit_code() == 0);
-  CHECK(out.find("done sigpipe=default") != std::string::npos);
-  // The upload thread wrote into its dead connection (EPIPE: a SIGPIPE kept from the program).
-  CHECK(out.find("Broken pipe") != std::string::npos);
-  CHECK(occurrences(out, warning_of("connection lost")) == 1);
-  CHECK(occurrences(out, kAnyFailureWarning) == 1);
+  // The upload thread writes into its dead connection (EPIPE: a SIGPIPE kept from the program).
+  finish_after_broken_pipe(program, sync, 2, 2);
   // Batch 0's two uploads went through; of batch 1's, the first failed (one error) and the
   // second was dropped in the back-off.
-  nlohmann::json stats = metajit_test::cache_stats(tmp.path() / "cache");
+  nlohmann::json stats = metajit_test::cache_stats(remote.tmp.path() / "cache");
   CHECK(stats["remote_uploads"] == 2);
   CHECK(stats["remote_errors"] == 1);
   CHECK(stats["remote_timeouts"] == 0);
@@ -364,44 +373,29 @@ TEST_CASE("server SIGKILLed while a batch's uploads are queued: the upload threa
 TEST_CASE("server SIGSTOPped: one timeout thanks to the back-off, then used again once resumed",
           "[remote]") {
   RedisServer::require();
-  RedisServer server;
-  TempDir tmp;
-  const KeyPair keys = metajit_test::make_key_pair(tmp.path(), "writer");
+  RemoteSetup remote;
+  RedisServer& server = remote.server;
   // Before it stops, the server gets 4 kernels from a writer.
-  ProgramRun writer = run_program(metajit_test::many_kernels(4),
-                                  metajit_test::writer_env(server.url(), tmp.path() / "W", keys),
-                                  tmp.path() / "w.txt", kHangBound);
-  require_ok(writer);
-  REQUIRE(metajit_test::wait_for_uploads(server, 4, 30));
+  remote.fill(4, "W", kHangBound, require_ok);
 
   server.stop();  // accepts connections (the kernel's backlog) and never answers
   // 8 kernels with a 0.5 s timeout: without the back-off, 8 timeouts (4 s); with it, one.
   for (const char* mode : {"read", "readwrite"}) {
     INFO(mode);
-    const fs::path cache = tmp.path() / (std::string("stopped-") + mode);
-    const RunEnv env =
-        with(with(metajit_test::writer_env(server.url(), cache, keys), "METAJIT_REMOTE_MODE", mode),
-             "METAJIT_REMOTE_TIMEOUT", "0.5");
-    ProgramRun r =
-        run_program(metajit_test::many_kernels(8), env, cache.string() + ".txt", kHangBound);
-    require_ok(r);
-    require_compiled_locally(r, 8);
+    const std::string machine = std::string("stopped-") + mode;
+    const RunEnv env = with(with(remote.writer(machine), "METAJIT_REMOTE_MODE", mode),
+                            "METAJIT_REMOTE_TIMEOUT", "0.5");
+    ProgramRun r = remote.run(8, env, machine + ".txt", kHangBound);
+    require_failed_once(r, 8, "timeout");
     CHECK(r.counters.at("remote_timeouts") == 1);
-    CHECK(occurrences(r.output, warning_of("timeout")) == 1);
-    CHECK(occurrences(r.output, kAnyFailureWarning) == 1);
-    nlohmann::json stats = metajit_test::cache_stats(cache);
+    nlohmann::json stats = metajit_test::cache_stats(remote.tmp.path() / machine);
     CHECK(stats["remote_timeouts"] == 1);  // the queued uploads (readwrite) did not try
     CHECK(stats["remote_uploads"] == 0);
   }
 
   server.resume();
-  ProgramRun later = run_program(metajit_test::many_kernels(4),
-                                 metajit_test::reader_env(server.url(), tmp.path() / "R", keys),
-                                 tmp.path() / "r.txt", kHangBound);
-  require_ok(later);
-  CHECK(later.counters.at("remote_hits") == 4);
-  CHECK(later.counters.at("compiled") == 0);
-  CHECK(later.counters.at("remote_errors") == 0);
+  ProgramRun later = remote.run(4, remote.reader("R"), "r.txt", kHangBound);
+  require_counters(later, {{"remote_hits", 4}, {"compiled", 0}, {"remote_errors", 0}});
 }
 
 TEST_CASE("a server that trickles its reply byte by byte times out once per command deadline",
@@ -417,11 +411,8 @@ TEST_CASE("a server that trickles its reply byte by byte times out once per comm
                   with(metajit_test::reader_env(server.url(), tmp.path() / "cache", keys),
                        "METAJIT_REMOTE_TIMEOUT", "0.5"),
                   tmp.path() / "out.txt", kHangBound);
-  require_ok(r);
-  require_compiled_locally(r, 4);
+  require_failed_once(r, 4, "timeout");
   CHECK(r.counters.at("remote_timeouts") == 1);
-  CHECK(occurrences(r.output, warning_of("timeout")) == 1);
-  CHECK(occurrences(r.output, kAnyFailureWarning) == 1);
   CHECK(server.trickled() >= 3);     // the client was being sent bytes when it gave up
   CHECK(server.connections() == 1);  // the back-off kept the other lookups away
 }
@@ -439,11 +430,8 @@ TEST_CASE("a server that resets the connection mid-reply: connection lost, compi
     ProgramRun r = run_program(metajit_test::many_kernels(4),
                                metajit_test::reader_env(server.url(), cache, keys),
                                cache.string() + ".txt", kHangBound);
-    require_ok(r);
-    require_compiled_locally(r, 4);
+    require_failed_once(r, 4, "connection lost");
     CHECK(r.counters.at("remote_timeouts") == 0);
-    CHECK(occurrences(r.output, warning_of("connection lost")) == 1);
-    CHECK(occurrences(r.output, kAnyFailureWarning) == 1);
     CHECK(server.requests() == 1);
     CHECK(server.connections() == 1);
   }
@@ -454,62 +442,44 @@ TEST_CASE("wrong or missing password: not authorized, compiled locally, the pass
   RedisServer::require();
   RedisOptions options;
   options.password = "right-horse-battery";
-  RedisServer server(options);
-  TempDir tmp;
-  const KeyPair keys = metajit_test::make_key_pair(tmp.path(), "writer");
-  metajit_test::write_file(tmp.path() / "wrong.pass", "wrong-staple-7\n");
-  metajit_test::write_file(tmp.path() / "right.pass", "right-horse-battery\n");
-  for (const char* password : {"wrong", "none"}) {
+  RemoteSetup remote(options);
+  const fs::path& tmp = remote.tmp.path();
+  metajit_test::write_file(tmp / "wrong.pass", "wrong-staple-7\n");
+  metajit_test::write_file(tmp / "right.pass", "right-horse-battery\n");
+  for (const std::string password : {"wrong", "none"}) {
     INFO(password);
-    const fs::path cache = tmp.path() / password;
-    RunEnv env = metajit_test::writer_env(server.url(), cache, keys);
-    if (std::string(password) == "wrong")
-      env.emplace_back("METAJIT_REMOTE_PASSWORD_FILE", (tmp.path() / "wrong.pass").string());
-    ProgramRun r =
-        run_program(metajit_test::many_kernels(4), env, cache.string() + ".txt", kHangBound);
-    require_ok(r);
-    require_compiled_locally(r, 4);
-    CHECK(occurrences(r.output, warning_of("not authorized")) == 1);
-    CHECK(occurrences(r.output, kAnyFailureWarning) == 1);
+    RunEnv env = remote.writer(password);
+    if (password == "wrong")
+      env.emplace_back("METAJIT_REMOTE_PASSWORD_FILE", (tmp / "wrong.pass").string());
+    ProgramRun r = remote.run(4, env, password + ".txt", kHangBound);
+    require_failed_once(r, 4, "not authorized");
     CHECK(r.output.find("wrong-staple-7") == std::string::npos);
     CHECK(r.output.find("right-horse-battery") == std::string::npos);
   }
-  CHECK(metajit_test::kernel_keys(server).empty());
+  CHECK(metajit_test::kernel_keys(remote.server).empty());
   // The right password: the same program uses the server.
-  ProgramRun right =
-      run_program(metajit_test::many_kernels(4),
-                  with(metajit_test::writer_env(server.url(), tmp.path() / "right", keys),
-                       "METAJIT_REMOTE_PASSWORD_FILE", (tmp.path() / "right.pass").string()),
-                  tmp.path() / "right.txt", kHangBound);
-  require_ok(right);
-  CHECK(right.counters.at("remote_misses") == 4);
-  CHECK(right.counters.at("remote_errors") == 0);
+  ProgramRun right = remote.run(
+      4,
+      with(remote.writer("right"), "METAJIT_REMOTE_PASSWORD_FILE", (tmp / "right.pass").string()),
+      "right.txt", kHangBound);
+  require_counters(right, {{"remote_misses", 4}, {"remote_errors", 0}});
   CHECK(occurrences(right.output, kAnyFailureWarning) == 0);
 }
 
 TEST_CASE("server out of memory with noeviction: the writer is refused once, readers read what fit",
           "[remote]") {
   RedisServer::require();
-  RedisOptions options;
-  options.policy = "noeviction";
-  RedisServer server(options);
-  TempDir tmp;
-  const KeyPair keys = metajit_test::make_key_pair(tmp.path(), "writer");
+  RemoteSetup remote(noeviction());
+  RedisServer& server = remote.server;
   // Kernels 0-3 fit; then the server is full (every write is refused with OOM).
-  ProgramRun first = run_program(metajit_test::many_kernels(4),
-                                 metajit_test::writer_env(server.url(), tmp.path() / "A", keys),
-                                 tmp.path() / "a.txt", kHangBound);
-  require_ok(first);
-  REQUIRE(metajit_test::wait_for_uploads(server, 4, 30));
+  remote.fill(4, "A", kHangBound, require_ok);
   REQUIRE(server.command({"CONFIG", "SET", "maxmemory", "1"}).kind ==
           metajit::RedisReply::Kind::Status);
 
   // A writer of kernels 0-7: the first of 4-7 it looks up misses, and the write that follows
   // (its lease, SET NX) is refused; the lookups after it wait out the back-off. Those of 0-3
   // looked up before it are remote hits (the order of the lookups is the library's).
-  ProgramRun writer = run_program(metajit_test::many_kernels(8),
-                                  metajit_test::writer_env(server.url(), tmp.path() / "B", keys),
-                                  tmp.path() / "b.txt", kHangBound);
+  ProgramRun writer = remote.run(8, remote.writer("B"), "b.txt", kHangBound);
   require_ok(writer);
   {
     INFO(writer.output);
@@ -518,39 +488,28 @@ TEST_CASE("server out of memory with noeviction: the writer is refused once, rea
     CHECK(writer.counters.at("compiled") + writer.counters.at("remote_hits") == 8);
     CHECK(writer.counters.at("remote_errors") == 1);
     CHECK(writer.counters.at("remote_timeouts") == 0);
-    CHECK(occurrences(writer.output, warning_of("server out of memory")) == 1);
-    CHECK(occurrences(writer.output, kAnyFailureWarning) == 1);
+    require_one_warning(writer.output, "server out of memory");
     CHECK(writer.output.find("OOM") != std::string::npos);
   }
   CHECK(metajit_test::kernel_keys(server).size() == 4);
   CHECK(metajit_test::lease_keys(server).empty());
 
   // A reader still gets what fit.
-  ProgramRun reader = run_program(metajit_test::many_kernels(8),
-                                  metajit_test::reader_env(server.url(), tmp.path() / "C", keys),
-                                  tmp.path() / "c.txt", kHangBound);
-  require_ok(reader);
-  INFO(reader.output);
-  CHECK(reader.counters.at("remote_hits") == 4);
-  CHECK(reader.counters.at("remote_misses") == 4);
-  CHECK(reader.counters.at("compiled") == 4);
-  CHECK(reader.counters.at("remote_errors") == 0);
+  ProgramRun reader = remote.run(8, remote.reader("C"), "c.txt", kHangBound);
+  require_counters(
+      reader, {{"remote_hits", 4}, {"remote_misses", 4}, {"compiled", 4}, {"remote_errors", 0}});
 }
 
 TEST_CASE("server out of memory at upload time: the uploads fail once, no lease is left behind",
           "[remote]") {
   RedisServer::require();
-  RedisOptions options;
-  options.policy = "noeviction";
-  RedisServer server(options);
-  TempDir tmp;
-  const KeyPair keys = metajit_test::make_key_pair(tmp.path(), "writer");
-  const fs::path sync = tmp.path() / "sync";
-  fs::create_directories(sync);
-  CompileGate gate(tmp.path());
-  const RunEnv env = with(metajit_test::writer_env(server.url(), tmp.path() / "W", keys),
-                          "METAJIT_CXX", gate.compiler().string());
-  Child program(batches_program(3, 1, sync), env, tmp.path() / "w.txt");
+  RemoteSetup remote(noeviction());
+  RedisServer& server = remote.server;
+  const fs::path& tmp = remote.tmp.path();
+  const fs::path sync = remote.sync();
+  CompileGate gate(tmp);
+  const RunEnv env = with(remote.writer("W"), "METAJIT_CXX", gate.compiler().string());
+  Child program(batches_program(3, 1, sync), env, tmp / "w.txt");
   // The writer looked its 3 kernels up and leased them; the server fills up before it uploads.
   REQUIRE(gate.wait_until_holding(kHangBound));
   REQUIRE(metajit_test::lease_keys(server).size() == 3);
@@ -564,10 +523,9 @@ TEST_CASE("server out of memory at upload time: the uploads fail once, no lease 
   {
     INFO(out);
     CHECK(program.exit_code() == 0);
-    CHECK(occurrences(out, warning_of("server out of memory")) == 1);
-    CHECK(occurrences(out, kAnyFailureWarning) == 1);
+    require_one_warning(out, "server out of memory");
   }
-  nlohmann::json stats = metajit_test::cache_stats(tmp.path() / "W");
+  nlohmann::json stats = metajit_test::cache_stats(tmp / "W");
   CHECK(stats["remote_uploads"] == 0);
   CHECK(stats["remote_errors"] == 1);
   CHECK(metajit_test::kernel_keys(server).empty());
@@ -578,10 +536,9 @@ TEST_CASE("server out of memory at upload time: the uploads fail once, no lease 
   // A reader (same compiler, so the same remote keys) misses and compiles without waiting.
   ProgramRun reader =
       run_program(batches_program(3, 1, sync),
-                  with(with(metajit_test::reader_env(server.url(), tmp.path() / "R", keys),
-                            "METAJIT_CXX", gate.compiler().string()),
+                  with(with(remote.reader("R"), "METAJIT_CXX", gate.compiler().string()),
                        "METAJIT_REMOTE_WAIT", "60"),
-                  tmp.path() / "r.txt", kHangBound);
+                  tmp / "r.txt", kHangBound);
   INFO(reader.output);
   REQUIRE(reader.exit_code == 0);
   auto r0 = metajit_test::line_fields(reader.output, "batch 0 ");
@@ -596,16 +553,11 @@ TEST_CASE("server out of memory at upload time: the uploads fail once, no lease 
 TEST_CASE("leases left by a machine that died: readers wait until they expire, then compile",
           "[remote]") {
   RedisServer::require();
-  RedisServer server;
-  TempDir tmp;
-  const KeyPair keys = metajit_test::make_key_pair(tmp.path(), "writer");
+  RemoteSetup remote;
+  RedisServer& server = remote.server;
   // The remote keys of 2 kernels, from a writer; then their entries go, and leases of a machine
   // that died while compiling them take their place (expiring in 2 s).
-  ProgramRun writer = run_program(metajit_test::many_kernels(2),
-                                  metajit_test::writer_env(server.url(), tmp.path() / "W", keys),
-                                  tmp.path() / "w.txt", kHangBound);
-  require_ok(writer);
-  REQUIRE(metajit_test::wait_for_uploads(server, 2, 30));
+  remote.fill(2, "W", kHangBound, require_ok);
   for (const std::string& key : metajit_test::kernel_keys(server)) {
     REQUIRE(server.command({"DEL", key}).integer == 1);
     const std::string lease =
@@ -614,16 +566,11 @@ TEST_CASE("leases left by a machine that died: readers wait until they expire, t
   }
   // METAJIT_REMOTE_WAIT is longer than the hang bound: only the leases' expiry ends the wait.
   ProgramRun reader =
-      run_program(metajit_test::many_kernels(2),
-                  with(metajit_test::reader_env(server.url(), tmp.path() / "R", keys),
-                       "METAJIT_REMOTE_WAIT", "600"),
-                  tmp.path() / "r.txt", kHangBound);
-  require_ok(reader);
+      remote.run(2, with(remote.reader("R"), "METAJIT_REMOTE_WAIT", "600"), "r.txt", kHangBound);
+  // One miss per kernel, the wait not counted again.
+  require_counters(
+      reader, {{"compiled", 2}, {"remote_misses", 2}, {"remote_hits", 0}, {"remote_errors", 0}});
   INFO(reader.output);
   CHECK(reader.seconds >= 1);  // it did wait for the leases (2 s from before it started)
-  CHECK(reader.counters.at("compiled") == 2);
-  CHECK(reader.counters.at("remote_misses") == 2);  // one per kernel, the wait not counted again
-  CHECK(reader.counters.at("remote_hits") == 0);
-  CHECK(reader.counters.at("remote_errors") == 0);
   CHECK(occurrences(reader.output, kAnyFailureWarning) == 0);
 }

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -224,6 +225,55 @@ ForkPhase fork_phase(const std::string& output, const std::string& phase) {
   return f;
 }
 
+// remote_fork_program with 4 kernels under `env` (a process that forks, its parent running
+// kernels before and after the fork and its child in between); for each of its phases, its
+// line must be there and every value right, then `check` asserts on it.
+void run_fork_program(const std::string& env, const std::string& who,
+                      const std::function<void(const ForkPhase&)>& check) {
+  metajit_test::ProcessResult p =
+      metajit_test::run_command(env + " timeout -k 5 300 " + program("remote_fork_program") + " 4");
+  INFO(who << ": " << p.output);
+  CHECK(p.exit_code == 0);
+  for (const char* phase : {"parent-before", "child", "parent-after"}) {
+    ForkPhase f = fork_phase(p.output, phase);
+    INFO(phase);
+    REQUIRE(f.found);
+    CHECK(f.ok);
+    check(f);
+  }
+}
+
+// Processes of many_kernels_program (20 kernels) started at once, `per_machine` on each machine
+// of `envs` (machine, its environment), held at a barrier until all are started: the machine
+// and run of each.
+std::vector<std::pair<std::string, FleetRun>> run_at_once(
+    const Fleet& fleet, const std::vector<std::pair<std::string, std::string>>& envs,
+    int per_machine) {
+  const fs::path out = fleet.dir() / "out";
+  fs::create_directories(out);
+  const fs::path go = out / "go";
+  std::string script;
+  std::vector<std::pair<std::string, fs::path>> stems;  // machine, output stem
+  for (const auto& [machine, env] : envs)
+    for (int i = 0; i < per_machine; ++i) {
+      const fs::path stem = out / (machine + std::to_string(i));
+      stems.emplace_back(machine, stem);
+      script += "( until [ -e " + q(go) + " ]; do sleep 0.01; done; " + env + " timeout -k 5 300 " +
+                program() + " 20 > " + q(stem.string() + ".out") + " 2>&1; echo $? > " +
+                q(stem.string() + ".rc") + " ) & ";
+    }
+  script += "touch " + q(go) + "; wait";
+  REQUIRE(metajit_test::run_command(script).exit_code == 0);
+  std::vector<std::pair<std::string, FleetRun>> runs;
+  for (const auto& [machine, stem] : stems) {
+    metajit_test::ProcessResult p;
+    p.output = metajit_test::read_file(stem.string() + ".out");
+    p.exit_code = std::atoi(metajit_test::read_file(stem.string() + ".rc").c_str());
+    runs.emplace_back(machine, parse_run(p));
+  }
+  return runs;
+}
+
 // A copy of the real g++ driver under <root>/bin, with <root>/lib/gcc (and libexec/gcc where the
 // real one has it) pointing at the real compiler's, so the copy finds cc1plus, as it would on a
 // machine whose g++ is installed under another prefix. `append` is added to the binary (other
@@ -256,26 +306,14 @@ fs::path copy_gxx(const fs::path& real, const fs::path& root, const std::string&
 TEST_CASE("machine B gets machine A's 20 kernels from the remote: 20 hits, 0 compiles",
           "[remote]") {
   RedisServer::require();
-  RedisServer server;
-  metajit_test::TempDir tmp;
-  const fs::path key = tmp.path() / "writer.key";
-  REQUIRE(metajit_test::run_command(shell_quote(metajit_test::cli_path().string()) +
-                                    " remote keygen fleet-1 -o " + shell_quote(key.string()))
-              .exit_code == 0);
-  const std::string common = "METAJIT_REMOTE=" + shell_quote(server.url()) +
-                             " METAJIT_REMOTE_TRUSTED_KEYS=" + shell_quote(key.string() + ".pub");
-  const std::string program = shell_quote(metajit_test::test_program("many_kernels_program"));
-  FleetRun a = parse_run(metajit_test::run_command(
-      common + " METAJIT_CACHE_DIR=" + shell_quote((tmp.path() / "A").string()) +
-      " METAJIT_REMOTE_MODE=readwrite METAJIT_REMOTE_SIGNING_KEY=" + shell_quote(key.string()) +
-      " " + program + " 20"));
+  Fleet fleet;
+  FleetRun a = fleet.run(fleet.env("A", "readwrite"), 20);
   INFO(a.output);
   REQUIRE(a.ok);
   CHECK(a.compiled == 20);
   CHECK(a.remote_misses == 20);
-  FleetRun b = parse_run(metajit_test::run_command(
-      common + " METAJIT_CACHE_DIR=" + shell_quote((tmp.path() / "B").string()) + " " + program +
-      " 20"));
+  // B sets no METAJIT_REMOTE_MODE: a remote is read by default.
+  FleetRun b = fleet.run(fleet.env("B") + " env -u METAJIT_REMOTE_MODE", 20);
   INFO(b.output);
   REQUIRE(b.ok);
   CHECK(b.compiled == 0);
@@ -288,32 +326,11 @@ TEST_CASE("8 processes on each of two machines at once compile each of 20 kernel
           "[remote]") {
   RedisServer::require();
   Fleet fleet;
-  const fs::path out = fleet.dir() / "out";
-  fs::create_directories(out);
-  const fs::path go = out / "go";
-  // 16 processes, all readwrite, held at a barrier (the file `go`) until all are started.
-  std::string script;
-  std::vector<std::pair<std::string, fs::path>> runs;  // machine, output stem
-  for (const std::string machine : {"A", "B"})
-    for (int i = 0; i < 8; ++i) {
-      const fs::path stem = out / (machine + std::to_string(i));
-      runs.emplace_back(machine, stem);
-      script += "( until [ -e " + q(go) + " ]; do sleep 0.01; done; " +
-                fleet.env(machine, "readwrite") + " timeout -k 5 300 " + program() + " 20 > " +
-                q(stem.string() + ".out") + " 2>&1; echo $? > " + q(stem.string() + ".rc") +
-                " ) & ";
-    }
-  script += "touch " + q(go) + "; wait";
-  metajit_test::ProcessResult all = metajit_test::run_command(script);
-  REQUIRE(all.exit_code == 0);
-
+  // 16 processes, all readwrite, held at a barrier until all are started.
   unsigned long long compiled = 0, uploads = 0;
   std::map<std::string, unsigned long long> arrived;  // per machine: compiled + remote hits
-  for (const auto& [machine, stem] : runs) {
-    metajit_test::ProcessResult p;
-    p.output = metajit_test::read_file(stem.string() + ".out");
-    p.exit_code = std::atoi(metajit_test::read_file(stem.string() + ".rc").c_str());
-    FleetRun r = parse_run(p);
+  for (const auto& [machine, r] : run_at_once(
+           fleet, {{"A", fleet.env("A", "readwrite")}, {"B", fleet.env("B", "readwrite")}}, 8)) {
     INFO(machine << ": " << r.output);
     CHECK(r.ok);
     // Each process has every kernel one way: compiled, from its machine's disk, or the remote.
@@ -412,8 +429,8 @@ TEST_CASE(
   if (ec) metajit_test::skip_test("no /usr/bin/g++ to copy");
   Fleet fleet;
   const fs::path copy = copy_gxx(real, fleet.dir() / "image-b", "");
-  const std::map<std::string, std::string> compiler = {{"A", "METAJIT_CXX=/usr/bin/g++"},
-                                                       {"B", "METAJIT_CXX=" + q(copy)}};
+  const std::vector<std::pair<std::string, std::string>> compiler = {
+      {"A", "METAJIT_CXX=/usr/bin/g++"}, {"B", "METAJIT_CXX=" + q(copy)}};
   // Each machine resolves its toolchain first (kernel 0, another namespace), so that both start
   // taking leases at the same moment.
   for (const auto& [machine, cxx] : compiler) {
@@ -423,31 +440,13 @@ TEST_CASE(
     REQUIRE(r.ok);
   }
   REQUIRE(fleet.keys("A") != fleet.keys("B"));
-  const fs::path out = fleet.dir() / "out";
-  fs::create_directories(out);
-  const fs::path go = out / "go";
-  std::string script;
-  std::vector<std::pair<std::string, fs::path>> runs;
+  // METAJIT_REMOTE_WAIT bounds how long a deadlock would last; none should happen.
+  std::vector<std::pair<std::string, std::string>> envs;
   for (const auto& [machine, cxx] : compiler)
-    for (int i = 0; i < 4; ++i) {
-      const fs::path stem = out / (machine + std::to_string(i));
-      runs.emplace_back(machine, stem);
-      // METAJIT_REMOTE_WAIT bounds how long a deadlock would last; none should happen.
-      script += "( until [ -e " + q(go) + " ]; do sleep 0.01; done; " +
-                fleet.env(machine, "readwrite", cxx + " METAJIT_REMOTE_WAIT=30") +
-                " timeout -k 5 300 " + program() + " 20 > " + q(stem.string() + ".out") +
-                " 2>&1; echo $? > " + q(stem.string() + ".rc") + " ) & ";
-    }
-  script += "touch " + q(go) + "; wait";
-  REQUIRE(metajit_test::run_command(script).exit_code == 0);
-
+    envs.emplace_back(machine, fleet.env(machine, "readwrite", cxx + " METAJIT_REMOTE_WAIT=30"));
   unsigned long long compiled = 0;
   std::map<std::string, unsigned long long> arrived;
-  for (const auto& [machine, stem] : runs) {
-    metajit_test::ProcessResult p;
-    p.output = metajit_test::read_file(stem.string() + ".out");
-    p.exit_code = std::atoi(metajit_test::read_file(stem.string() + ".rc").c_str());
-    FleetRun r = parse_run(p);
+  for (const auto& [machine, r] : run_at_once(fleet, envs, 4)) {
     INFO(machine << ": " << r.output);
     CHECK(r.ok);
     CHECK(r.compiled + r.disk_hits + r.remote_hits == 20);
@@ -846,35 +845,18 @@ TEST_CASE(
     "[remote]") {
   RedisServer::require();
   Fleet fleet;
-  const std::string fork_program = program("remote_fork_program");
-  metajit_test::ProcessResult w = metajit_test::run_command(
-      fleet.env("A", "readwrite") + " timeout -k 5 300 " + fork_program + " 4");
-  INFO("writer: " << w.output);
-  CHECK(w.exit_code == 0);
-  for (const char* phase : {"parent-before", "child", "parent-after"}) {
-    ForkPhase f = fork_phase(w.output, phase);
-    INFO(phase);
-    REQUIRE(f.found);
-    CHECK(f.ok);
+  run_fork_program(fleet.env("A", "readwrite"), "writer", [](const ForkPhase& f) {
     CHECK(f.compiled == 4);
     CHECK(f.remote_misses == 4);
     CHECK(f.remote_errors == 0);
-  }
+  });
   // Parent and child uploaded their kernels: 12 entries, a reader gets all of them.
   CHECK(fleet.entries() == 12);
-  metajit_test::ProcessResult r =
-      metajit_test::run_command(fleet.env("B") + " timeout -k 5 300 " + fork_program + " 4");
-  INFO("reader: " << r.output);
-  CHECK(r.exit_code == 0);
-  for (const char* phase : {"parent-before", "child", "parent-after"}) {
-    ForkPhase f = fork_phase(r.output, phase);
-    INFO(phase);
-    REQUIRE(f.found);
-    CHECK(f.ok);
+  run_fork_program(fleet.env("B"), "reader", [](const ForkPhase& f) {
     CHECK(f.remote_hits == 4);
     CHECK(f.compiled == 0);
     CHECK(f.remote_errors == 0);
-  }
+  });
 }
 
 TEST_CASE("without trusted keys remote reads are off, with one warning, and nothing is rejected",
@@ -898,4 +880,36 @@ TEST_CASE("without trusted keys remote reads are off, with one warning, and noth
     CHECK(r.remote_rejected == 0);
     CHECK(metajit_test::count_occurrences(r.output, "remote reads are off") == 1);
   }
+}
+
+TEST_CASE("CUDA kernels built by nvcc travel through the remote like C++ ones", "[remote]") {
+  RedisServer::require();
+  if (metajit_test::run_command("command -v nvcc || test -x /usr/local/cuda/bin/nvcc").exit_code !=
+      0)
+    metajit_test::skip_test("no nvcc here (CUDA kernels compile without a GPU, but need nvcc)");
+  Fleet fleet;
+  // A manifest of 3 CUDA kernels, recorded through the host emulation (no GPU needed).
+  const fs::path manifest = fleet.dir() / "cuda.json";
+  metajit_test::ProcessResult rec = metajit_test::run_command(
+      "METAJIT_DEVICE=cuda METAJIT_CUDA_EMULATE=1 METAJIT_CACHE_DIR=" + q(fleet.cache("rec")) +
+      " METAJIT_RECORD=" + q(manifest) + " " + program() + " 3");
+  INFO(rec.output);
+  REQUIRE(rec.exit_code == 0);
+  REQUIRE(metajit_test::read_file(manifest).find("\"cuda\"") != std::string::npos);
+
+  CliRun w = fleet.metajit(fleet.env("W", "readwrite"), "cache warm " + q(manifest) + " --push");
+  INFO("writer: " << w.out << w.err);
+  REQUIRE(w.exit_code == 0);
+  CHECK(w.out.find("3 compiled") != std::string::npos);
+  CHECK(w.out.find("3 pushed to the remote cache, 0 not") != std::string::npos);
+  CHECK(fleet.entries() == 3);
+
+  CliRun r = fleet.metajit(fleet.env("R"), "cache warm " + q(manifest));
+  INFO("reader: " << r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("0 compiled") != std::string::npos);
+  CHECK(r.out.find("3 fetched from the remote cache") != std::string::npos);
+  const nlohmann::json stats = fleet.stats("R");
+  CHECK(stats["remote_hits"] == 3);
+  CHECK(stats["compiles"] == 0);
 }

@@ -16,6 +16,7 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -33,6 +34,7 @@ using metajit_test::KeyPair;
 using metajit_test::occurrences;
 using metajit_test::ProgramRun;
 using metajit_test::RedisServer;
+using metajit_test::RemoteSetup;
 using metajit_test::run_program;
 using metajit_test::TempDir;
 
@@ -43,6 +45,9 @@ namespace {
 constexpr double kHangBound = 90;
 const std::string kPrefix = "metajit:default:kernel:";
 const std::string kRejectedWarning = "metajit: warning: remote cache: rejected an entry";
+// Reasons for rejecting an entry.
+const std::string kUntrusted = "signed by 'intruder', which is not a trusted key";
+const std::string kUnsigned = "unsigned entry";
 
 // The parts of an envelope (remote_cache/envelope.h): signer name, header, payload, signature.
 struct Parts {
@@ -111,12 +116,10 @@ std::string zstd_frame_declaring(uint64_t declared) {
   return out;
 }
 
-// A server holding the entries of a writer that signs with `writer` (trusted by the readers
-// below); `intruder` is a second key pair nobody trusts.
-struct PoisonFixture {
-  TempDir tmp;
-  RedisServer server;
-  KeyPair writer, intruder;
+// A server holding the entries of a writer that signs with `keys` ("fleet-writer", trusted by the
+// readers below); `intruder` is a second key pair nobody trusts.
+struct PoisonFixture : RemoteSetup {
+  KeyPair intruder;
   metajit::EnvelopeTrust trust;
   int n = 0;
 
@@ -126,21 +129,18 @@ struct PoisonFixture {
   };
   std::vector<Entry> entries;  // sorted by key
 
-  explicit PoisonFixture(int kernels) : n(kernels) {
-    writer = metajit_test::make_key_pair(tmp.path(), "fleet-writer");
+  explicit PoisonFixture(int kernels) : RemoteSetup({}, "fleet-writer"), n(kernels) {
     intruder = metajit_test::make_key_pair(tmp.path(), "intruder");
-    trust.keys = metajit::load_public_keys(writer.pub);
-    ProgramRun w = run_program(metajit_test::many_kernels(n),
-                               metajit_test::writer_env(server.url(), tmp.path() / "W", writer),
-                               tmp.path() / "w.txt", kHangBound);
-    INFO(w.output);
-    REQUIRE(w.ok);
-    REQUIRE(w.counters.at("compiled") == unsigned(n));
-    REQUIRE(metajit_test::wait_for_uploads(server, size_t(n), 30));
-    std::vector<std::string> keys = metajit_test::kernel_keys(server);
-    std::sort(keys.begin(), keys.end());
-    REQUIRE(keys.size() == size_t(n));
-    for (const std::string& k : keys) {
+    trust.keys = metajit::load_public_keys(keys.pub);
+    fill(n, "W", kHangBound, [this](const ProgramRun& w) {
+      INFO(w.output);
+      REQUIRE(w.ok);
+      REQUIRE(w.counters.at("compiled") == unsigned(n));
+    });
+    std::vector<std::string> redis_keys = metajit_test::kernel_keys(server);
+    std::sort(redis_keys.begin(), redis_keys.end());
+    REQUIRE(redis_keys.size() == size_t(n));
+    for (const std::string& k : redis_keys) {
       Entry e;
       e.redis_key = k;
       e.remote_key = k.substr(kPrefix.size());
@@ -167,7 +167,7 @@ struct PoisonFixture {
   // The writer's kernels run by a reader with an empty cache of its own that trusts only the
   // writer's key, logging every rejection (METAJIT_LOG=info).
   ProgramRun read(const std::string& name, metajit_test::RunEnv extra = {}) {
-    metajit_test::RunEnv env = metajit_test::reader_env(server.url(), tmp.path() / name, writer);
+    metajit_test::RunEnv env = reader(name);
     env.emplace_back("METAJIT_LOG", "info");
     env.insert(env.end(), extra.begin(), extra.end());
     return run_program(metajit_test::many_kernels(n), env, tmp.path() / (name + ".txt"),
@@ -197,6 +197,18 @@ void require_rejected(const ProgramRun& r, int n, int rejected) {
   CHECK(r.counters.at("remote_hits") == unsigned(n - rejected));
   CHECK(r.counters.at("remote_errors") == 0);
   CHECK(occurrences(r.output, kRejectedWarning) == 1);
+}
+
+// What a reader's run `r` must show after `rejected` of the fixture's entries were poisoned
+// (require_rejected), and the reason its log gives for rejecting entry i contains reasons[i].
+void require_reasons(const PoisonFixture& f, const ProgramRun& r, int rejected,
+                     const std::map<size_t, std::string>& reasons) {
+  require_rejected(r, f.n, rejected);
+  INFO(r.output);
+  for (const auto& [i, reason] : reasons) {
+    INFO("entry " << i);
+    CHECK_THAT(rejection(r.output, f.entries.at(i).remote_key), Catch::Contains(reason));
+  }
 }
 
 // Every kernel.so under `dir`.
@@ -240,19 +252,14 @@ TEST_CASE("poisoned entries: random bytes, truncated, a flipped payload bit, an 
     p.header = h.dump();
     f.overwrite(5, join(p));  // the key inside the header edited, the signature kept
   }
-  ProgramRun r = f.read("R");
-  require_rejected(r, 6, 6);
-  INFO(r.output);
-  const std::vector<std::string> expected = {"not a metajit kernel envelope",
-                                             "truncated or malformed envelope",
-                                             "truncated envelope (signature cut short)",
-                                             "bad signature (claims key 'fleet-writer')",
-                                             "bad signature (claims key 'fleet-writer')",
-                                             "bad signature (claims key 'fleet-writer')"};
-  for (size_t i = 0; i < expected.size(); ++i) {
-    INFO("entry " << i);
-    CHECK_THAT(rejection(r.output, f.entries[i].remote_key), Catch::Contains(expected[i]));
-  }
+  const std::string bad_signature = "bad signature (claims key 'fleet-writer')";
+  require_reasons(f, f.read("R"), 6,
+                  {{0, "not a metajit kernel envelope"},
+                   {1, "truncated or malformed envelope"},
+                   {2, "truncated envelope (signature cut short)"},
+                   {3, bad_signature},
+                   {4, bad_signature},
+                   {5, bad_signature}});
 }
 
 TEST_CASE("poisoned entries: another key's valid entry, an untrusted signer, unsigned",
@@ -267,22 +274,20 @@ TEST_CASE("poisoned entries: another key's valid entry, an untrusted signer, uns
   f.overwrite(3, metajit::seal_envelope(f.entries[3].remote_key, f.entries[3].opened.header,
                                         f.entries[3].opened.files, nullptr));
   ProgramRun r = f.read("R");
-  require_rejected(r, 4, 3);
+  require_reasons(
+      f, r, 3,
+      {{0, "entry is for key " + f.entries[1].remote_key.substr(0, 64) + ", not the key asked for"},
+       {2, kUntrusted},
+       {3, kUnsigned}});
   INFO(r.output);
-  CHECK_THAT(rejection(r.output, f.entries[0].remote_key),
-             Catch::Contains("entry is for key " + f.entries[1].remote_key.substr(0, 64) +
-                             ", not the key asked for"));
   CHECK(rejection(r.output, f.entries[1].remote_key).empty());  // the original: a hit
-  CHECK_THAT(rejection(r.output, f.entries[2].remote_key),
-             Catch::Contains("signed by 'intruder', which is not a trusted key"));
-  CHECK_THAT(rejection(r.output, f.entries[3].remote_key), Catch::Contains("unsigned entry"));
 }
 
 TEST_CASE("compression bombs are refused before inflating, even when the trusted key signed them",
           "[remote]") {
   RedisServer::require();
   PoisonFixture f(4);
-  const metajit::SecretKey writer = f.secret(f.writer);
+  const metajit::SecretKey writer = f.secret(f.keys);
   const metajit::SecretKey intruder = f.secret(f.intruder);
   // The entry's real header (its files' sizes and digests) over a frame that announces 1 TiB.
   auto bomb = [&](size_t entry) {
@@ -307,16 +312,11 @@ TEST_CASE("compression bombs are refused before inflating, even when the trusted
     p.header = h.dump();
     f.overwrite(3, sign(p, writer));
   }
-  ProgramRun r = f.read("R");
-  require_rejected(r, 4, 4);
-  INFO(r.output);
-  CHECK_THAT(rejection(r.output, f.entries[0].remote_key),
-             Catch::Contains("signed by 'intruder', which is not a trusted key"));
-  CHECK_THAT(rejection(r.output, f.entries[1].remote_key), Catch::Contains("unsigned entry"));
-  CHECK_THAT(rejection(r.output, f.entries[2].remote_key),
-             Catch::Contains("payload does not declare the files' total size"));
-  CHECK_THAT(rejection(r.output, f.entries[3].remote_key),
-             Catch::Contains("files larger than 268435456 bytes"));
+  require_reasons(f, f.read("R"), 4,
+                  {{0, kUntrusted},
+                   {1, kUnsigned},
+                   {2, "payload does not declare the files' total size"},
+                   {3, "files larger than 268435456 bytes"}});
 }
 
 TEST_CASE("an oversized entry is refused after reading no more than 64 MiB and a byte of it",
@@ -337,10 +337,7 @@ TEST_CASE("an oversized entry is refused after reading no more than 64 MiB and a
   // A 64 MiB reply is one operation: 30 s (not 2) so that a slow machine does not time it out.
   ProgramRun r = f.read("R", {{"METAJIT_REMOTE_TIMEOUT", "30"}});
   const unsigned long long after = sent();
-  require_rejected(r, 1, 1);
-  INFO(r.output);
-  CHECK_THAT(rejection(r.output, f.entries[0].remote_key),
-             Catch::Contains("oversized (67108865 bytes; at most 67108864)"));
+  require_reasons(f, r, 1, {{0, "oversized (67108865 bytes; at most 67108864)"}});
   // GETRANGE bounded what the server sent: 64 MiB and a byte, not the 65 MiB it holds (the
   // rest is the other replies and this INFO).
   CHECK(after - before >= (size_t(64) << 20) + 1);
@@ -378,7 +375,7 @@ TEST_CASE("a kernel.so whose constructor creates a file is never loaded from the
 
   const std::string evil = metajit_test::read_file(so);
   const metajit::SecretKey intruder = f.secret(f.intruder);
-  const metajit::SecretKey writer = f.secret(f.writer);
+  const metajit::SecretKey writer = f.secret(f.keys);
   auto files = [&evil](const std::string& source) {
     return std::vector<metajit::EnvelopeFile>{{"kernel.cc", source}, {"kernel.so", evil}};
   };
@@ -393,14 +390,9 @@ TEST_CASE("a kernel.so whose constructor creates a file is never loaded from the
       2, metajit::seal_envelope(f.entries[2].remote_key, f.entries[2].opened.header,
                                 files("// some other kernel\n" + f.file(2, "kernel.cc")), &writer));
 
-  ProgramRun r = f.read("R");
-  require_rejected(r, 3, 3);
-  INFO(r.output);
-  CHECK_THAT(rejection(r.output, f.entries[0].remote_key),
-             Catch::Contains("signed by 'intruder', which is not a trusted key"));
-  CHECK_THAT(rejection(r.output, f.entries[1].remote_key), Catch::Contains("unsigned entry"));
-  CHECK_THAT(rejection(r.output, f.entries[2].remote_key),
-             Catch::Contains("its source is not what this machine generates"));
+  require_reasons(
+      f, f.read("R"), 3,
+      {{0, kUntrusted}, {1, kUnsigned}, {2, "its source is not what this machine generates"}});
   CHECK_FALSE(fs::exists(marker));
   // Nor was it installed in the reader's cache, to be loaded by a later run.
   const std::vector<std::string> installed = shared_objects_under(f.tmp.path() / "R");
@@ -422,11 +414,9 @@ TEST_CASE("a writer replaces rejected entries, and readers then get remote hits"
   f.overwrite(2, f.entries[2].value.substr(0, 100));
 
   // A readwrite machine with an empty cache: rejects, compiles, uploads.
-  metajit_test::RunEnv env =
-      metajit_test::writer_env(f.server.url(), f.tmp.path() / "W2", f.writer);
+  metajit_test::RunEnv env = f.writer("W2");
   env.emplace_back("METAJIT_LOG", "info");
-  ProgramRun w =
-      run_program(metajit_test::many_kernels(3), env, f.tmp.path() / "w2.txt", kHangBound);
+  ProgramRun w = f.run(3, env, "w2.txt", kHangBound);
   require_rejected(w, 3, 3);
   CHECK(metajit_test::cache_stats(f.tmp.path() / "W2")["remote_uploads"] == 3);
   for (const auto& e : f.entries) {

@@ -14,7 +14,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "support/reference_interpreter.h"
+#include "support/reference_compare.h"
 
 using namespace metajit;
 
@@ -34,27 +34,19 @@ int main(int argc, char** argv) {
   eval(outputs);
   const double eval_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  int bad = 0;
-  for (size_t k = 0; k < outputs.size(); ++k) {
-    std::vector<float> got = outputs[k].to_vector<float>();
-    std::vector<float> want = expected[k].as<float>();
-    for (size_t i = 0; i < got.size(); ++i)
-      if (!(std::fabs(got[i] - want[i]) <= 1e-5f * std::max(1.0f, std::fabs(want[i])))) {
-        std::fprintf(stderr, "kernel %zu element %zu: got %g, want %g\n", k, i, got[i], want[i]);
-        ++bad;
-        break;
-      }
-  }
+  const std::vector<std::string> wrong = metajit_test::compare_to_reference(outputs, expected);
+  for (const std::string& w : wrong) std::fprintf(stderr, "%s\n", w.c_str());
+  const bool bad = !wrong.empty();
   Stats s = stats();
   std::printf(
       "%s compiled=%llu disk_hits=%llu launched=%llu remote_hits=%llu remote_misses=%llu "
       "remote_rejected=%llu remote_errors=%llu remote_timeouts=%llu remote_uploads=%llu "
       "eval_ms=%.2f\n",
-      bad ? "WRONG" : "ok", (unsigned long long)s.kernels_compiled,
-      (unsigned long long)s.disk_hits, (unsigned long long)s.kernels_launched,
-      (unsigned long long)s.remote_hits, (unsigned long long)s.remote_misses,
-      (unsigned long long)s.remote_rejected, (unsigned long long)s.remote_errors,
-      (unsigned long long)s.remote_timeouts, (unsigned long long)s.remote_uploads, eval_ms);
+      bad ? "WRONG" : "ok", (unsigned long long)s.kernels_compiled, (unsigned long long)s.disk_hits,
+      (unsigned long long)s.kernels_launched, (unsigned long long)s.remote_hits,
+      (unsigned long long)s.remote_misses, (unsigned long long)s.remote_rejected,
+      (unsigned long long)s.remote_errors, (unsigned long long)s.remote_timeouts,
+      (unsigned long long)s.remote_uploads, eval_ms);
   std::fflush(stdout);  // uploads still queued are flushed at exit, after this line
   return bad ? 1 : 0;
 }

@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "support/reference_interpreter.h"
+#include "support/reference_compare.h"
 
 using namespace metajit;
 
@@ -42,21 +42,9 @@ int run_batch(int b, int k_per_batch) {
     for (int d = 0; d <= b * k_per_batch + j; ++d) v = sin(v) * 0.75 + 0.25;
     outputs.push_back(v);
   }
-  std::vector<HostTensor> expected = interpret(outputs);
-  eval(outputs);
-  int bad = 0;
-  for (size_t k = 0; k < outputs.size(); ++k) {
-    std::vector<float> got = outputs[k].to_vector<float>();
-    std::vector<float> want = expected[k].as<float>();
-    for (size_t i = 0; i < got.size(); ++i)
-      if (!(std::fabs(got[i] - want[i]) <= 1e-5f * std::max(1.0f, std::fabs(want[i])))) {
-        std::fprintf(stderr, "batch %d kernel %zu element %zu: got %g, want %g\n", b, k, i,
-                     double(got[i]), double(want[i]));
-        ++bad;
-        break;
-      }
-  }
-  return bad;
+  const std::vector<std::string> wrong = metajit_test::reference_mismatches(outputs);
+  for (const std::string& w : wrong) std::fprintf(stderr, "batch %d: %s\n", b, w.c_str());
+  return int(wrong.size());
 }
 
 bool wait_for_file(const std::filesystem::path& file) {

@@ -18,7 +18,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "support/reference_interpreter.h"
+#include "support/reference_compare.h"
 
 using namespace metajit;
 
@@ -36,20 +36,9 @@ bool run_family(const char* phase, int family, int n) {
     for (int d = 0; d <= family * n + k; ++d) v = cos(v) * 0.5 + 0.125;
     outputs.push_back(v);
   }
-  std::vector<HostTensor> expected = interpret(outputs);
-  eval(outputs);
-  int bad = 0;
-  for (size_t k = 0; k < outputs.size(); ++k) {
-    std::vector<float> got = outputs[k].to_vector<float>();
-    std::vector<float> want = expected[k].as<float>();
-    for (size_t i = 0; i < got.size(); ++i)
-      if (!(std::fabs(got[i] - want[i]) <= 1e-5f * std::max(1.0f, std::fabs(want[i])))) {
-        std::fprintf(stderr, "%s: kernel %zu element %zu: got %g, want %g\n", phase, k, i, got[i],
-                     want[i]);
-        ++bad;
-        break;
-      }
-  }
+  const std::vector<std::string> wrong = metajit_test::reference_mismatches(outputs);
+  for (const std::string& w : wrong) std::fprintf(stderr, "%s: %s\n", phase, w.c_str());
+  const bool bad = !wrong.empty();
   const Stats after = stats();
   std::printf(
       "%s %s compiled=%llu disk_hits=%llu remote_hits=%llu remote_misses=%llu "

@@ -89,14 +89,25 @@ namespace metajit_test {
 // Evaluates `vars` with the reference interpreter and with eval(), and describes each Var that
 // does not have the reference's shape, dtype and values (see the tolerances above): the first
 // mismatching element and how many differ. Empty when every Var agrees.
+inline std::vector<std::string> compare_to_reference(const std::vector<metajit::Var>& vars,
+                                                     const std::vector<metajit::HostTensor>& refs);
+
 inline std::vector<std::string> reference_mismatches(const std::vector<metajit::Var>& vars) {
+  const std::vector<metajit::HostTensor> refs =
+      metajit::interpret(vars);  // before eval: see the file comment
+  metajit::eval(vars);
+  return compare_to_reference(vars, refs);
+}
+
+// The same check for `vars` already evaluated, against `refs` = interpret(vars) taken before
+// their eval() (a program that times its eval() on its own).
+inline std::vector<std::string> compare_to_reference(const std::vector<metajit::Var>& vars,
+                                                     const std::vector<metajit::HostTensor>& refs) {
   using namespace metajit;
   using namespace metajit_test_detail;
-  const std::vector<HostTensor> refs = interpret(vars);  // before eval: see the file comment
   if (refs.size() != vars.size())
     return {"the reference gave " + std::to_string(refs.size()) + " results for " +
             std::to_string(vars.size()) + " Vars"};
-  eval(vars);
   std::vector<std::string> out;
   for (size_t v = 0; v < vars.size(); ++v) {
     const Var& var = vars[v];

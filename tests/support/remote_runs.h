@@ -9,8 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -267,6 +269,45 @@ inline bool wait_for_uploads(const RedisServer& server, size_t n, double seconds
   }
   return false;
 }
+
+// A test's remote: a redis-server started with `options`, a temporary folder and a key pair
+// `key_name` made in it (tests call RedisServer::require() first).
+struct RemoteSetup {
+  explicit RemoteSetup(RedisOptions options = {}, const std::string& key_name = "writer")
+      : server(std::move(options)), keys(make_key_pair(tmp.path(), key_name)) {}
+
+  RedisServer server;
+  TempDir tmp;
+  KeyPair keys;
+
+  // The environment of a writer signing with `keys`, or of a reader trusting them, whose cache
+  // is the folder `machine` of tmp.
+  RunEnv writer(const std::string& machine) const {
+    return writer_env(server.url(), tmp.path() / machine, keys);
+  }
+  RunEnv reader(const std::string& machine) const {
+    return reader_env(server.url(), tmp.path() / machine, keys);
+  }
+  // An empty folder "sync" of tmp (remote_batches_program's).
+  std::filesystem::path sync() const {
+    const std::filesystem::path dir = tmp.path() / "sync";
+    std::filesystem::create_directories(dir);
+    return dir;
+  }
+  // many_kernels_program with `n` kernels under `env`, its output in tmp/`output`.
+  ProgramRun run(int n, const RunEnv& env, const std::string& output, double hang_bound) const {
+    return run_program(many_kernels(n), env, tmp.path() / output, hang_bound);
+  }
+  // Fills the server with `n` kernels: a writer (cache `machine`, output `machine`.txt) runs
+  // them, `check` asserts on its run, then its `n` uploads are waited for (at most 30 s).
+  ProgramRun fill(int n, const std::string& machine, double hang_bound,
+                  const std::function<void(const ProgramRun&)>& check) const {
+    ProgramRun w = run(n, writer(machine), machine + ".txt", hang_bound);
+    check(w);
+    REQUIRE(wait_for_uploads(server, size_t(n), 30));
+    return w;
+  }
+};
 
 // `metajit cache stats --json` of a cache directory: the counters that processes using it
 // recorded, at exit too (background uploads and their failures).
