@@ -164,12 +164,9 @@ void RedisConnection::authenticate(const RedisEndpoint& endpoint, const std::str
 }
 
 RedisConnection::~RedisConnection() {
-  if (!ctx_) return;
-  if (::getpid() == owner_) {
-    redisFree(ctx_);
-  } else {
-    ::close(ctx_->fd);  // the child's copy of the descriptor; the parent's stays open
-  }
+  // Also right in a child of fork(): it closes the child's copy of the socket and frees the
+  // child's copy of the context; the parent's connection is untouched (nothing is sent).
+  if (ctx_) redisFree(ctx_);
 }
 
 RedisReply RedisConnection::command(const std::vector<std::string>& args, size_t max_reply_bytes) {

@@ -1,6 +1,7 @@
 #include "remote_cache/remote_store.h"
 
 #include <metajit/error.h>
+#include <pthread.h>
 #include <sodium.h>
 #include <unistd.h>
 
@@ -65,21 +66,44 @@ std::string host_name() {
 
 // Uploads still queued at exit get a moment to finish (stores are never destroyed). A child of
 // fork() inherits the registration but not the upload threads: it skips its parent's stores.
+// The same stores are held still across fork(): the upload in flight finishes (each command has
+// its deadline) and no other starts until fork() returns, so the child never inherits an upload
+// half done on a thread that does not exist there (its buffers, its connection's state).
+std::mutex uploaders_mu;
+std::vector<std::pair<RemoteStore*, pid_t>>* uploaders =
+    new std::vector<std::pair<RemoteStore*, pid_t>>;
+
 void flush_at_exit(RemoteStore* store) {
-  static std::mutex mu;
-  static auto* stores = new std::vector<std::pair<RemoteStore*, pid_t>>;
-  std::lock_guard<std::mutex> lock(mu);
-  if (stores->empty())
+  std::lock_guard<std::mutex> lock(uploaders_mu);
+  if (uploaders->empty()) {
     std::atexit([] {
       std::vector<std::pair<RemoteStore*, pid_t>> all;
       {
-        std::lock_guard<std::mutex> lock(mu);
-        all = *stores;
+        std::lock_guard<std::mutex> lock(uploaders_mu);
+        all = *uploaders;
       }
       for (auto& [s, pid] : all)
         if (pid == ::getpid()) s->flush(kExitFlushSeconds);
     });
-  stores->emplace_back(store, ::getpid());
+    ::pthread_atfork(
+        [] {
+          uploaders_mu.lock();
+          for (auto& [s, pid] : *uploaders)
+            if (pid == ::getpid()) s->hold_uploads();
+        },
+        [] {
+          for (auto& [s, pid] : *uploaders)
+            if (pid == ::getpid()) s->resume_uploads();
+          uploaders_mu.unlock();
+        },
+        [] {
+          // The child: its parent's (held) stores are not its own; their locks are released
+          // so nothing waits on them, and it makes stores of its own (current()).
+          for (auto& [s, pid] : *uploaders) s->resume_uploads();
+          uploaders_mu.unlock();
+        });
+  }
+  uploaders->emplace_back(store, ::getpid());
 }
 
 }  // namespace
@@ -123,6 +147,8 @@ struct RemoteStore::Impl {
   std::condition_variable up_cv, idle_cv;
   std::deque<UploadJob> queue;
   bool uploading = false, stopping = false;
+  bool held = false;          // fork() in progress: hold_uploads()
+  std::once_flag registered;  // with flush_at_exit()
   std::thread worker;
   std::unique_ptr<RedisConnection> up;
 
@@ -227,7 +253,7 @@ struct RemoteStore::Impl {
   void work() {
     std::unique_lock<std::mutex> lock(up_mu);
     for (;;) {
-      up_cv.wait(lock, [this] { return stopping || !queue.empty(); });
+      up_cv.wait(lock, [this] { return stopping || (!queue.empty() && !held); });
       if (queue.empty()) return;
       UploadJob job = std::move(queue.front());
       queue.pop_front();
@@ -434,13 +460,13 @@ void RemoteStore::release_lease(const std::string& remote_key, const std::string
 void RemoteStore::upload_later(UploadJob job) {
   if (!writable_) return;
   Impl& m = *impl_;
+  // Registered before the first job, outside up_mu: the fork handlers take the registry's
+  // lock, then up_mu.
+  std::call_once(m.registered, [this] { flush_at_exit(this); });
   {
     std::lock_guard<std::mutex> lock(m.up_mu);
     if (m.queue.size() < kUploadQueueLimit) {
-      if (!m.worker.joinable()) {
-        m.worker = std::thread([&m] { m.work(); });
-        flush_at_exit(this);
-      }
+      if (!m.worker.joinable()) m.worker = std::thread([&m] { m.work(); });
       m.queue.push_back(std::move(job));
       m.up_cv.notify_one();
       return;
@@ -458,6 +484,23 @@ bool RemoteStore::upload_now(const UploadJob& job, std::string& why) {
   bool ok = impl_->run_fg([&](RedisConnection& c) { impl_->put(c, job); });
   if (!ok) why = impl_->in_backoff() ? "the remote cache is unavailable" : "upload failed";
   return ok;
+}
+
+void RemoteStore::hold_uploads() {
+  Impl& m = *impl_;
+  std::unique_lock<std::mutex> lock(m.up_mu);
+  m.held = true;
+  // Bounded: an upload is a SET and a lease release, each within the operation timeout.
+  m.idle_cv.wait_for(lock, std::chrono::duration<double>(2 * m.op_timeout + kMaxConnectSeconds),
+                     [&m] { return !m.uploading; });
+  lock.release();  // up_mu stays locked until resume_uploads(), in the parent and the child
+}
+
+void RemoteStore::resume_uploads() {
+  Impl& m = *impl_;
+  m.held = false;
+  m.up_mu.unlock();
+  m.up_cv.notify_all();
 }
 
 void RemoteStore::flush(double seconds) {
@@ -548,6 +591,8 @@ RemoteStore* RemoteStore::current() {
       store->impl_->up.reset();
       store->impl_->refused.reset();
     }
+    static auto* retired = new std::vector<std::map<std::string, RemoteStore*>*>;
+    retired->push_back(stores);  // reachable still: their memory is the parent's to free
     stores = new std::map<std::string, RemoteStore*>;
     owner = ::getpid();
   }

@@ -93,6 +93,11 @@ class RemoteStore {
   bool upload_now(const UploadJob& job, std::string& why);
   // Waits up to `seconds` for the queued uploads to finish.
   void flush(double seconds);
+  // Around fork() (pthread_atfork, registered with the first upload): hold_uploads() lets the
+  // upload in flight finish (bounded by the timeouts) and starts no other, keeping the queue
+  // locked; resume_uploads() unlocks it, in the parent and in the child.
+  void hold_uploads();
+  void resume_uploads();
 
   RemoteStatus status();
 
