@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "bench/fusion_patterns.h"
 #include "bench/peers.h"
 #include "bench/report.h"
 #include "bench/workloads.h"
@@ -145,6 +146,7 @@ int main(int argc, char** argv) {
     report.notes.push_back(line);
   }
   bench::run_throughput(report, opt);
+  bench::run_fusion_patterns(report, opt);
   if (latency) bench::run_latency(report, opt);
   bench::print_table(report);
   try {

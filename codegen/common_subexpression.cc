@@ -34,6 +34,8 @@ void eliminate_common_subexpressions(Graph& g) {
     for (int& in : g.nodes[i].inputs) in = replacement[in];  // inputs already canonical
     auto [it, fresh] = seen.emplace(structural_text(g, int(i)), int(i));
     replacement[i] = it->second;
+    // One of two equal values behind a fusion_barrier(): the value kept is behind it.
+    if (g.nodes[i].fusion_barrier) g.nodes[size_t(it->second)].fusion_barrier = true;
   }
   for (int& o : g.outputs) o = replacement[o];
   eliminate_dead_code(g);

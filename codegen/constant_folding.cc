@@ -198,9 +198,11 @@ void fold_constants(Graph& g) {
     GNode& n = g.nodes[i];
     for (int& in : n.inputs) in = replacement[in];
     if (!is_elementwise(n.kind)) continue;
-    // stop_grad()'s identity cast: its users read its input (an output keeps its own kernel).
+    // stop_grad()'s and fusion_barrier()'s identity casts: their users read the input (an
+    // output keeps its own kernel); a barrier's input is then the value kept in memory.
     if (n.kind == OpKind::Cast && g.nodes[n.inputs[0]].dtype == n.dtype &&
         std::find(g.outputs.begin(), g.outputs.end(), int(i)) == g.outputs.end()) {
+      if (n.fusion_barrier) g.nodes[n.inputs[0]].fusion_barrier = true;
       replacement[i] = n.inputs[0];
       changed = true;
       continue;

@@ -666,13 +666,18 @@ class CppEmitter : public CFamilyEmitter {
   // Packs one operand of the contraction: for the `n` (of `npad`, a multiple of `pw`) rows of A
   // from i = `x0` (or columns of B from j = `x0`) and reduction steps [k0, k0 + kn), value
   // x(row, k) goes to dst[(row / pw) * ps + (k - k0) * pw + row % pw]; padding rows are zero.
-  void pack_operand(const KStmt& r, const std::vector<size_t>& stmts, int value,
+  void pack_operand(const KStmt& r, const std::vector<KStmt>& prologue,
+                    const std::vector<size_t>& stmts, int value,
                     const std::string& var, int pw, const std::string& dst, const std::string& ps,
                     const std::string& x0, const std::string& n, const std::string& npad,
                     const std::string& k0, const std::string& kn, int d,
                     const MergedColumns* merged = nullptr) {
     const std::string PW = std::to_string(pw);
     const int own = std::stoi(var.substr(1));
+    if (!merged && packs_along_reduction(r, prologue, stmts, own)) {
+      pack_along_reduction(r, prologue, stmts, value, var, pw, dst, ps, x0, n, npad, k0, kn, d);
+      return;
+    }
     if (merged) {
       // Where column x0 lies in (outer, inner) loop terms: one division per packing.
       line(d, "const i64 mj_fo = (" + x0 + ") / mj_eji, mj_fi = (" + x0 + ") % mj_eji;");
@@ -681,11 +686,12 @@ class CppEmitter : public CFamilyEmitter {
       // Guards (reindex's bounds and overflow conditions) test mostly values that are the same
       // for every row of the panel: those tests run once per reduction step, here, and the
       // vector loop below tests only what depends on the row (conv2d: 2 of 8 comparisons).
-      std::vector<KStmt> body;
+      // The operand's prologue (Contraction::a_outer) first: once per packed element.
+      std::vector<KStmt> body = prologue;
       // The same with each guard reduced to its hoisted part, for panels whose every row passes
       // the row-dependent tests (below); `span_tests` are those tests, when each is an affine
       // comparison of the row (then a panel's first and last rows decide for all of it).
-      std::vector<KStmt> full_body;
+      std::vector<KStmt> full_body = prologue;
       std::vector<IndexExprPtr> span_tests;
       bool spannable = !merged;
       int hoisted = 0;
@@ -789,6 +795,61 @@ class CppEmitter : public CFamilyEmitter {
     });
   }
 
+  // Whether an operand is better packed one row at a time along the reduction: it computes
+  // something (a prologue: softmax's exp, a normalisation) from loads that run along the
+  // reduction's one loop and not along its rows (a row-major A, a transposed B). Then the
+  // loads are contiguous and the arithmetic vectorises along the reduction, where packing
+  // across the panel's rows (pw of them, strided) would compute it lane by lane. Operands
+  // with guards keep the row-wise packing and its hoisted tests.
+  static bool packs_along_reduction(const KStmt& r, const std::vector<KStmt>& prologue,
+                                    const std::vector<size_t>& stmts, int own) {
+    if (r.loops.size() != 1) return false;
+    const int red = r.loops[0].var;
+    std::vector<const KStmt*> all;
+    for (const KStmt& st : prologue) all.push_back(&st);
+    for (size_t s : stmts) all.push_back(&r.body->stmts[s]);
+    bool computes = false, along = false;
+    for (const KStmt* st : all) {
+      if (st->kind == KOp::Guard) return false;
+      if (st->kind == KOp::Unary || st->kind == KOp::Binary || st->kind == KOp::Where)
+        computes = true;
+      if (st->kind != KOp::Load || st->index.empty()) continue;
+      const IndexExpr& last = *st->index.back();
+      if (uses_var(last, own)) return false;
+      along = along || uses_var(last, red);
+    }
+    return computes && along;
+  }
+
+  // pack_operand's layout, written row by row: for each of the panel's rows, a vector loop
+  // along the reduction steps (stores pw floats apart).
+  void pack_along_reduction(const KStmt& r, const std::vector<KStmt>& prologue,
+                            const std::vector<size_t>& stmts, int value, const std::string& var,
+                            int pw, const std::string& dst, const std::string& ps,
+                            const std::string& x0, const std::string& n, const std::string& npad,
+                            const std::string& k0, const std::string& kn, int d) {
+    const std::string PW = std::to_string(pw);
+    const std::string red = "i" + std::to_string(r.loops[0].var);
+    line(d, "for (i64 mj_q = 0; mj_q < " + npad + "; mj_q += " + PW + ") {");
+    line(d + 1, "float* const mj_dst = " + dst + " + (mj_q / " + PW + ") * (" + ps + ");");
+    line(d + 1, "for (i64 mj_t = 0; mj_t < " + PW + "; ++mj_t) {");
+    line(d + 2, "if (mj_q + mj_t < " + n + ") {");
+    line(d + 3, "const i64 " + var + " = " + x0 + " + mj_q + mj_t;");
+    line(d + 3, "#pragma omp simd");
+    line(d + 3, "for (i64 mj_kk = 0; mj_kk < " + kn + "; ++mj_kk) {");
+    line(d + 4, "const i64 " + red + " = " + k0 + " + mj_kk;");
+    for (const KStmt& st : prologue) stmt(st, d + 4);
+    for (size_t s : stmts) stmt(r.body->stmts[s], d + 4);
+    line(d + 4, "mj_dst[mj_kk * " + PW + " + mj_t] = " + v(value) + ";");
+    line(d + 3, "}");
+    line(d + 2, "} else {");
+    line(d + 3, "for (i64 mj_kk = 0; mj_kk < " + kn + "; ++mj_kk) mj_dst[mj_kk * " + PW +
+                    " + mj_t] = 0;");
+    line(d + 2, "}");
+    line(d + 1, "}");
+    line(d, "}");
+  }
+
   // Loop variable numbers for values hoisted out of packing loops: no kernel has this many loops.
   static constexpr int kHoistedVar = 1 << 20;
 
@@ -886,6 +947,9 @@ class CppEmitter : public CFamilyEmitter {
     std::vector<const KLoop*> outer = cl.outer;
     std::optional<MergedColumns> merged;
     const std::set<int> va = operand_vars(ir, r, c.a_stmts), vb = operand_vars(ir, r, c.b_stmts);
+    std::vector<KStmt> a_pre, b_pre;
+    for (size_t s : c.a_outer) a_pre.push_back(ir.body.stmts[s]);
+    for (size_t s : c.b_outer) b_pre.push_back(ir.body.stmts[s]);
     {
       size_t pj = 0;
       while (ir.loops[pj].var != c.j_var) ++pj;
@@ -971,10 +1035,10 @@ class CppEmitter : public CFamilyEmitter {
         line(2, "#pragma omp parallel for schedule(static) if(" + pad + " * mj_k > 32768)");
         line(2, "for (i64 mj_p = 0; mj_p < " + pad + " / " + PW + "; ++mj_p) {");
         if (side == 0)
-          pack_operand(r, c.a_stmts, c.a, iv, t.mr, buf + " + mj_p * mj_k * " + MR, "0",
+          pack_operand(r, a_pre, c.a_stmts, c.a, iv, t.mr, buf + " + mj_p * mj_k * " + MR, "0",
                        "mj_p * " + MR, "(mj_ei - mj_p * " + MR + ")", MR, "0", "mj_k", 3);
         else
-          pack_operand(r, c.b_stmts, c.b, jv, t.nr, buf + " + mj_p * mj_k * " + NR, "0",
+          pack_operand(r, b_pre, c.b_stmts, c.b, jv, t.nr, buf + " + mj_p * mj_k * " + NR, "0",
                        "mj_p * " + NR, "(mj_ej - mj_p * " + NR + ")", NR, "0", "mj_k", 3, mc);
         line(2, "}");
         line(1, "}");
@@ -1022,7 +1086,7 @@ class CppEmitter : public CFamilyEmitter {
           line(d, "const i64 mj_" + name + "s = mj_k * " + T + ";");
           continue;
         }
-        pack_operand(r, a ? c.a_stmts : c.b_stmts, a ? c.a : c.b, a ? iv : jv, a ? t.mr : t.nr,
+        pack_operand(r, a ? a_pre : b_pre, a ? c.a_stmts : c.b_stmts, a ? c.a : c.b, a ? iv : jv, a ? t.mr : t.nr,
                      "mj_" + name + "p", "mj_kn * " + T, x0, a ? "mj_in" : "mj_jn",
                      a ? "mj_inp" : "mj_jnp", "mj_pc", "mj_kn", d, a ? nullptr : mc);
         line(d, "const float* const mj_" + name + " = mj_" + name + "p;");

@@ -430,9 +430,9 @@ class CudaEmitter : public CFamilyEmitter {
     // Operand a: consecutive threads take consecutive reduction steps of one row; operand b:
     // consecutive columns of one reduction step (both read along memory for row-major inputs).
     stage_operand("BM * BK", "const int m = mj_x / BK, kk = mj_x % BK;", "mj_ib + m < mj_ei", iv,
-                  "mj_ib + m", red, body, c.a_stmts, c.a, "mj_as[kk][m]");
+                  "mj_ib + m", red, body, c.a_outer, c.a_stmts, c.a, "mj_as[kk][m]");
     stage_operand("BN * BK", "const int kk = mj_x / BN, n = mj_x % BN;", "mj_jb + n < mj_ej", jv,
-                  "mj_jb + n", red, body, c.b_stmts, c.b, "mj_bs[kk][n]");
+                  "mj_jb + n", red, body, c.b_outer, c.b_stmts, c.b, "mj_bs[kk][n]");
     line(3, "__syncthreads();");
     line(3, "#pragma unroll");
     line(3, "for (int kk = 0; kk < BK; ++kk) {");
@@ -477,13 +477,15 @@ class CudaEmitter : public CFamilyEmitter {
   void stage_operand(const std::string& count, const std::string& split, const std::string& inside,
                      const std::string& var, const std::string& var_value,
                      const std::vector<const KLoop*>& red, const KBlock& body,
-                     const std::vector<size_t>& stmts, int value, const std::string& target) {
+                     const std::vector<size_t>& outer, const std::vector<size_t>& stmts, int value,
+                     const std::string& target) {
     line(3, "for (int mj_x = mj_tid; mj_x < " + count + "; mj_x += NT) {");
     line(4, split);
     line(4, "float mj_val = 0.0f;");
     line(4, "if (" + inside + " && mj_k0 + kk < mj_k) {");
     line(5, "const i64 " + var + " = " + var_value + ";");
     decompose(red, "(mj_k0 + kk)", 5);
+    for (size_t s : outer) stmt(sched_.body.stmts[s], 5);  // the operand's prologue
     for (size_t s : stmts) stmt(body.stmts[s], 5);
     line(5, "mj_val = " + v(value) + ";");
     line(4, "}");

@@ -5,95 +5,52 @@
 namespace metajit {
 namespace {
 
-// A consumer that reads each element of its input more than once per kernel run.
-bool is_expanding(const GNode& consumer) {
-  if (consumer.kind == OpKind::Reindex) return true;
-  if (consumer.kind != OpKind::BroadcastTo) return false;
-  for (size_t k = 0; k < consumer.bcast.size(); ++k)
-    if (consumer.bcast[k] != BroadcastAxis::Keep && consumer.shape[k] != 1) return true;
-  return false;
-}
+// What the planner knows of each node while it walks the graph in order.
+struct NodeUses {
+  std::vector<std::vector<int>> consumers;
+  std::vector<int> uses;              // readers that compute it per element of theirs
+  std::vector<int64_t> expansion;     // largest expansion_factor among its expanding readers
+  std::vector<int> expander;          // that reader (-1: none)
+  std::vector<int> operand_of;        // the product sum it is an operand producer of, or -1
+  std::vector<int> operand;           // ... through this broadcast/reindex operand
+  std::vector<bool> row_broadcast;
+};
 
-// The first axis a broadcast_to expands, when every expanded axis comes after every kept one
-// ([R,1] -> [R,C]: 1), else -1. Read inside a loop nest over the broadcast's shape, its input
-// then depends on outer loops only.
-int suffix_expansion(const GNode& b) {
-  if (b.kind != OpKind::BroadcastTo) return -1;
-  int first = -1;
-  for (size_t k = 0; k < b.bcast.size(); ++k) {
-    bool expands = b.bcast[k] != BroadcastAxis::Keep && b.shape[k] != 1;
-    if (expands && first < 0) first = int(k);
-    if (!expands && first >= 0 && b.shape[k] != 1) return -1;  // a kept axis inside: no
-  }
-  return first;
-}
-
-// A row broadcast: a suffix broadcast whose value flows, through element-wise ops of its own
-// shape, only into outputs or into reductions over expanded axes. Whatever it broadcasts is
-// then invariant in the inner loops of every kernel that reads it, so the emitter computes
-// it once per row (softmax's max and sum, layer-norm's mean and variance) instead of storing
-// it: fusing it costs no recomputation.
-bool is_row_broadcast(const Graph& g, const std::vector<std::vector<int>>& consumers, int b) {
-  const int p = suffix_expansion(g.nodes[b]);
-  if (p < 0) return false;
-  const Shape& shape = g.nodes[b].shape;
-  std::vector<int> todo{b};
-  std::vector<bool> seen(g.nodes.size(), false);
-  while (!todo.empty()) {
-    int id = todo.back();
-    todo.pop_back();
-    for (int c : consumers[id]) {
-      const GNode& cn = g.nodes[c];
-      if (is_elementwise(cn.kind) && cn.shape == shape) {
-        if (!seen[c]) todo.push_back(c), seen[c] = true;
-        continue;
-      }
-      if (cn.kind == OpKind::Reduce) {
-        for (int64_t a : cn.axes)
-          if (a < p) return false;
-        continue;
-      }
-      return false;
+NodeUses node_uses(const Graph& g) {
+  const size_t n = g.nodes.size();
+  NodeUses u;
+  u.consumers = consumers_of(g);
+  u.uses.assign(n, 0);
+  u.expansion.assign(n, 1);
+  u.expander.assign(n, -1);
+  u.operand_of.assign(n, -1);
+  u.operand.assign(n, -1);
+  u.row_broadcast = row_broadcasts(g, u.consumers);
+  for (size_t i = 0; i < n; ++i) {
+    const GNode& node = g.nodes[i];
+    for (int in : node.inputs) {
+      if (u.row_broadcast[i]) continue;  // read once per row: neither a use nor an expansion
+      ++u.uses[size_t(in)];
+      if (!is_expanding(node)) continue;
+      const int64_t f = expansion_factor(g, node);
+      if (u.expander[size_t(in)] < 0 || f > u.expansion[size_t(in)])
+        u.expansion[size_t(in)] = f, u.expander[size_t(in)] = int(i);
+    }
+    for (int o : product_sum_operands(g, int(i))) {
+      const int producer = g.nodes[size_t(o)].inputs[0];
+      u.operand_of[size_t(producer)] = int(i);
+      u.operand[size_t(producer)] = o;
     }
   }
-  return true;
-}
-
-int own_cost(const GNode& n) {
-  switch (n.kind) {
-    case OpKind::Leaf:
-    case OpKind::Scalar:
-    case OpKind::BroadcastTo:
-      return 0;
-    case OpKind::Unary:
-      return UnaryOp(n.op) >= UnaryOp::Exp && UnaryOp(n.op) <= UnaryOp::Sigmoid ? 4 : 1;
-    default:
-      return 1;
-  }
-}
-
-// A sum of products of broadcast or reindexed operands (matmul, conv2d and their gradients):
-// the emitters give it the blocked contraction schedule only as the one reduction of its kernel
-// (codegen/kernel_patterns.h).
-bool is_product_sum(const Graph& g, const std::vector<bool>& stored, int i) {
-  const GNode& n = g.nodes[size_t(i)];
-  if (n.kind != OpKind::Reduce || ReduceOp(n.op) != ReduceOp::Add || n.inputs.empty()) return false;
-  const int in = n.inputs[0];
-  const GNode& m = g.nodes[size_t(in)];
-  if (stored[size_t(in)] || m.kind != OpKind::Binary || BinaryOp(m.op) != BinaryOp::Mul)
-    return false;
-  for (int operand : m.inputs) {
-    const OpKind k = g.nodes[size_t(operand)].kind;
-    if (k != OpKind::BroadcastTo && k != OpKind::Reindex) return false;
-  }
-  return true;
+  return u;
 }
 
 // A product sum inlined into a kernel that has another reduction (max-pool's backward divides
 // a transposed convolution by a count of tied maxima) would run as plain nested loops, at a
 // fraction of the blocked schedule's speed: it is stored and becomes a kernel of its own, at
 // the price of one intermediate.
-void store_contractions_beside_reductions(const Graph& g, std::vector<bool>& stored) {
+void store_contractions_beside_reductions(const Graph& g, std::vector<bool>& stored,
+                                          std::vector<FusionDecision>& decisions) {
   const int n = int(g.nodes.size());
   for (bool changed = true; changed;) {
     changed = false;
@@ -114,62 +71,143 @@ void store_contractions_beside_reductions(const Graph& g, std::vector<bool>& sto
       int reductions = 0;
       for (int id : members) reductions += g.nodes[size_t(id)].kind == OpKind::Reduce;
       if (reductions < 2) continue;
-      for (int id : members)
-        if (id != root && is_product_sum(g, stored, id)) stored[size_t(id)] = true, changed = true;
+      for (int id : members) {
+        if (id == root || !is_product_sum_node(g, id) || stored[size_t(g.nodes[size_t(id)].inputs[0])])
+          continue;
+        stored[size_t(id)] = true, changed = true;
+        FusionDecision d;
+        d.node = id, d.consumer = root, d.stored = true;
+        d.reason = FusionReason::ContractionBesideReduction;
+        decisions.push_back(d);
+      }
     }
   }
 }
 
-std::vector<bool> choose_stored(const Graph& g, int opt_level) {
-  const int n = int(g.nodes.size());
-  std::vector<bool> stored(n, false);
-  std::vector<int> uses(n, 0);
-  std::vector<bool> expanded(n, false);
-  std::vector<std::vector<int>> consumers(n);
-  for (int i = 0; i < n; ++i)
-    for (int in : g.nodes[i].inputs) consumers[in].push_back(i);
-  std::vector<bool> row_broadcast(n, false);
-  if (opt_level > 0)
-    for (int i = 0; i < n; ++i) row_broadcast[i] = is_row_broadcast(g, consumers, i);
-  for (int i = 0; i < n; ++i) {
-    const GNode& node = g.nodes[i];
-    for (int in : node.inputs) {
-      if (row_broadcast[i]) continue;  // read once per row: neither a use nor an expansion
-      ++uses[in];
-      if (is_expanding(node)) expanded[in] = true;
+// The nodes each kernel would compute under `stored`: per node, how many kernels compute it.
+std::vector<int> kernels_computing(const Graph& g, const std::vector<bool>& stored) {
+  const size_t n = g.nodes.size();
+  std::vector<int> count(n, 0);
+  for (size_t root = 0; root < n; ++root) {
+    const GNode& r = g.nodes[root];
+    if (!stored[root] || r.kind == OpKind::Leaf || r.kind == OpKind::Scalar) continue;
+    std::vector<bool> seen(n, false);
+    std::vector<size_t> stack{root};
+    seen[root] = true;
+    while (!stack.empty()) {
+      const size_t id = stack.back();
+      stack.pop_back();
+      ++count[id];
+      for (int in : g.nodes[id].inputs)
+        if (!seen[size_t(in)] && !stored[size_t(in)]) seen[size_t(in)] = true, stack.push_back(size_t(in));
     }
   }
-  for (int o : g.outputs) stored[o] = true;
-  for (int i = 0; i < n; ++i) {
+  return count;
+}
+
+// A reduction computed in several kernels is stored once. The row-broadcast rule makes a
+// reduction read per row free inside one kernel, but each kernel that fuses it still walks
+// every row (softmax's statistics, recomputed by each kernel of its backward). The statistic
+// is stored, not the element-wise values around it: those are recomputed from it cheaply.
+// One at a time, the last (outermost) first: storing it may leave the ones inside it shared
+// by fewer kernels.
+void store_reductions_shared_by_kernels(const Graph& g, std::vector<bool>& stored,
+                                        std::vector<FusionDecision>& decisions) {
+  for (bool changed = true; changed;) {
+    changed = false;
+    const std::vector<int> count = kernels_computing(g, stored);
+    for (size_t i = g.nodes.size(); i-- > 0;) {
+      if (stored[i] || count[i] < 2 || g.nodes[i].kind != OpKind::Reduce) continue;
+      stored[i] = true, changed = true;
+      FusionDecision d;
+      d.node = int(i), d.stored = true, d.reason = FusionReason::SharedReduction;
+      d.recompute = count[i], d.has_reduce = true;
+      decisions.push_back(d);
+      break;
+    }
+  }
+}
+
+// What O1 must store whatever the cost: outputs, leaves, scatters, extras (read at computed
+// positions, codegen/lowering.cc; a 0-d constant is passed by value instead), barriers.
+std::vector<bool> always_stored(const Graph& g, int opt_level,
+                                std::vector<FusionDecision>& decisions) {
+  const size_t n = g.nodes.size();
+  std::vector<bool> stored(n, false);
+  for (int o : g.outputs) stored[size_t(o)] = true;
+  for (size_t i = 0; i < n; ++i) {
     const GNode& node = g.nodes[i];
-    if (node.kind == OpKind::Leaf) stored[i] = true;
-    if (node.kind == OpKind::ReindexReduce) stored[i] = true;
-    // Extras are read at computed positions (codegen/lowering.cc): they live in buffers. A
-    // 0-d constant is passed by value instead.
+    if (node.kind == OpKind::Leaf || node.kind == OpKind::ReindexReduce) stored[i] = true;
     if (node.kind == OpKind::Reindex || node.kind == OpKind::ReindexReduce)
       for (size_t k = 1; k < node.inputs.size(); ++k)
-        if (g.nodes[size_t(node.inputs[k])].kind != OpKind::Scalar) stored[node.inputs[k]] = true;
+        if (g.nodes[size_t(node.inputs[k])].kind != OpKind::Scalar)
+          stored[size_t(node.inputs[k])] = true;
     if (opt_level == 0 && node.kind != OpKind::Scalar) stored[i] = true;
-  }
-  if (opt_level == 0) return stored;
-  // Inputs come first, so a node's inlined cost is known when its consumers are decided.
-  std::vector<int> cost(n, 0);
-  std::vector<bool> has_reduce(n, false);
-  for (int i = 0; i < n; ++i) {
-    const GNode& node = g.nodes[i];
-    if (node.kind == OpKind::Leaf || node.kind == OpKind::Scalar) continue;
-    cost[i] = own_cost(node);
-    has_reduce[i] = node.kind == OpKind::Reduce;
-    for (int in : node.inputs) {
-      if (stored[in] || row_broadcast[i]) continue;  // row values are hoisted: free per element
-      cost[i] += cost[in];
-      has_reduce[i] = has_reduce[i] || has_reduce[in];
+    if (opt_level > 0 && node.fusion_barrier && node.kind != OpKind::Scalar &&
+        node.kind != OpKind::Leaf) {
+      stored[i] = true;
+      FusionDecision d;
+      d.node = int(i), d.stored = true, d.reason = FusionReason::Barrier;
+      decisions.push_back(d);
     }
-    bool recomputed = uses[i] > 1 || expanded[i];
-    if (recomputed && (has_reduce[i] || cost[i] > kRecomputeCostLimit)) stored[i] = true;
-    if (stored[i]) cost[i] = 0, has_reduce[i] = false;
   }
-  store_contractions_beside_reductions(g, stored);
+  return stored;
+}
+
+// The cost model's verdict on fusing node `i` (not stored yet) into its readers; records the
+// decision when fusing is not free. Returns whether to store it.
+bool store_by_cost(const Graph& g, const NodeUses& u, int i, int cost, bool has_reduce,
+                   std::vector<FusionDecision>& decisions) {
+  FusionDecision d;
+  d.node = i, d.cost = cost, d.has_reduce = has_reduce;
+  const bool recomputed = u.uses[size_t(i)] > 1 || u.expander[size_t(i)] >= 0;
+  if (recomputed && (has_reduce || cost > kRecomputeCostLimit)) {
+    d.stored = true, d.reason = FusionReason::Recomputed;
+    d.consumer = u.expander[size_t(i)] >= 0 ? u.expander[size_t(i)] : u.consumers[size_t(i)][0];
+    d.recompute = u.expander[size_t(i)] >= 0 ? u.expansion[size_t(i)] : u.uses[size_t(i)];
+    decisions.push_back(d);
+    return true;
+  }
+  const int product = u.operand_of[size_t(i)];
+  if (product < 0 || cost == 0) return false;
+  d.consumer = product;
+  d.recompute = packing_factor(g, u.operand[size_t(i)]);
+  // One simple op per packed element (a scale, a cast, a relu) rides on the packing's own
+  // load, however often an element is packed; beyond that the cost is weighed.
+  d.stored = cost > 1 && cost * d.recompute > kPrologueCostLimit;
+  d.reason = d.stored ? FusionReason::ExpensivePrologue : FusionReason::Prologue;
+  decisions.push_back(d);
+  return d.stored;
+}
+
+std::vector<bool> choose_stored(const Graph& g, int opt_level,
+                                std::vector<FusionDecision>& decisions) {
+  const int n = int(g.nodes.size());
+  std::vector<bool> stored = always_stored(g, opt_level, decisions);
+  if (opt_level == 0) return stored;
+  const NodeUses u = node_uses(g);
+  // Inputs come first, so a node's inlined cost is known when its consumers are decided.
+  std::vector<int> cost(size_t(n), 0);
+  std::vector<bool> has_reduce(size_t(n), false);
+  for (int i = 0; i < n; ++i) {
+    const GNode& node = g.nodes[size_t(i)];
+    if (node.kind == OpKind::Leaf || node.kind == OpKind::Scalar) continue;
+    cost[size_t(i)] = op_cost(node);
+    has_reduce[size_t(i)] = node.kind == OpKind::Reduce;
+    for (int in : node.inputs) {
+      if (stored[size_t(in)] || u.row_broadcast[size_t(i)]) continue;  // row values: hoisted
+      cost[size_t(i)] += cost[size_t(in)];
+      has_reduce[size_t(i)] = has_reduce[size_t(i)] || has_reduce[size_t(in)];
+    }
+    if (!stored[size_t(i)] &&
+        store_by_cost(g, u, i, cost[size_t(i)], has_reduce[size_t(i)], decisions))
+      stored[size_t(i)] = true;
+    if (stored[size_t(i)]) cost[size_t(i)] = 0, has_reduce[size_t(i)] = false;
+  }
+  store_contractions_beside_reductions(g, stored, decisions);
+  store_reductions_shared_by_kernels(g, stored, decisions);
+  std::stable_sort(decisions.begin(), decisions.end(),
+                   [](const FusionDecision& a, const FusionDecision& b) { return a.node < b.node; });
   return stored;
 }
 
@@ -177,7 +215,7 @@ std::vector<bool> choose_stored(const Graph& g, int opt_level) {
 
 FusionPlan plan_fusion(const Graph& g, int opt_level) {
   FusionPlan plan;
-  plan.stored = choose_stored(g, opt_level);
+  plan.stored = choose_stored(g, opt_level, plan.decisions);
   for (int root = 0; root < int(g.nodes.size()); ++root) {
     const GNode& r = g.nodes[root];
     if (!plan.stored[root] || r.kind == OpKind::Leaf || r.kind == OpKind::Scalar) continue;
@@ -206,21 +244,61 @@ FusionPlan plan_fusion(const Graph& g, int opt_level) {
   return plan;
 }
 
+int group_of(const FusionPlan& plan, int id) {
+  for (size_t k = 0; k < plan.groups.size(); ++k)
+    if (std::binary_search(plan.groups[k].nodes.begin(), plan.groups[k].nodes.end(), id))
+      return int(k);
+  return -1;
+}
+
+std::string describe_decision(const Graph& g, const FusionPlan& plan, const FusionDecision& d) {
+  const std::string value = "%" + std::to_string(d.node) + " " + describe_op(g.nodes[size_t(d.node)]);
+  const int k = d.consumer >= 0 ? group_of(plan, d.consumer) : -1;
+  const std::string kernel = k >= 0 ? "kernel " + std::to_string(k) : "its reader";
+  const std::string per = "cost " + std::to_string(d.cost) + " per element";
+  switch (d.reason) {
+    case FusionReason::Barrier:
+      return value + " stored: fusion_barrier()";
+    case FusionReason::Recomputed:
+      return value + " stored: fusing it into " + kernel + " would compute each element " +
+             (d.recompute > 1 ? std::to_string(d.recompute) + " times"
+                              : "again for each reader") +
+             " (" + (d.has_reduce ? "it contains a reduction" : per) + ")";
+    case FusionReason::ExpensivePrologue:
+      return value + " stored: as the prologue of " + kernel + "'s contraction it would be " +
+             "computed " + std::to_string(d.recompute) + " times per element (" + per +
+             ", limit " + std::to_string(kPrologueCostLimit) + " in all)";
+    case FusionReason::SharedReduction:
+      return value + " stored: a reduction " + std::to_string(d.recompute) +
+             " kernels would each compute";
+    case FusionReason::ContractionBesideReduction:
+      return value + " stored: a contraction beside another reduction in " + kernel +
+             " would lose its blocked schedule";
+    case FusionReason::Prologue:
+      return value + " fused into " + kernel + " as a contraction prologue: computed while " +
+             "packing the operand, " + std::to_string(d.recompute) + "x per element (" + per +
+             "); the contraction keeps its schedule";
+  }
+  return value;
+}
+
 std::string dump_plan(const Graph& g, const FusionPlan& plan) {
   std::string out;
   for (size_t k = 0; k < plan.groups.size(); ++k) {
     const FusedGroup& grp = plan.groups[k];
-    const GNode& root = g.nodes[grp.root];
+    const GNode& root = g.nodes[size_t(grp.root)];
     out += "kernel " + std::to_string(k) + ": -> %" + std::to_string(grp.root) + " " +
            dtype_name(root.dtype) + shape_str(root.shape) + "\n  fuses:";
     for (int id : grp.nodes)
-      if (g.nodes[id].kind != OpKind::Scalar) out += " " + describe_op(g.nodes[id]);
+      if (g.nodes[size_t(id)].kind != OpKind::Scalar) out += " " + describe_op(g.nodes[size_t(id)]);
     out += "\n  reads:";
     for (int id : grp.reads)
-      out += " %" + std::to_string(id) + " " + dtype_name(g.nodes[id].dtype) +
-             shape_str(g.nodes[id].shape);
+      out += " %" + std::to_string(id) + " " + dtype_name(g.nodes[size_t(id)].dtype) +
+             shape_str(g.nodes[size_t(id)].shape);
     out += "\n";
   }
+  if (!plan.decisions.empty()) out += "decisions:\n";
+  for (const FusionDecision& d : plan.decisions) out += "  " + describe_decision(g, plan, d) + "\n";
   return out;
 }
 

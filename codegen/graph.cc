@@ -127,6 +127,7 @@ void node_fingerprint(const std::vector<NodePtr>& outputs, std::string& s,
         }
         put(s, int32_t(n.op));
         put(s, uint8_t(n.keepdims));
+        put(s, uint8_t(n.fusion_barrier));
         put(s, n.scalar);
         put(s, uint32_t(inputs.size()));
         for (int i : inputs) put(s, int32_t(i));

@@ -14,5 +14,9 @@ void fold_constants(Graph& g);
 void eliminate_common_subexpressions(Graph& g);
 // Drops nodes no output depends on and renumbers the rest (keeping topological order).
 void eliminate_dead_code(Graph& g);
+// A softmax (e / sum(e), e = exp(x - max)) that a contraction reads becomes exp(x - lse),
+// lse = max + log(sum(e)): one row statistic for the planner to store instead of two (O1 only;
+// codegen/softmax_statistic.cc).
+void softmax_statistic_for_contractions(Graph& g);
 
 }  // namespace metajit

@@ -10,8 +10,9 @@ namespace metajit {
 
 // Bump when the emitted source for the same IR changes.
 // 17: scatters split an independent target loop between threads; 18: speculative gather loads;
-// 19: their row tests hoisted
-inline constexpr const char* kCodegenVersion = "cpp-19";
+// 19: their row tests hoisted; 20: contraction operands with a prologue (element-wise work on
+// hoisted row values, computed while packing)
+inline constexpr const char* kCodegenVersion = "cpp-20";
 
 class KernelKeyBuilder {
  public:

@@ -27,6 +27,40 @@ void collect_needed(const KBlock& body, int id, std::set<int>& need) {
   }
 }
 
+// The top-level statements of `ir` that the values `used` need, transitively, among those
+// computed inside the output loops (level >= 0; the others are computed once per launch),
+// in order; false when one of them is (or needs) a Reduce.
+bool prologue_statements(const KernelIR& ir, const std::vector<int>& levels,
+                         const std::set<int>& used, std::vector<size_t>& out) {
+  std::set<int> need(used.begin(), used.end());
+  std::vector<bool> take(ir.body.stmts.size(), false);
+  for (size_t s = ir.body.stmts.size(); s-- > 0;) {
+    const KStmt& st = ir.body.stmts[s];
+    if (!need.count(st.id) || levels[s] < 0) continue;
+    if (st.kind == KOp::Reduce) return false;
+    take[s] = true;
+    for (int a : st.args) need.insert(a);
+    if (st.body) {
+      std::set<int> defined, inner;
+      outside_uses(*st.body, defined, inner);
+      need.insert(inner.begin(), inner.end());
+    }
+  }
+  for (size_t s = 0; s < take.size(); ++s)
+    if (take[s]) out.push_back(s);
+  return true;
+}
+
+// Values the statements `stmts` of `body` read from outside it.
+std::set<int> outside_uses_of(const KBlock& body, const std::vector<size_t>& stmts) {
+  KBlock part;
+  for (size_t s : stmts) part.stmts.push_back(body.stmts[s]);
+  part.result = part.stmts.empty() ? -1 : part.stmts.back().id;
+  std::set<int> defined, used;
+  outside_uses(part, defined, used);
+  return used;
+}
+
 }  // namespace
 
 void outside_uses(const KBlock& b, std::set<int>& defined, std::set<int>& used) {
@@ -110,12 +144,15 @@ std::optional<Contraction> find_contraction(const KernelIR& ir, const std::vecto
     else if (st.id != mul->id)
       return std::nullopt;
   }
-  // Values from outside the body must be computed once per launch.
+  // Values from outside the body are computed once per launch, or are the operand's prologue:
+  // element-wise work over loads that the emitters redo per operand element.
   std::set<int> defined, used;
   outside_uses(body, defined, used);
   for (int u : used)
-    if (u < 0 || size_t(u) >= level_of_value.size() || level_of_value[size_t(u)] >= 0)
-      return std::nullopt;
+    if (u < 0 || size_t(u) >= level_of_value.size()) return std::nullopt;
+  if (!prologue_statements(ir, levels, outside_uses_of(body, c.a_stmts), c.a_outer) ||
+      !prologue_statements(ir, levels, outside_uses_of(body, c.b_stmts), c.b_outer))
+    return std::nullopt;
   std::vector<std::set<int>> vars = value_variables(ir);
   auto vars_of = [&](const std::vector<size_t>& stmts) {
     std::set<int> out;
@@ -146,6 +183,7 @@ std::optional<Contraction> find_contraction(const KernelIR& ir, const std::vecto
     }
     std::swap(c.a, c.b);
     std::swap(c.a_stmts, c.b_stmts);
+    std::swap(c.a_outer, c.b_outer);
     std::swap(va, vb);
   }
   return std::nullopt;

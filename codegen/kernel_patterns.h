@@ -30,11 +30,17 @@ struct Contraction {
   int i_var = -1, j_var = -1;   // loop variables of the two blocked output loops
   std::vector<size_t> a_stmts;  // statements of the Reduce body computing `a`, in order
   std::vector<size_t> b_stmts;  // ... and `b`
+  // Top-level statements (ir.body.stmts, in order) an operand reads that the loop-invariant
+  // pass hoisted out of the reduction (a layer norm's row mean and scale, softmax's row max):
+  // the operand's prologue. The emitters compute them with the operand, once per packed or
+  // staged element, so an element-wise producer fused into a contraction keeps its schedule.
+  std::vector<size_t> a_outer, b_outer;
   int a = -1, b = -1;           // their value ids
 };
 
-// The contraction of a float32 Map kernel (one Reduce, an add of a float32 product, values from
-// outside its body computed once per launch), or nullopt. `levels` and `level_of_value` are
+// The contraction of a float32 Map kernel (one Reduce, an add of a float32 product; values from
+// outside its body computed once per launch or element-wise per operand element, no other
+// reduction among them), or nullopt. `levels` and `level_of_value` are
 // statement_levels(ir) and the same per value id.
 std::optional<Contraction> find_contraction(const KernelIR& ir, const std::vector<int>& levels,
                                             const std::vector<int>& level_of_value);

@@ -29,6 +29,10 @@ PipelinePlan build_pipeline(Graph captured) {
   dump("eliminate_common_subexpressions", p.graph);
   eliminate_dead_code(p.graph);
   dump("eliminate_dead_code", p.graph);
+  if (cfg.opt_level > 0) {
+    softmax_statistic_for_contractions(p.graph);
+    dump("softmax_statistic_for_contractions", p.graph);
+  }
   p.fusion = plan_fusion(p.graph, cfg.opt_level);
   if (log_enabled(LogLevel::Debug))
     log_message(LogLevel::Debug, "fusion plan (O" + std::to_string(cfg.opt_level) + "):\n" +

@@ -92,6 +92,9 @@ struct OpAttrs {
   std::vector<IndexExprPtr> conditions;  // Reindex / ReindexReduce overflow conditions
   // Built by grad() (autograd/): drawn as backward in to_dot; no effect on code or keys.
   bool backward = false;
+  // fusion_barrier(): the value is stored, never fused into its consumers (the planner's rule;
+  // constant folding moves the mark onto the identity cast's input).
+  bool fusion_barrier = false;
 
   int64_t numel() const { return numel_of(shape); }
 };

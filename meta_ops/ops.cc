@@ -220,6 +220,13 @@ Var identity_without_gradient(const Var& x) {
   return Var(std::move(n));
 }
 
+Var fusion_barrier(const Var& x) {
+  need(x, "fusion_barrier");
+  NodePtr n = new_node(OpKind::Cast, x.dtype(), x.shape(), {x.node()});
+  n->fusion_barrier = true;
+  return Var(std::move(n));
+}
+
 Var cast(const Var& x, DType dtype) {
   need(x, "cast");
   if (x.dtype() == dtype) return x;

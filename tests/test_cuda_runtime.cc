@@ -139,6 +139,16 @@ TEST_CASE("matmul and conv2d: tiled kernels, both tile sizes, with an epilogue",
   check_against_reference({conv2d(x, w, 1, 1), conv2d(x, w, 2, 0, 2), max_pool2d(x, 3, 2, 1)});
 }
 
+TEST_CASE("matmul with an operand prologue: a layer norm and a softmax staged per element",
+          "[cuda][matmul]") {
+  on_cuda();
+  Var x = rand({3, scaled(70, 20), 33}, 21), w = rand({33, scaled(90, 40)}, 22);
+  Var xc = x - mean(x, {2}, true);
+  check_against_reference({matmul(xc / sqrt(mean(xc * xc, {2}, true) + 1e-5) * 2.0 + 1.0, w)});
+  Var s = rand({4, scaled(64, 24), 40}, 23), v = rand({4, 40, 16}, 24);
+  check_against_reference({matmul(softmax(s, 2), v)});
+}
+
 TEST_CASE("reindex_reduce with colliding targets: atomics on every dtype", "[cuda][scatter]") {
   on_cuda();
   Var y = randn({scaled(20000, 900)}, 21);

@@ -93,6 +93,12 @@ Var logical_and(const Var& a, const Var& b);
 Var logical_or(const Var& a, const Var& b);
 Var logical_not(const Var& x);
 
+// ---- fusion ----
+// The same value, kept in memory: the planner never fuses x's computation into the kernels
+// that read it (JAX's optimization_barrier). Gradients pass through unchanged. For programs
+// that know better than the cost model (docs/design.md §4; README "Fusion").
+Var fusion_barrier(const Var& x);
+
 // ---- meta-ops ----
 Var broadcast_to(const Var& x, Shape shape, std::vector<int64_t> dims = {});
 // reindex: out[i...] = x[indexes(i...)], or overflow_value where an index falls outside x or

@@ -1,0 +1,139 @@
+#include "codegen/fusion_cost.h"
+
+#include <algorithm>
+#include <set>
+
+namespace metajit {
+namespace {
+
+// The first axis a broadcast_to expands, when every expanded axis comes after every kept one
+// ([R,1] -> [R,C]: 1), else -1. Read inside a loop nest over the broadcast's shape, its input
+// then depends on outer loops only.
+int suffix_expansion(const GNode& b) {
+  if (b.kind != OpKind::BroadcastTo) return -1;
+  int first = -1;
+  for (size_t k = 0; k < b.bcast.size(); ++k) {
+    bool expands = b.bcast[k] != BroadcastAxis::Keep && b.shape[k] != 1;
+    if (expands && first < 0) first = int(k);
+    if (!expands && first >= 0 && b.shape[k] != 1) return -1;  // a kept axis inside: no
+  }
+  return first;
+}
+
+bool is_row_broadcast(const Graph& g, const std::vector<std::vector<int>>& consumers, int b) {
+  const int p = suffix_expansion(g.nodes[size_t(b)]);
+  if (p < 0) return false;
+  const Shape& shape = g.nodes[size_t(b)].shape;
+  std::vector<int> todo{b};
+  std::vector<bool> seen(g.nodes.size(), false);
+  while (!todo.empty()) {
+    int id = todo.back();
+    todo.pop_back();
+    for (int c : consumers[size_t(id)]) {
+      const GNode& cn = g.nodes[size_t(c)];
+      if (is_elementwise(cn.kind) && cn.shape == shape) {
+        if (!seen[size_t(c)]) todo.push_back(c), seen[size_t(c)] = true;
+        continue;
+      }
+      if (cn.kind == OpKind::Reduce) {
+        for (int64_t a : cn.axes)
+          if (a < p) return false;
+        continue;
+      }
+      return false;
+    }
+  }
+  return true;
+}
+
+void index_vars(const IndexExpr* e, std::set<int64_t>& out) {
+  if (!e) return;
+  if (e->kind == IxKind::Var) out.insert(e->value);
+  index_vars(e->a.get(), out);
+  index_vars(e->b.get(), out);
+  index_vars(e->c.get(), out);
+  for (const IndexExprPtr& a : e->args) index_vars(a.get(), out);
+}
+
+}  // namespace
+
+int op_cost(const GNode& n) {
+  switch (n.kind) {
+    case OpKind::Leaf:
+    case OpKind::Scalar:
+    case OpKind::BroadcastTo:
+      return 0;
+    case OpKind::Unary:
+      return UnaryOp(n.op) >= UnaryOp::Exp && UnaryOp(n.op) <= UnaryOp::Sigmoid ? 4 : 1;
+    default:
+      return 1;
+  }
+}
+
+std::vector<std::vector<int>> consumers_of(const Graph& g) {
+  std::vector<std::vector<int>> consumers(g.nodes.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (int in : g.nodes[i].inputs) consumers[size_t(in)].push_back(int(i));
+  return consumers;
+}
+
+bool is_expanding(const GNode& consumer) {
+  if (consumer.kind == OpKind::Reindex) return true;
+  if (consumer.kind != OpKind::BroadcastTo) return false;
+  for (size_t k = 0; k < consumer.bcast.size(); ++k)
+    if (consumer.bcast[k] != BroadcastAxis::Keep && consumer.shape[k] != 1) return true;
+  return false;
+}
+
+int64_t expansion_factor(const Graph& g, const GNode& consumer) {
+  if (consumer.kind == OpKind::BroadcastTo) {
+    int64_t f = 1;
+    for (size_t k = 0; k < consumer.bcast.size(); ++k)
+      if (consumer.bcast[k] != BroadcastAxis::Keep) f *= std::max<int64_t>(1, consumer.shape[k]);
+    return f;
+  }
+  if (consumer.kind == OpKind::Reindex && !consumer.inputs.empty()) {
+    const int64_t in = g.nodes[size_t(consumer.inputs[0])].numel();
+    return in > 0 ? std::max<int64_t>(1, consumer.numel() / in) : 1;
+  }
+  return 1;
+}
+
+std::vector<bool> row_broadcasts(const Graph& g, const std::vector<std::vector<int>>& consumers) {
+  std::vector<bool> out(g.nodes.size(), false);
+  for (size_t i = 0; i < g.nodes.size(); ++i) out[i] = is_row_broadcast(g, consumers, int(i));
+  return out;
+}
+
+bool is_product_sum_node(const Graph& g, int reduce) {
+  const GNode& n = g.nodes[size_t(reduce)];
+  if (n.kind != OpKind::Reduce || ReduceOp(n.op) != ReduceOp::Add || n.inputs.empty())
+    return false;
+  const GNode& m = g.nodes[size_t(n.inputs[0])];
+  if (m.kind != OpKind::Binary || BinaryOp(m.op) != BinaryOp::Mul) return false;
+  for (int operand : m.inputs) {
+    const OpKind k = g.nodes[size_t(operand)].kind;
+    if (k != OpKind::BroadcastTo && k != OpKind::Reindex) return false;
+  }
+  return true;
+}
+
+std::vector<int> product_sum_operands(const Graph& g, int reduce) {
+  if (!is_product_sum_node(g, reduce)) return {};
+  return g.nodes[size_t(g.nodes[size_t(reduce)].inputs[0])].inputs;
+}
+
+int64_t packing_factor(const Graph& g, int operand) {
+  const GNode& o = g.nodes[size_t(operand)];
+  if (o.kind != OpKind::Reindex || o.inputs.empty()) return 1;
+  std::set<int64_t> read;
+  for (const IndexExprPtr& e : o.indexes) index_vars(e.get(), read);
+  for (const IndexExprPtr& e : o.conditions) index_vars(e.get(), read);
+  int64_t packed = 1;
+  for (int64_t k : read)
+    if (k >= 0 && size_t(k) < o.shape.size()) packed *= std::max<int64_t>(1, o.shape[size_t(k)]);
+  const int64_t in = g.nodes[size_t(o.inputs[0])].numel();
+  return in > 0 ? std::max<int64_t>(1, packed / in) : 1;
+}
+
+}  // namespace metajit

@@ -1,0 +1,203 @@
+// The fusion planner's cost model (codegen/fusion_cost.h): fusion never does much more work or
+// moves more bytes than the unfused plan (a property over random graphs, computed from the
+// plans: codegen/plan_cost.h), contraction operands keep the contraction's schedule with their
+// producer as a prologue, fusion_barrier() stores a value and passes gradients through, and
+// explain() says what was decided and why.
+#include <metajit/metajit.h>
+
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "codegen/graph_passes.h"
+#include "codegen/pipeline.h"
+#include "codegen/plan_cost.h"
+#include "support/random_graph.h"
+#include "support/reference_check.h"
+#include "support/scoped_env.h"
+
+using namespace metajit;
+
+namespace {
+
+// The plan of `outs` at `opt_level`, after the same graph passes as codegen/pipeline.cc.
+std::pair<Graph, FusionPlan> planned(const std::vector<Var>& outs, int opt_level) {
+  std::vector<NodePtr> nodes;
+  for (const Var& v : outs)
+    if (!v.node()->realized()) nodes.push_back(v.node());
+  Graph g = capture_graph(nodes);
+  fold_constants(g);
+  eliminate_common_subexpressions(g);
+  eliminate_dead_code(g);
+  if (opt_level > 0) softmax_statistic_for_contractions(g);
+  FusionPlan p = plan_fusion(g, opt_level);
+  return {std::move(g), std::move(p)};
+}
+
+PlanCost cost_at(const std::vector<Var>& outs, int opt_level) {
+  auto [g, p] = planned(outs, opt_level);
+  return plan_cost(g, p);
+}
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+Var layer_norm_rows(const Var& x, const Var& g, const Var& b) {
+  Var xc = x - mean(x, {-1}, true);
+  return xc / sqrt(mean(xc * xc, {-1}, true) + 1e-5) * g + b;
+}
+
+}  // namespace
+
+// The bounds: a value is recomputed in a consumer only while it costs at most
+// kRecomputeCostLimit per element (and a contraction prologue at most kPrologueCostLimit in
+// all), so fused work per element of a kernel stays within a small multiple of the unfused
+// work; fusion stores fewer values, so bytes may only fall. Checked from the plans of 600
+// random graphs (support/random_graph.h), nothing compiled.
+TEST_CASE("fusion cost property: O1 plans do at most 9x the work and move no more bytes than O0",
+          "[fusion][cost]") {
+  constexpr double kFlopsFactor = kRecomputeCostLimit + 1, kBytesFactor = 1.0;
+  double worst_flops = 0, worst_bytes = 0;
+  uint64_t worst_flops_seed = 0, worst_bytes_seed = 0;
+  int checked = 0;
+  for (uint64_t seed = 0; seed < 600; ++seed) {
+    metajit_test::GraphGenerator gen(seed);
+    std::vector<Var> outs = gen.build();
+    const PlanCost o0 = cost_at(outs, 0), o1 = cost_at(outs, 1);
+    if (o0.bytes <= 0) continue;  // everything already realized
+    ++checked;
+    const double f = o1.flops / std::max(o0.flops, 1.0), b = o1.bytes / o0.bytes;
+    if (f > worst_flops) worst_flops = f, worst_flops_seed = seed;
+    if (b > worst_bytes) worst_bytes = b, worst_bytes_seed = seed;
+    INFO("seed " << seed << "\n" << gen.listing());
+    CHECK(o1.flops <= kFlopsFactor * std::max(o0.flops, 1.0));
+    CHECK(o1.bytes <= kBytesFactor * o0.bytes);
+  }
+  INFO("worst flops O1/O0 " << worst_flops << " (seed " << worst_flops_seed << "), worst bytes "
+                            << worst_bytes << " (seed " << worst_bytes_seed << ")");
+  CHECK(checked >= 500);
+  WARN("O1/O0 over " << checked << " random graphs: flops at most " << worst_flops
+                     << "x, bytes at most " << worst_bytes << "x");
+}
+
+TEST_CASE("fusion cost property: the issue's patterns cost no more fused than unfused",
+          "[fusion][cost]") {
+  Var x = randn({16, 64, 128}, 1), w = randn({128, 512}, 2), g = randn({128}, 3),
+      b = randn({128}, 4), s = randn({8, 32, 32}, 5), v = randn({8, 32, 16}, 6);
+  eval({x, w, g, b, s, v});
+  const std::vector<Var> patterns = {matmul(layer_norm_rows(x, g, b), w),
+                                     matmul(softmax(s, 2), v)};
+  for (const Var& y : patterns) {
+    // Before the cost model, LayerNorm -> Linear recomputed the norm for each of the 512
+    // output columns (512x the work); now the norm's centring is computed twice at most.
+    const PlanCost o0 = cost_at({y}, 0), o1 = cost_at({y}, 1);
+    CHECK(o1.flops <= 1.1 * o0.flops);
+    CHECK(o1.bytes < o0.bytes);
+  }
+}
+
+TEST_CASE("LayerNorm -> Linear: the contraction keeps its schedule with the norm as its prologue",
+          "[fusion][cost]") {
+  Var x = randn({4, 24, 40}, 1), w = randn({40, 56}, 2), g = randn({40}, 3), b = randn({40}, 4);
+  eval({x, w, g, b});
+  Var y = matmul(layer_norm_rows(x, g, b), w);
+  const std::string e = explain({y});
+  INFO(e);
+  CHECK(has(e, "as a contraction prologue"));
+  CHECK(has(e, "the contraction keeps its schedule"));
+  CHECK(has(e, "schedule: contraction, packed A and B panels"));
+  CHECK(has(e, "stored: fusing it into kernel"));  // the row statistics
+  CHECK(plan({y}).size() == 3);                    // mean, scale, the contraction
+  // Its backward too (built before y is evaluated, which drops y's graph): every gradient
+  // against the reference.
+  Var r = randn({4, 24, 56}, 5);
+  eval({r});
+  std::vector<Var> grads = grad(sum(y * r), {x, w, g, b});
+  grads.push_back(y);
+  check_against_reference(grads);
+}
+
+TEST_CASE("softmax -> matmul: one statistics kernel and a contraction with exp as its prologue",
+          "[fusion][cost]") {
+  Var s = randn({6, 20, 36}, 1), v = randn({6, 36, 24}, 2);
+  eval({s, v});
+  Var y = matmul(softmax(s, 2), v);
+  const std::string e = explain({y});
+  INFO(e);
+  CHECK(plan({y}).size() == 2);
+  CHECK(has(e, "unary.exp fused into kernel 1 as a contraction prologue"));
+  CHECK(has(e, "schedule: contraction"));
+  // Alone, a softmax keeps e / sum(e) and its one kernel.
+  CHECK(plan({softmax(s, 2)}).size() == 1);
+  // The backward: the statistics are stored once, not recomputed by every kernel.
+  Var r = randn({6, 20, 24}, 3);
+  eval({r});
+  std::vector<Var> grads = grad(sum(y * r), {s, v});
+  const std::string eb = explain(grads);
+  INFO(eb);
+  CHECK(has(eb, "reduce.max(axes=2,keepdims) stored: a reduction"));
+  grads.push_back(y);
+  check_against_reference(grads);
+}
+
+TEST_CASE("a producer too costly to repeat while packing a conv2d operand is stored",
+          "[fusion][cost]") {
+  Var x = randn({2, 4, 9, 9}, 1), w = randn({5, 4, 3, 3}, 2), mu = randn({1, 4, 1, 1}, 3);
+  eval({x, w, mu});
+  // Cost 5 per element, packed about 9 times (3x3 windows): 45 > kPrologueCostLimit.
+  Var xn = tanh(x - mu) * 2.0;
+  Var y = conv2d(xn, w, 1, 1);
+  const std::string e = explain({y});
+  INFO(e);
+  CHECK(has(e, "stored: as the prologue of kernel"));
+  CHECK(plan({y}).size() == 2);
+  check_against_reference({y});
+  // A cheap one (relu: 1 per element, about 9 in all) stays a prologue of the one kernel.
+  Var y2 = conv2d(relu(x), w, 1, 1);
+  CHECK(plan({y2}).size() == 1);
+  CHECK(has(explain({y2}), "as a contraction prologue"));
+  check_against_reference({y2});
+}
+
+TEST_CASE("fusion_barrier stores the value, changes no result and passes gradients through",
+          "[fusion][cost]") {
+  Var a = randn({12, 20}, 1), b = randn({20, 8}, 2);
+  eval({a, b});
+  Var fused = sum(exp(a) * 2.0, {1});
+  Var barred = sum(fusion_barrier(exp(a)) * 2.0, {1});
+  CHECK(plan({fused}).size() == 1);
+  CHECK(plan({barred}).size() == 2);
+  const std::string e = explain({barred});
+  INFO(e);
+  CHECK(has(e, "unary.exp stored: fusion_barrier()"));
+  // The same sums (a separate kernel may round exp's last bit differently).
+  const std::vector<float> fv = fused.to_vector<float>(), bv = barred.to_vector<float>();
+  REQUIRE(fv.size() == bv.size());
+  for (size_t k = 0; k < fv.size(); ++k) CHECK(bv[k] == Approx(fv[k]).epsilon(1e-6));
+  check_against_reference({barred});
+  // Gradients: d/da sum(fusion_barrier(a * a) * 3) = 6a, the same as without the barrier.
+  std::vector<Var> g1 = grad(sum(fusion_barrier(a * a) * 3.0), {a});
+  std::vector<Var> g2 = grad(sum(a * a * 3.0), {a});
+  CHECK(g1[0].to_vector<float>() == g2[0].to_vector<float>());
+  // Inside jit, and on a value that is also an output; a barrier on a leaf changes nothing.
+  auto f = jit([](Var a, Var b) { return matmul(fusion_barrier(relu(a)), fusion_barrier(b)); });
+  Var y = f(a, b);
+  CHECK(y.to_vector<float>() == matmul(relu(a), b).to_vector<float>());
+  Var c = fusion_barrier(a);
+  CHECK(c.to_vector<float>() == a.to_vector<float>());
+  // The program cache keeps the barrier apart from the same graph without it.
+  reset_stats();
+  eval({sum(exp(a) * 2.0, {1})});
+  eval({sum(fusion_barrier(exp(a)) * 2.0, {1})});
+  CHECK(stats().kernels_launched == 3);
+}
+
+TEST_CASE("fusion_barrier of an undefined Var is an Error naming the op", "[fusion][cost]") {
+  try {
+    fusion_barrier(Var());
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(has(e.what(), "fusion_barrier"));
+  }
+}
