@@ -799,8 +799,9 @@ class CppEmitter : public CFamilyEmitter {
   // something (a prologue: softmax's exp, a normalisation) from loads that run along the
   // reduction's one loop and not along its rows (a row-major A, a transposed B). Then the
   // loads are contiguous and the arithmetic vectorises along the reduction, where packing
-  // across the panel's rows (pw of them, strided) would compute it lane by lane. Operands
-  // with guards keep the row-wise packing and its hoisted tests.
+  // across the panel's rows (pw of them, strided) would compute it lane by lane. A guard that
+  // tests the row only (a gather's bounds) is uniform along the reduction; other guards keep
+  // the row-wise packing and its hoisted tests.
   static bool packs_along_reduction(const KStmt& r, const std::vector<KStmt>& prologue,
                                     const std::vector<size_t>& stmts, int own) {
     if (r.loops.size() != 1) return false;
@@ -809,8 +810,14 @@ class CppEmitter : public CFamilyEmitter {
     for (const KStmt& st : prologue) all.push_back(&st);
     for (size_t s : stmts) all.push_back(&r.body->stmts[s]);
     bool computes = false, along = false;
-    for (const KStmt* st : all) {
-      if (st->kind == KOp::Guard) return false;
+    for (size_t k = 0; k < all.size(); ++k) {
+      const KStmt* st = all[k];
+      // A guard that tests the row only (a gather's bounds) is the same along the reduction.
+      if (st->kind == KOp::Guard) {
+        if (!st->cond || uses_var(*st->cond, red) || !st->body) return false;
+        computes = true;
+        for (const KStmt& inner : st->body->stmts) all.push_back(&inner);
+      }
       if (st->kind == KOp::Unary || st->kind == KOp::Binary || st->kind == KOp::Where)
         computes = true;
       if (st->kind != KOp::Load || st->index.empty()) continue;
