@@ -97,6 +97,45 @@ Var gather_through_broadcast(const Var& v, const Shape& shape,
   return reindex_tree(Var(b.inputs[0]), shape, std::move(idx), 0, std::move(conds));
 }
 
+// The terms of `a`, largest coefficient first, when they are the digits of a mixed radix
+// over the output extents (each coefficient positive and the next one times its index's
+// extent: `i1*64 + i3` with i3 < 64), so that every value of the axis has at most one source;
+// empty otherwise (or for a single term).
+std::vector<std::pair<int, int64_t>> mixed_radix(const Affine& a, const Shape& y_shape) {
+  std::vector<std::pair<int, int64_t>> terms(a.coef.begin(), a.coef.end());
+  if (terms.size() < 2) return {};
+  std::sort(terms.begin(), terms.end(),
+            [](const auto& x, const auto& y) { return x.second > y.second; });
+  for (size_t t = 0; t < terms.size(); ++t) {
+    if (terms[t].second <= 0) return {};
+    if (t + 1 < terms.size() &&
+        terms[t].second != terms[t + 1].second * y_shape[size_t(terms[t + 1].first)])
+      return {};
+  }
+  return terms;
+}
+
+// Solves axis k (x_k = sum(c_t * i_t) + constant, the terms a mixed radix) for every index it
+// reads: i_0 = num / c_0, i_t = (num % c_(t-1)) / c_t with num = x_k - constant. A negative
+// num or one the last digit does not divide has no source (a condition); one past the first
+// digit's extent reads the overflow value.
+void solve_mixed_radix(int k, const Affine& a, const std::vector<std::pair<int, int64_t>>& terms,
+                       const Shape& x_shape, const Shape& y_shape,
+                       std::vector<IndexExprPtr>& exprs, std::vector<IndexExprPtr>& conds,
+                       std::vector<bool>& in_range) {
+  IndexExprPtr num = bin(IxKind::Sub, ix_var(k), ix_const(a.constant));
+  conds.push_back(bin(IxKind::Lt, num, ix_const(0)));
+  const int64_t last = terms.back().second;
+  if (last != 1) conds.push_back(bin(IxKind::Ne, bin(IxKind::Mod, num, ix_const(last)), ix_const(0)));
+  for (size_t t = 0; t < terms.size(); ++t) {
+    IndexExprPtr rest = t == 0 ? num : bin(IxKind::Mod, num, ix_const(terms[t - 1].second));
+    exprs[size_t(terms[t].first)] = bin(IxKind::Div, rest, ix_const(terms[t].second));
+  }
+  const int64_t hi = x_shape[size_t(k)] - 1 - a.constant;  // num's largest value
+  const int first = terms[0].first;
+  in_range[size_t(first)] = hi / terms[0].second <= y_shape[size_t(first)] - 1;
+}
+
 }  // namespace
 
 std::optional<Var> scatter_as_gather(const Var& g, const Shape& x_shape,
@@ -126,16 +165,28 @@ std::optional<Var> scatter_as_gather(const Var& g, const Shape& x_shape,
     maps.push_back(std::move(*a));
   }
   // Each axis is solved for its term of largest |coefficient| (conv2d: the strided output
-  // position); the other terms, and output indices no axis reads, are summed over.
+  // position), or for all its terms when they are the digits of a mixed radix (a head split
+  // out of a packed axis, `i1*64+i3`); the other terms, and output indices no axis reads, are
+  // summed over.
   std::vector<int> solved(size_t(n), -1);
-  for (int k = 0; k < n; ++k)
+  std::vector<std::vector<std::pair<int, int64_t>>> radix(static_cast<size_t>(n));
+  for (int k = 0; k < n; ++k) {
+    radix[size_t(k)] = mixed_radix(maps[size_t(k)], y_shape);
     for (const auto& [j, c] : maps[k].coef)
       if (solved[k] < 0 || std::llabs(c) > std::llabs(maps[k].coef.at(solved[k]))) solved[k] = j;
+  }
+  auto is_solved = [&](int j) {
+    if (owner[j] < 0) return false;
+    if (solved[owner[j]] == j) return true;
+    for (const auto& term : radix[size_t(owner[j])])
+      if (term.first == j) return true;
+    return false;
+  };
   std::vector<int> free_slot(size_t(m), -1);
   Shape g_shape = x_shape;
   std::vector<int64_t> free_axes;
   for (int j = 0; j < m; ++j) {
-    if (owner[j] >= 0 && solved[owner[j]] == j) continue;
+    if (is_solved(j)) continue;
     free_slot[j] = int(g_shape.size());
     free_axes.push_back(int64_t(g_shape.size()));
     g_shape.push_back(y_shape[j]);
@@ -149,6 +200,10 @@ std::optional<Var> scatter_as_gather(const Var& g, const Shape& x_shape,
     const Affine& a = maps[k];
     if (solved[k] < 0) {  // a constant index: only that position of the axis receives
       conds.push_back(bin(IxKind::Ne, ix_var(k), ix_const(a.constant)));
+      continue;
+    }
+    if (!radix[size_t(k)].empty()) {
+      solve_mixed_radix(k, a, radix[size_t(k)], x_shape, y_shape, exprs, conds, in_range);
       continue;
     }
     const int j = solved[k];

@@ -2,7 +2,9 @@
 // (docs/architecture.md, autograd). reindex's adjoint is a reindex_reduce(Add) scatter; when
 // each input axis reads an affine function of output indices that no other axis reads
 // (conv2d's `oh*stride - pad + r*dil`, transpose's bare `i2`), every input element's sources
-// can be enumerated instead: solve each axis for one output index and sum over the rest. That
+// can be enumerated instead: solve each axis for one output index and sum over the rest (or,
+// when an axis's terms are the digits of a mixed radix, `i1*64+i3`, solve it for all of them:
+// attention's heads split out of a packed qkv have one source each, not 64 candidates). That
 // is the transposed convolution: a reindex of the output gradient with overflow conditions
 // (indivisible or out-of-range solutions), then a reduce, which fuses into one contraction
 // kernel with no atomics and no 7-D buffer.

@@ -45,10 +45,10 @@ NodeUses node_uses(const Graph& g) {
   return u;
 }
 
-// A product sum inlined into a kernel that has another reduction (max-pool's backward divides
-// a transposed convolution by a count of tied maxima) would run as plain nested loops, at a
-// fraction of the blocked schedule's speed: it is stored and becomes a kernel of its own, at
-// the price of one intermediate.
+// A product sum inlined into a kernel that has another reduction or a scatter (max-pool's
+// backward divides a transposed convolution by a count of tied maxima) would run as plain
+// nested loops, at a fraction of the blocked schedule's speed: it is stored and becomes a
+// kernel of its own, at the price of one intermediate.
 void store_contractions_beside_reductions(const Graph& g, std::vector<bool>& stored,
                                           std::vector<FusionDecision>& decisions) {
   const int n = int(g.nodes.size());
@@ -69,7 +69,11 @@ void store_contractions_beside_reductions(const Graph& g, std::vector<bool>& sto
             seen[size_t(in)] = true, stack.push_back(in);
       }
       int reductions = 0;
-      for (int id : members) reductions += g.nodes[size_t(id)].kind == OpKind::Reduce;
+      // A scatter counts: its kernel loops over the source, never a contraction's blocks
+      // (the embedding's gradient fed by the product that computes it).
+      for (int id : members)
+        reductions += g.nodes[size_t(id)].kind == OpKind::Reduce ||
+                      g.nodes[size_t(id)].kind == OpKind::ReindexReduce;
       if (reductions < 2) continue;
       for (int id : members) {
         if (id == root || !is_product_sum_node(g, id) || stored[size_t(g.nodes[size_t(id)].inputs[0])])

@@ -423,9 +423,42 @@ TEST_CASE("gradient of reindex: padding, overflow conditions, strides, flips, no
                     return reindex(v[0], {4, 3}, {"i0"}, 0.0, {"i1>i0"}) * v[1];
                   },
                   {In{{4}, distinct(4, -1, 1, 166)}, In{{4, 3}, distinct(12, -1, 1, 167)}});
+  // Mixed radix: heads split out of a packed axis (attention's q, k, v out of one qkv) are
+  // solved digit by digit, with no sum over candidates.
+  const In x212{{2, 12}, distinct(24, -1, 1, 168)};
+  check_gradients("heads out of a packed axis (i1*3+i2)",
+                  [](const std::vector<Var>& v) {
+                    return reindex(v[0], {2, 2, 3}, {"i0", "i1*3+i2"}) * v[1];
+                  },
+                  {x212, In{{2, 2, 3}, distinct(12, -1, 1, 169)}});
+  check_gradients("the second slice of a packed axis (6+i2*3+i1)",
+                  [](const std::vector<Var>& v) {
+                    return reindex(v[0], {2, 3, 2}, {"i0", "6+i2*3+i1"}) * v[1];
+                  },
+                  {x212, In{{2, 3, 2}, distinct(12, -1, 1, 170)}});
+  check_gradients("digits past the end read the overflow value (i1*4+i2*2+1)",
+                  [](const std::vector<Var>& v) {
+                    return reindex(v[0], {2, 4, 2}, {"i0", "i1*4+i2*2+1"}, 0.5) * v[1];
+                  },
+                  {x212, In{{2, 4, 2}, distinct(16, -1, 1, 171)}});
   check_gradients("a 0-d input spread over a shape",
                   [](const std::vector<Var>& v) { return reindex(v[0], {3}, {}) * v[1]; },
                   {In{{}, {0.7}}, In{{3}, {0.5, -1.5, 2.0}}});
+}
+
+TEST_CASE("gradient of a head split out of a packed axis is a gather with no sum",
+          "[autograd]") {
+  Var qkv = randn({2, 5, 24}, 1), r = randn({2, 2, 5, 4}, 2);
+  eval({qkv, r});
+  const std::vector<std::string> idx = {"i0", "i2", "8+i1*4+i3"};  // k of a [.., 3*2*4] qkv
+  Var g = grad(sum(reindex(qkv, {2, 2, 5, 4}, idx) * r), {qkv})[0];
+  for (const KernelInfo& k : plan({g}))
+    for (const std::string& op : k.ops) CHECK(op.rfind("reduce", 0) != 0);
+  // The adjoint by definition: the scatter of r into qkv's shape.
+  const std::vector<float> want = reindex_reduce(r, ReduceOp::Add, {2, 5, 24}, idx).to_vector<float>();
+  const std::vector<float> got = g.to_vector<float>();
+  REQUIRE(got.size() == want.size());
+  for (size_t k = 0; k < got.size(); ++k) CHECK(got[k] == want[k]);
 }
 
 TEST_CASE("gradient of reindex with constant indexes: rows read, and rows never read",
