@@ -20,6 +20,7 @@
 #include "bench/fusion_patterns.h"
 #include "bench/peers.h"
 #include "bench/report.h"
+#include "bench/transformer.h"
 #include "bench/workloads.h"
 #include "runtime/toolchain.h"
 
@@ -147,6 +148,7 @@ int main(int argc, char** argv) {
   }
   bench::run_throughput(report, opt);
   bench::run_fusion_patterns(report, opt);
+  bench::run_transformer(report, opt);
   if (latency) bench::run_latency(report, opt);
   bench::print_table(report);
   try {
