@@ -120,13 +120,13 @@ std::vector<std::pair<int, int64_t>> mixed_radix(const Affine& a, const Shape& y
 // num or one the last digit does not divide has no source (a condition); one past the first
 // digit's extent reads the overflow value.
 void solve_mixed_radix(int k, const Affine& a, const std::vector<std::pair<int, int64_t>>& terms,
-                       const Shape& x_shape, const Shape& y_shape,
-                       std::vector<IndexExprPtr>& exprs, std::vector<IndexExprPtr>& conds,
-                       std::vector<bool>& in_range) {
+                       const Shape& x_shape, const Shape& y_shape, std::vector<IndexExprPtr>& exprs,
+                       std::vector<IndexExprPtr>& conds, std::vector<bool>& in_range) {
   IndexExprPtr num = bin(IxKind::Sub, ix_var(k), ix_const(a.constant));
   conds.push_back(bin(IxKind::Lt, num, ix_const(0)));
   const int64_t last = terms.back().second;
-  if (last != 1) conds.push_back(bin(IxKind::Ne, bin(IxKind::Mod, num, ix_const(last)), ix_const(0)));
+  if (last != 1)
+    conds.push_back(bin(IxKind::Ne, bin(IxKind::Mod, num, ix_const(last)), ix_const(0)));
   for (size_t t = 0; t < terms.size(); ++t) {
     IndexExprPtr rest = t == 0 ? num : bin(IxKind::Mod, num, ix_const(terms[t - 1].second));
     exprs[size_t(terms[t].first)] = bin(IxKind::Div, rest, ix_const(terms[t].second));

@@ -23,12 +23,14 @@ using PatternFn = std::function<Var(const std::vector<Var>&, bool split)>;
 
 struct Pattern {
   std::string name;
-  std::vector<Var> args;        // realized inputs
-  std::vector<int> grad_args;   // the arguments the backward row differentiates
-  PatternFn fn;                 // the forward; `split` puts a barrier at every contraction input
+  std::vector<Var> args;       // realized inputs
+  std::vector<int> grad_args;  // the arguments the backward row differentiates
+  PatternFn fn;                // the forward; `split` puts a barrier at every contraction input
 };
 
-Var at(const Var& v, bool split) { return split ? metajit::fusion_barrier(v) : v; }
+Var at(const Var& v, bool split) {
+  return split ? metajit::fusion_barrier(v) : v;
+}
 
 Var layer_norm_rows(const Var& x, const Var& g, const Var& b) {
   const int64_t last = x.ndim() - 1;
@@ -49,8 +51,7 @@ Var input(Shape s, uint64_t seed) {
 std::vector<Pattern> patterns() {
   std::vector<Pattern> out;
   out.push_back({"LayerNorm -> Linear [16,64,128]x[128,512]",
-                 {input({16, 64, 128}, 1), input({128, 512}, 2), input({128}, 3),
-                  input({128}, 4)},
+                 {input({16, 64, 128}, 1), input({128, 512}, 2), input({128}, 3), input({128}, 4)},
                  {0, 1, 2, 3},
                  [](const std::vector<Var>& a, bool s) {
                    return metajit::matmul(at(layer_norm_rows(a[0], a[2], a[3]), s), at(a[1], s));
@@ -71,14 +72,14 @@ std::vector<Pattern> patterns() {
                      return metajit::matmul(at(metajit::embedding(a[0], a[1]), s), at(a[2], s));
                    }});
   }
-  out.push_back({"GELU MLP [1024,128]x[128,512]x[512,128]",
-                 {input({1024, 128}, 10), input({128, 512}, 11), input({512}, 12),
-                  input({512, 128}, 13)},
-                 {1, 2, 3},
-                 [](const std::vector<Var>& a, bool s) {
-                   Var h = gelu_tanh(metajit::matmul(at(a[0], s), at(a[1], s)) + a[2]);
-                   return metajit::matmul(at(h, s), at(a[3], s));
-                 }});
+  out.push_back(
+      {"GELU MLP [1024,128]x[128,512]x[512,128]",
+       {input({1024, 128}, 10), input({128, 512}, 11), input({512}, 12), input({512, 128}, 13)},
+       {1, 2, 3},
+       [](const std::vector<Var>& a, bool s) {
+         Var h = gelu_tanh(metajit::matmul(at(a[0], s), at(a[1], s)) + a[2]);
+         return metajit::matmul(at(h, s), at(a[3], s));
+       }});
   out.push_back({"batch-norm normalisation -> conv2d 3x3 8x32x16x16",
                  {input({8, 32, 16, 16}, 14), input({32, 32, 3, 3}, 15)},
                  {0, 1},
@@ -88,15 +89,15 @@ std::vector<Pattern> patterns() {
                    Var xn = xc / metajit::sqrt(metajit::mean(xc * xc, {0, 2, 3}, true) + 1e-5);
                    return metajit::conv2d(at(xn, s), at(a[1], s), 1, 1);
                  }});
-  out.push_back({"q k^T from a packed qkv [16,64,384], 2 heads",
-                 {input({16, 64, 384}, 16)},
-                 {0},
-                 [](const std::vector<Var>& a, bool s) {
-                   Var q = metajit::reindex(a[0], {16, 2, 64, 64}, {"i0", "i2", "i1*64+i3"});
-                   Var k = metajit::reindex(a[0], {16, 2, 64, 64}, {"i0", "i2", "128+i1*64+i3"});
-                   return metajit::matmul(at(q, s), at(metajit::transpose(k, {0, 1, 3, 2}), s)) *
-                          0.125;
-                 }});
+  out.push_back(
+      {"q k^T from a packed qkv [16,64,384], 2 heads",
+       {input({16, 64, 384}, 16)},
+       {0},
+       [](const std::vector<Var>& a, bool s) {
+         Var q = metajit::reindex(a[0], {16, 2, 64, 64}, {"i0", "i2", "i1*64+i3"});
+         Var k = metajit::reindex(a[0], {16, 2, 64, 64}, {"i0", "i2", "128+i1*64+i3"});
+         return metajit::matmul(at(q, s), at(metajit::transpose(k, {0, 1, 3, 2}), s)) * 0.125;
+       }});
   return out;
 }
 

@@ -39,8 +39,9 @@ Var gelu_tanh(const Var& x) {
 Var logits(const Block& p, const Var& ids) {
   using metajit::matmul;
   using metajit::reindex;
-  Var x = metajit::reshape(metajit::embedding(p.tok, metajit::reshape(ids, {kB * kT})),
-                           {kB, kT, kD}) + p.pos;
+  Var x =
+      metajit::reshape(metajit::embedding(p.tok, metajit::reshape(ids, {kB * kT})), {kB, kT, kD}) +
+      p.pos;
   Var qkv = matmul(layer_norm(x, p.g1, p.b1), p.wqkv) + p.bqkv;
   Var q = reindex(qkv, {kB, kH, kT, 64}, {"i0", "i2", "i1*64+i3"});
   Var kt = reindex(qkv, {kB, kH, 64, kT}, {"i0", "i3", "128+i1*64+i2"});
@@ -59,12 +60,12 @@ Block make_block() {
     metajit::eval({v});
     return v;
   };
-  Block p{normal({kV, kD}, 0.02), normal({kT, kD}, 0.02), metajit::ones({kD}),
-          metajit::zeros({kD}), normal({kD, 3 * kD}, 0.02), metajit::zeros({3 * kD}),
-          normal({kD, kD}, 0.02), metajit::zeros({kD}), metajit::ones({kD}),
-          metajit::zeros({kD}), normal({kD, kF}, 0.02), metajit::zeros({kF}),
-          normal({kF, kD}, 0.02), metajit::zeros({kD}), metajit::ones({kD}),
-          metajit::zeros({kD}), normal({kD, kV}, 0.02), Var()};
+  Block p{normal({kV, kD}, 0.02), normal({kT, kD}, 0.02),     metajit::ones({kD}),
+          metajit::zeros({kD}),   normal({kD, 3 * kD}, 0.02), metajit::zeros({3 * kD}),
+          normal({kD, kD}, 0.02), metajit::zeros({kD}),       metajit::ones({kD}),
+          metajit::zeros({kD}),   normal({kD, kF}, 0.02),     metajit::zeros({kF}),
+          normal({kF, kD}, 0.02), metajit::zeros({kD}),       metajit::ones({kD}),
+          metajit::zeros({kD}),   normal({kD, kV}, 0.02),     Var()};
   std::vector<float> m(size_t(kT * kT));
   for (int64_t i = 0; i < kT; ++i)
     for (int64_t j = 0; j < kT; ++j) m[size_t(i * kT + j)] = j <= i ? 0.f : -1e9f;
@@ -100,15 +101,15 @@ void run_transformer(Report& report, const Options& opt) {
   Var tgt = metajit::cast(metajit::rand({kB * kT}, 92) * double(kV - 1), metajit::DType::Int32);
   metajit::eval({ids, tgt});
   auto adam = std::make_shared<metajit::Adam>(p->params(), 1e-3);
-  auto step = std::make_shared<decltype(adam->jit_step(
-      std::function<Var(const Var&, const Var&)>()))>(adam->jit_step(
-      std::function<Var(const Var&, const Var&)>([p](const Var& i, const Var& t) {
-        return metajit::cross_entropy(metajit::reshape(logits(*p, i), {kB * kT, kV}), t);
-      }),
-      "transformer train step"));
-  auto fwd = std::make_shared<decltype(metajit::jit(std::function<Var(Var)>()))>(
-      metajit::jit(std::function<Var(Var)>([p](Var i) { return logits(*p, i); }),
-                   "transformer forward"));
+  auto step =
+      std::make_shared<decltype(adam->jit_step(std::function<Var(const Var&, const Var&)>()))>(
+          adam->jit_step(
+              std::function<Var(const Var&, const Var&)>([p](const Var& i, const Var& t) {
+                return metajit::cross_entropy(metajit::reshape(logits(*p, i), {kB * kT, kV}), t);
+              }),
+              "transformer train step"));
+  auto fwd = std::make_shared<decltype(metajit::jit(std::function<Var(Var)>()))>(metajit::jit(
+      std::function<Var(Var)>([p](Var i) { return logits(*p, i); }), "transformer forward"));
   if (opt.wanted(step_name)) {
     Impl im;
     im.name = "metajit";

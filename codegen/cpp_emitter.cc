@@ -667,11 +667,10 @@ class CppEmitter : public CFamilyEmitter {
   // from i = `x0` (or columns of B from j = `x0`) and reduction steps [k0, k0 + kn), value
   // x(row, k) goes to dst[(row / pw) * ps + (k - k0) * pw + row % pw]; padding rows are zero.
   void pack_operand(const KStmt& r, const std::vector<KStmt>& prologue,
-                    const std::vector<size_t>& stmts, int value,
-                    const std::string& var, int pw, const std::string& dst, const std::string& ps,
-                    const std::string& x0, const std::string& n, const std::string& npad,
-                    const std::string& k0, const std::string& kn, int d,
-                    const MergedColumns* merged = nullptr) {
+                    const std::vector<size_t>& stmts, int value, const std::string& var, int pw,
+                    const std::string& dst, const std::string& ps, const std::string& x0,
+                    const std::string& n, const std::string& npad, const std::string& k0,
+                    const std::string& kn, int d, const MergedColumns* merged = nullptr) {
     const std::string PW = std::to_string(pw);
     const int own = std::stoi(var.substr(1));
     if (!merged && packs_along_reduction(r, prologue, stmts, own)) {
@@ -877,8 +876,8 @@ class CppEmitter : public CFamilyEmitter {
     line(d + 4, "mj_dst[mj_kk * " + PW + " + mj_t] = " + v(value) + ";");
     line(d + 3, "}");
     line(d + 2, "} else {");
-    line(d + 3, "for (i64 mj_kk = 0; mj_kk < " + kn + "; ++mj_kk) mj_dst[mj_kk * " + PW +
-                    " + mj_t] = 0;");
+    line(d + 3,
+         "for (i64 mj_kk = 0; mj_kk < " + kn + "; ++mj_kk) mj_dst[mj_kk * " + PW + " + mj_t] = 0;");
     line(d + 2, "}");
     line(d + 1, "}");
     line(d, "}");
@@ -1120,8 +1119,8 @@ class CppEmitter : public CFamilyEmitter {
           line(d, "const i64 mj_" + name + "s = mj_k * " + T + ";");
           continue;
         }
-        pack_operand(r, a ? a_pre : b_pre, a ? c.a_stmts : c.b_stmts, a ? c.a : c.b, a ? iv : jv, a ? t.mr : t.nr,
-                     "mj_" + name + "p", "mj_kn * " + T, x0, a ? "mj_in" : "mj_jn",
+        pack_operand(r, a ? a_pre : b_pre, a ? c.a_stmts : c.b_stmts, a ? c.a : c.b, a ? iv : jv,
+                     a ? t.mr : t.nr, "mj_" + name + "p", "mj_kn * " + T, x0, a ? "mj_in" : "mj_jn",
                      a ? "mj_inp" : "mj_jnp", "mj_pc", "mj_kn", d, a ? nullptr : mc);
         line(d, "const float* const mj_" + name + " = mj_" + name + "p;");
         line(d, "const i64 mj_" + name + "s = mj_kn * " + T + ";");

@@ -107,8 +107,7 @@ std::vector<bool> row_broadcasts(const Graph& g, const std::vector<std::vector<i
 
 bool is_product_sum_node(const Graph& g, int reduce) {
   const GNode& n = g.nodes[size_t(reduce)];
-  if (n.kind != OpKind::Reduce || ReduceOp(n.op) != ReduceOp::Add || n.inputs.empty())
-    return false;
+  if (n.kind != OpKind::Reduce || ReduceOp(n.op) != ReduceOp::Add || n.inputs.empty()) return false;
   const GNode& m = g.nodes[size_t(n.inputs[0])];
   if (m.kind != OpKind::Binary || BinaryOp(m.op) != BinaryOp::Mul) return false;
   for (int operand : m.inputs) {

@@ -8,11 +8,11 @@ namespace {
 // What the planner knows of each node while it walks the graph in order.
 struct NodeUses {
   std::vector<std::vector<int>> consumers;
-  std::vector<int> uses;              // readers that compute it per element of theirs
-  std::vector<int64_t> expansion;     // largest expansion_factor among its expanding readers
-  std::vector<int> expander;          // that reader (-1: none)
-  std::vector<int> operand_of;        // the product sum it is an operand producer of, or -1
-  std::vector<int> operand;           // ... through this broadcast/reindex operand
+  std::vector<int> uses;           // readers that compute it per element of theirs
+  std::vector<int64_t> expansion;  // largest expansion_factor among its expanding readers
+  std::vector<int> expander;       // that reader (-1: none)
+  std::vector<int> operand_of;     // the product sum it is an operand producer of, or -1
+  std::vector<int> operand;        // ... through this broadcast/reindex operand
   std::vector<bool> row_broadcast;
 };
 
@@ -76,7 +76,8 @@ void store_contractions_beside_reductions(const Graph& g, std::vector<bool>& sto
                       g.nodes[size_t(id)].kind == OpKind::ReindexReduce;
       if (reductions < 2) continue;
       for (int id : members) {
-        if (id == root || !is_product_sum_node(g, id) || stored[size_t(g.nodes[size_t(id)].inputs[0])])
+        if (id == root || !is_product_sum_node(g, id) ||
+            stored[size_t(g.nodes[size_t(id)].inputs[0])])
           continue;
         stored[size_t(id)] = true, changed = true;
         FusionDecision d;
@@ -103,7 +104,8 @@ std::vector<int> kernels_computing(const Graph& g, const std::vector<bool>& stor
       stack.pop_back();
       ++count[id];
       for (int in : g.nodes[id].inputs)
-        if (!seen[size_t(in)] && !stored[size_t(in)]) seen[size_t(in)] = true, stack.push_back(size_t(in));
+        if (!seen[size_t(in)] && !stored[size_t(in)])
+          seen[size_t(in)] = true, stack.push_back(size_t(in));
     }
   }
   return count;
@@ -210,8 +212,9 @@ std::vector<bool> choose_stored(const Graph& g, int opt_level,
   }
   store_contractions_beside_reductions(g, stored, decisions);
   store_reductions_shared_by_kernels(g, stored, decisions);
-  std::stable_sort(decisions.begin(), decisions.end(),
-                   [](const FusionDecision& a, const FusionDecision& b) { return a.node < b.node; });
+  std::stable_sort(
+      decisions.begin(), decisions.end(),
+      [](const FusionDecision& a, const FusionDecision& b) { return a.node < b.node; });
   return stored;
 }
 
@@ -256,7 +259,8 @@ int group_of(const FusionPlan& plan, int id) {
 }
 
 std::string describe_decision(const Graph& g, const FusionPlan& plan, const FusionDecision& d) {
-  const std::string value = "%" + std::to_string(d.node) + " " + describe_op(g.nodes[size_t(d.node)]);
+  const std::string value =
+      "%" + std::to_string(d.node) + " " + describe_op(g.nodes[size_t(d.node)]);
   const int k = d.consumer >= 0 ? group_of(plan, d.consumer) : -1;
   const std::string kernel = k >= 0 ? "kernel " + std::to_string(k) : "its reader";
   const std::string per = "cost " + std::to_string(d.cost) + " per element";
@@ -265,13 +269,12 @@ std::string describe_decision(const Graph& g, const FusionPlan& plan, const Fusi
       return value + " stored: fusion_barrier()";
     case FusionReason::Recomputed:
       return value + " stored: fusing it into " + kernel + " would compute each element " +
-             (d.recompute > 1 ? std::to_string(d.recompute) + " times"
-                              : "again for each reader") +
+             (d.recompute > 1 ? std::to_string(d.recompute) + " times" : "again for each reader") +
              " (" + (d.has_reduce ? "it contains a reduction" : per) + ")";
     case FusionReason::ExpensivePrologue:
       return value + " stored: as the prologue of " + kernel + "'s contraction it would be " +
-             "computed " + std::to_string(d.recompute) + " times per element (" + per +
-             ", limit " + std::to_string(kPrologueCostLimit) + " in all)";
+             "computed " + std::to_string(d.recompute) + " times per element (" + per + ", limit " +
+             std::to_string(kPrologueCostLimit) + " in all)";
     case FusionReason::SharedReduction:
       return value + " stored: a reduction " + std::to_string(d.recompute) +
              " kernels would each compute";

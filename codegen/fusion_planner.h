@@ -45,14 +45,14 @@ struct FusionDecision {
   int consumer = -1;  // the node that reads it where the decision was made
   bool stored = false;
   FusionReason reason = FusionReason::Recomputed;
-  int cost = 0;            // work per element of the value (op_cost units), fused inputs included
-  int64_t recompute = 0;   // times each element would be computed in the consumer's kernel
+  int cost = 0;             // work per element of the value (op_cost units), fused inputs included
+  int64_t recompute = 0;    // times each element would be computed in the consumer's kernel
   bool has_reduce = false;  // the value contains a reduction
 };
 
 struct FusionPlan {
-  std::vector<FusedGroup> groups;  // in an order that respects dependencies
-  std::vector<bool> stored;        // per graph node: lives in a buffer (leaf or group root)
+  std::vector<FusedGroup> groups;         // in an order that respects dependencies
+  std::vector<bool> stored;               // per graph node: lives in a buffer (leaf or group root)
   std::vector<FusionDecision> decisions;  // in node order
 };
 

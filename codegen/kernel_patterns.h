@@ -35,7 +35,7 @@ struct Contraction {
   // the operand's prologue. The emitters compute them with the operand, once per packed or
   // staged element, so an element-wise producer fused into a contraction keeps its schedule.
   std::vector<size_t> a_outer, b_outer;
-  int a = -1, b = -1;           // their value ids
+  int a = -1, b = -1;  // their value ids
 };
 
 // The contraction of a float32 Map kernel (one Reduce, an add of a float32 product; values from

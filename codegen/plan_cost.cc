@@ -6,7 +6,9 @@
 namespace metajit {
 namespace {
 
-double elements(const GNode& n) { return double(std::max<int64_t>(n.numel(), 1)); }
+double elements(const GNode& n) {
+  return double(std::max<int64_t>(n.numel(), 1));
+}
 
 // The broadcast/reindex operands of the product sums computed inside `group`.
 std::set<int> contraction_operands(const Graph& g, const FusedGroup& group) {
@@ -17,8 +19,8 @@ std::set<int> contraction_operands(const Graph& g, const FusedGroup& group) {
 }
 
 // How often `in`, an input of `c` in the same kernel, is computed (or, stored, read).
-double input_evaluations(const Graph& g, const std::vector<bool>& row, const std::set<int>& operands,
-                         int c, double evals_c, int in) {
+double input_evaluations(const Graph& g, const std::vector<bool>& row,
+                         const std::set<int>& operands, int c, double evals_c, int in) {
   const GNode& cn = g.nodes[size_t(c)];
   const GNode& i = g.nodes[size_t(in)];
   // A reduction (and a scatter, which loops over its source) reads each input element once
@@ -31,7 +33,9 @@ double input_evaluations(const Graph& g, const std::vector<bool>& row, const std
   return evals_c;
 }
 
-double dtype_bytes(const GNode& n) { return double(dtype_size(n.dtype)) * elements(n); }
+double dtype_bytes(const GNode& n) {
+  return double(dtype_size(n.dtype)) * elements(n);
+}
 
 }  // namespace
 
@@ -57,8 +61,9 @@ PlanCost plan_cost(const Graph& g, const FusionPlan& plan) {
       reach[size_t(c)] = std::min(reach[size_t(c)], elements(cn));
       for (int in : cn.inputs) {
         const bool reduces = cn.kind == OpKind::Reduce || cn.kind == OpKind::ReindexReduce;
-        reach[size_t(in)] += reduces ? reach[size_t(c)] * elements(g.nodes[size_t(in)]) / elements(cn)
-                                     : reach[size_t(c)];
+        reach[size_t(in)] += reduces
+                                 ? reach[size_t(c)] * elements(g.nodes[size_t(in)]) / elements(cn)
+                                 : reach[size_t(c)];
         if (!plan.stored[size_t(in)])
           evals[size_t(in)] += input_evaluations(g, row, operands, c, evals[size_t(c)], in);
       }

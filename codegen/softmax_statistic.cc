@@ -18,7 +18,9 @@ struct SoftmaxNodes {
   int x = -1, max_broadcast = -1, sum = -1;
 };
 
-bool is(const GNode& n, OpKind k, int op) { return n.kind == k && n.op == op; }
+bool is(const GNode& n, OpKind k, int op) {
+  return n.kind == k && n.op == op;
+}
 
 std::optional<SoftmaxNodes> match_softmax(const Graph& g, int div) {
   const GNode& d = g.nodes[size_t(div)];
@@ -31,8 +33,7 @@ std::optional<SoftmaxNodes> match_softmax(const Graph& g, int div) {
   const GNode& sub = g.nodes[size_t(e.inputs[0])];
   const GNode& sum = g.nodes[size_t(bs.inputs[0])];
   if (!is(sub, OpKind::Binary, int(BinaryOp::Sub)) ||
-      !is(sum, OpKind::Reduce, int(ReduceOp::Add)) || !sum.keepdims ||
-      sum.inputs[0] != d.inputs[0])
+      !is(sum, OpKind::Reduce, int(ReduceOp::Add)) || !sum.keepdims || sum.inputs[0] != d.inputs[0])
     return std::nullopt;
   const GNode& bm = g.nodes[size_t(sub.inputs[1])];
   if (bm.kind != OpKind::BroadcastTo || bm.bcast != bs.bcast ||
@@ -74,8 +75,8 @@ void softmax_statistic_for_contractions(Graph& g) {
       const int sum = renumber[size_t(s->sum)], bm = renumber[size_t(s->max_broadcast)];
       const int m = out[size_t(bm)].inputs[0];
       out.push_back(derived(out[size_t(sum)], OpKind::Unary, int(UnaryOp::Log), {sum}));
-      out.push_back(derived(out[size_t(sum)], OpKind::Binary, int(BinaryOp::Add),
-                            {m, int(out.size()) - 1}));
+      out.push_back(
+          derived(out[size_t(sum)], OpKind::Binary, int(BinaryOp::Add), {m, int(out.size()) - 1}));
       GNode lse = out[size_t(bm)];  // the max's broadcast, of the statistic instead
       lse.inputs = {int(out.size()) - 1};
       lse.fusion_barrier = false;

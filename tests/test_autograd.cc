@@ -446,8 +446,7 @@ TEST_CASE("gradient of reindex: padding, overflow conditions, strides, flips, no
                   {In{{}, {0.7}}, In{{3}, {0.5, -1.5, 2.0}}});
 }
 
-TEST_CASE("gradient of a head split out of a packed axis is a gather with no sum",
-          "[autograd]") {
+TEST_CASE("gradient of a head split out of a packed axis is a gather with no sum", "[autograd]") {
   Var qkv = randn({2, 5, 24}, 1), r = randn({2, 2, 5, 4}, 2);
   eval({qkv, r});
   const std::vector<std::string> idx = {"i0", "i2", "8+i1*4+i3"};  // k of a [.., 3*2*4] qkv
@@ -455,7 +454,8 @@ TEST_CASE("gradient of a head split out of a packed axis is a gather with no sum
   for (const KernelInfo& k : plan({g}))
     for (const std::string& op : k.ops) CHECK(op.rfind("reduce", 0) != 0);
   // The adjoint by definition: the scatter of r into qkv's shape.
-  const std::vector<float> want = reindex_reduce(r, ReduceOp::Add, {2, 5, 24}, idx).to_vector<float>();
+  const std::vector<float> want =
+      reindex_reduce(r, ReduceOp::Add, {2, 5, 24}, idx).to_vector<float>();
   const std::vector<float> got = g.to_vector<float>();
   REQUIRE(got.size() == want.size());
   for (size_t k = 0; k < got.size(); ++k) CHECK(got[k] == want[k]);

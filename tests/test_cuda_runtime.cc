@@ -10,7 +10,6 @@
 
 #include "cache/manifest.h"
 #include "meta_ops/node.h"
-#include "support/reference_check.h"
 #include "runtime/cuda_runtime.h"
 #include "support/files.h"
 #include "support/reference_check.h"

@@ -86,8 +86,7 @@ TEST_CASE("fusion cost property: the issue's patterns cost no more fused than un
   Var x = randn({16, 64, 128}, 1), w = randn({128, 512}, 2), g = randn({128}, 3),
       b = randn({128}, 4), s = randn({8, 32, 32}, 5), v = randn({8, 32, 16}, 6);
   eval({x, w, g, b, s, v});
-  const std::vector<Var> patterns = {matmul(layer_norm_rows(x, g, b), w),
-                                     matmul(softmax(s, 2), v)};
+  const std::vector<Var> patterns = {matmul(layer_norm_rows(x, g, b), w), matmul(softmax(s, 2), v)};
   for (const Var& y : patterns) {
     // Before the cost model, LayerNorm -> Linear recomputed the norm for each of the 512
     // output columns (512x the work); now the norm's centring is computed twice at most.
