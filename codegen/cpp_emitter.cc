@@ -737,13 +737,8 @@ class CppEmitter : public CFamilyEmitter {
         merged_outer_vars(*merged, dd + 1);
         line(dd + 1, "#pragma omp simd");
         line(dd + 1, "for (i64 mj_t = 0; mj_t < mj_len; ++mj_t) {");
-        line(dd + 2, "float mj_v = 0;");
-        line(dd + 2, "if (mj_c + mj_t < " + n + ") {");
-        line(dd + 3, "const i64 " + var + " = mj_ji + mj_t;");
-        for (const KStmt& st : body) stmt(st, dd + 3);
-        line(dd + 3, "mj_v = " + v(value) + ";");
-        line(dd + 2, "}");
-        line(dd + 2, "mj_dst[mj_t] = mj_v;");
+        packed_element("mj_c + mj_t < " + n, var, "mj_ji + mj_t", body, value, "mj_dst[mj_t]",
+                       dd + 2);
         line(dd + 1, "}");
         line(dd + 1, "mj_c += mj_len;");
         line(dd + 1, "mj_ji += mj_len;");
@@ -757,14 +752,10 @@ class CppEmitter : public CFamilyEmitter {
         // at a third of the speed), each value stored at its panel position.
         line(dd, "#pragma omp simd");
         line(dd, "for (i64 mj_r = 0; mj_r < " + npad + "; ++mj_r) {");
-        line(dd + 1, "float mj_v = 0;");
-        line(dd + 1, "if (mj_r < " + n + ") {");
-        line(dd + 2, "const i64 " + var + " = " + x0 + " + mj_r;");
-        for (const KStmt& st : body) stmt(st, dd + 2);
-        line(dd + 2, "mj_v = " + v(value) + ";");
-        line(dd + 1, "}");
-        line(dd + 1, dst + "[(mj_r / " + PW + ") * (" + ps + ") + mj_kk * " + PW + " + mj_r % " +
-                         PW + "] = mj_v;");
+        packed_element(
+            "mj_r < " + n, var, x0 + " + mj_r", body, value,
+            dst + "[(mj_r / " + PW + ") * (" + ps + ") + mj_kk * " + PW + " + mj_r % " + PW + "]",
+            dd + 1);
         line(dd, "}");
         return;
       }
@@ -798,13 +789,8 @@ class CppEmitter : public CFamilyEmitter {
       }
       line(e, "#pragma omp simd");
       line(e, "for (i64 mj_t = 0; mj_t < " + PW + "; ++mj_t) {");
-      line(e + 1, "float mj_v = 0;");
-      line(e + 1, "if (mj_q + mj_t < " + n + ") {");
-      line(e + 2, "const i64 " + var + " = " + x0 + " + mj_q + mj_t;");
-      for (const KStmt& st : body) stmt(st, e + 2);
-      line(e + 2, "mj_v = " + v(value) + ";");
-      line(e + 1, "}");
-      line(e + 1, "mj_dst[mj_t] = mj_v;");
+      packed_element("mj_q + mj_t < " + n, var, x0 + " + mj_q + mj_t", body, value, "mj_dst[mj_t]",
+                     e + 1);
       line(e, "}");
       if (e > dd + 1) line(dd + 1, "}");
       line(dd, "}");
@@ -842,6 +828,19 @@ class CppEmitter : public CFamilyEmitter {
       along = along || uses_var(last, red);
     }
     return computes && along;
+  }
+
+  // One packed element: `var` = `row`, the operand's statements and its value when `inside`
+  // holds, else 0; stored to `target`.
+  void packed_element(const std::string& inside, const std::string& var, const std::string& row,
+                      const std::vector<KStmt>& body, int value, const std::string& target, int d) {
+    line(d, "float mj_v = 0;");
+    line(d, "if (" + inside + ") {");
+    line(d + 1, "const i64 " + var + " = " + row + ";");
+    for (const KStmt& st : body) stmt(st, d + 1);
+    line(d + 1, "mj_v = " + v(value) + ";");
+    line(d, "}");
+    line(d, target + " = mj_v;");
   }
 
   // Whether statements compute a transcendental function (exp, log, sqrt, sin, cos, tanh,
