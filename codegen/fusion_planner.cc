@@ -5,6 +5,32 @@
 namespace metajit {
 namespace {
 
+// The kernel of stored node `root` under `stored`: what it computes (sorted, ids are
+// topological, root last) and the stored nodes it reads (sorted).
+FusedGroup group_at(const Graph& g, const std::vector<bool>& stored, int root) {
+  FusedGroup group;
+  group.root = root;
+  std::vector<bool> seen(g.nodes.size(), false);
+  std::vector<int> stack{root};
+  seen[size_t(root)] = true;
+  while (!stack.empty()) {
+    const int id = stack.back();
+    stack.pop_back();
+    group.nodes.push_back(id);
+    for (int in : g.nodes[size_t(id)].inputs) {
+      if (seen[size_t(in)]) continue;
+      seen[size_t(in)] = true;
+      if (stored[size_t(in)])
+        group.reads.push_back(in);
+      else
+        stack.push_back(in);
+    }
+  }
+  std::sort(group.nodes.begin(), group.nodes.end());
+  std::sort(group.reads.begin(), group.reads.end());
+  return group;
+}
+
 // What the planner knows of each node while it walks the graph in order.
 struct NodeUses {
   std::vector<std::vector<int>> consumers;
@@ -57,17 +83,7 @@ void store_contractions_beside_reductions(const Graph& g, std::vector<bool>& sto
     for (int root = 0; root < n; ++root) {
       const GNode& r = g.nodes[size_t(root)];
       if (!stored[size_t(root)] || r.kind == OpKind::Leaf || r.kind == OpKind::Scalar) continue;
-      std::vector<int> members, stack{root};
-      std::vector<bool> seen(size_t(n), false);
-      seen[size_t(root)] = true;
-      while (!stack.empty()) {
-        const int id = stack.back();
-        stack.pop_back();
-        members.push_back(id);
-        for (int in : g.nodes[size_t(id)].inputs)
-          if (!seen[size_t(in)] && !stored[size_t(in)])
-            seen[size_t(in)] = true, stack.push_back(in);
-      }
+      const std::vector<int> members = group_at(g, stored, root).nodes;
       int reductions = 0;
       // A scatter counts: its kernel loops over the source, never a contraction's blocks
       // (the embedding's gradient fed by the product that computes it).
@@ -96,17 +112,7 @@ std::vector<int> kernels_computing(const Graph& g, const std::vector<bool>& stor
   for (size_t root = 0; root < n; ++root) {
     const GNode& r = g.nodes[root];
     if (!stored[root] || r.kind == OpKind::Leaf || r.kind == OpKind::Scalar) continue;
-    std::vector<bool> seen(n, false);
-    std::vector<size_t> stack{root};
-    seen[root] = true;
-    while (!stack.empty()) {
-      const size_t id = stack.back();
-      stack.pop_back();
-      ++count[id];
-      for (int in : g.nodes[id].inputs)
-        if (!seen[size_t(in)] && !stored[size_t(in)])
-          seen[size_t(in)] = true, stack.push_back(size_t(in));
-    }
+    for (int id : group_at(g, stored, int(root)).nodes) ++count[size_t(id)];
   }
   return count;
 }
@@ -226,27 +232,7 @@ FusionPlan plan_fusion(const Graph& g, int opt_level) {
   for (int root = 0; root < int(g.nodes.size()); ++root) {
     const GNode& r = g.nodes[root];
     if (!plan.stored[root] || r.kind == OpKind::Leaf || r.kind == OpKind::Scalar) continue;
-    FusedGroup group;
-    group.root = root;
-    std::vector<bool> seen(g.nodes.size(), false);
-    std::vector<int> stack{root};
-    seen[root] = true;
-    while (!stack.empty()) {
-      int id = stack.back();
-      stack.pop_back();
-      group.nodes.push_back(id);
-      for (int in : g.nodes[id].inputs) {
-        if (seen[in]) continue;
-        seen[in] = true;
-        if (plan.stored[in])
-          group.reads.push_back(in);
-        else
-          stack.push_back(in);
-      }
-    }
-    std::sort(group.nodes.begin(), group.nodes.end());  // ids are topological
-    std::sort(group.reads.begin(), group.reads.end());
-    plan.groups.push_back(std::move(group));
+    plan.groups.push_back(group_at(g, plan.stored, root));
   }
   return plan;
 }
