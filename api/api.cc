@@ -3,13 +3,12 @@
 #include <metajit/error.h>
 #include <metajit/eval.h>
 
-#include <algorithm>
 #include <mutex>
-#include <unordered_set>
 
 #include "api/dot_dump.h"
 #include "api/dot_graph.h"
 #include "api/jit_trace.h"
+#include "api/kept_values.h"
 #include "api/program_cache.h"
 #include "base/log.h"
 #include "codegen/pipeline.h"
@@ -18,22 +17,6 @@
 
 namespace metajit {
 namespace {
-
-std::vector<NodePtr> pending_nodes(const std::vector<Var>& vars, const char* what) {
-  std::vector<NodePtr> nodes;
-  std::unordered_set<const Node*> seen;  // only for long lists: a short one is searched
-  for (const Var& v : vars) {
-    if (!v.defined()) throw Error(std::string(what) + ": a Var is undefined (default-constructed)");
-    if (v.node()->realized()) continue;
-    bool fresh;
-    if (vars.size() <= 16)
-      fresh = std::find(nodes.begin(), nodes.end(), v.node()) == nodes.end();
-    else
-      fresh = seen.insert(v.node().get()).second;
-    if (fresh) nodes.push_back(v.node());
-  }
-  return nodes;
-}
 
 // The current device, checked: CUDA requested where it cannot run is an error that says why.
 Device usable_device(const char* what) {
@@ -46,11 +29,24 @@ Device usable_device(const char* what) {
   return d;
 }
 
+// Stores what the evaluation of `nodes` (the requested ones, then `kept`) computed: requested
+// values drop their graph; kept ones (api/kept_values.h) keep what grad() needs.
+void realize_all(const std::vector<NodePtr>& nodes, size_t requested,
+                 std::vector<BufferPtr>& results) {
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (i < requested)
+      realize(*nodes[i], std::move(results[i]));
+    else
+      keep_value(*nodes[i], std::move(results[i]));
+  }
+}
+
 }  // namespace
 
 void eval(const std::vector<Var>& vars) {
   std::lock_guard<std::recursive_mutex> lock(graph_mutex());
-  std::vector<NodePtr> nodes = pending_nodes(vars, "eval");
+  size_t requested = 0;
+  std::vector<NodePtr> nodes = nodes_to_compute(vars, "eval", true, requested);
   if (nodes.empty()) return;
   if (jit_trace_depth() > 0) detail::check_not_traced_argument(nodes, "eval");
   const Device dev = usable_device("eval");
@@ -75,7 +71,7 @@ void eval(const std::vector<Var>& vars) {
       count_memory_hits(cached->program.handles.size());
       for (int32_t i : cached->leaf_of) program_leaves.push_back(leaves[size_t(i)]);
       std::vector<BufferPtr> results = run_program_on(cached->program, program_leaves);
-      for (size_t i = 0; i < nodes.size(); ++i) realize(*nodes[i], results[i]);
+      realize_all(nodes, requested, results);
       return;
     }
   }
@@ -98,7 +94,7 @@ void eval(const std::vector<Var>& vars) {
     }
     if (found_all) remember_program(fingerprint, std::move(cached));
   }
-  for (size_t i = 0; i < nodes.size(); ++i) realize(*nodes[i], results[i]);
+  realize_all(nodes, requested, results);
 }
 
 std::vector<KernelInfo> plan(const std::vector<Var>& vars) {
@@ -107,7 +103,8 @@ std::vector<KernelInfo> plan(const std::vector<Var>& vars) {
 
 std::vector<KernelInfo> plan(const std::vector<Var>& vars, Device target) {
   std::lock_guard<std::recursive_mutex> lock(graph_mutex());
-  std::vector<NodePtr> nodes = pending_nodes(vars, "plan");
+  size_t requested = 0;
+  std::vector<NodePtr> nodes = nodes_to_compute(vars, "plan", false, requested);
   std::vector<KernelInfo> out;
   if (nodes.empty()) return out;
   PipelinePlan p = build_pipeline(nodes);
@@ -118,12 +115,19 @@ std::vector<KernelInfo> plan(const std::vector<Var>& vars, Device target) {
 
 std::string explain(const std::vector<Var>& vars) {
   std::lock_guard<std::recursive_mutex> lock(graph_mutex());
-  std::vector<NodePtr> nodes = pending_nodes(vars, "explain");
+  size_t requested = 0;
+  std::vector<NodePtr> nodes = nodes_to_compute(vars, "explain", false, requested);
   if (nodes.empty()) return "nothing to compute: every Var is already evaluated\n";
   PipelinePlan p = build_pipeline(nodes);
   std::string s = std::to_string(p.kernels.size()) + " kernel(s) for " +
                   std::to_string(p.graph.nodes.size()) + " graph node(s)\n" +
                   dump_plan(p.graph, p.fusion);
+  if (nodes.size() > requested) {
+    s += "also stored, needed again after this evaluation (README \"Lazy evaluation\"):";
+    for (size_t i = requested; i < nodes.size(); ++i)
+      s += " %" + std::to_string(p.graph.outputs[i]);
+    s += "\n";
+  }
   for (size_t k = 0; k < p.kernels.size(); ++k) {
     s += "kernel " + std::to_string(k) + " key " + key_of(p.kernels[k].ir, device()) + "\n";
     // The emitter names the target and any schedule other than the plain loop nest in the

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <unordered_set>
 
+#include "api/kept_values.h"
 #include "meta_ops/index_expr.h"
 #include "runtime/kernel_library.h"
 
@@ -258,12 +259,8 @@ std::string plan_to_dot(const PipelinePlan& p, const std::vector<Var>& vars,
 
 std::string to_dot(const std::vector<Var>& vars) {
   std::lock_guard<std::recursive_mutex> lock(graph_mutex());
-  std::vector<NodePtr> pending;
-  std::unordered_set<const Node*> seen;
-  for (const Var& v : vars) {
-    if (!v.defined()) throw Error("to_dot: a Var is undefined (default-constructed)");
-    if (!v.node()->realized() && seen.insert(v.node().get()).second) pending.push_back(v.node());
-  }
+  size_t requested = 0;  // then the values the evaluation also stores (api/kept_values.h)
+  const std::vector<NodePtr> pending = nodes_to_compute(vars, "to_dot", false, requested);
   if (pending.empty())
     return "digraph metajit {\n  graph [label=\"nothing to compute: every Var is already "
            "evaluated\", labelloc=t, fontname=\"Helvetica\"];\n}\n";

@@ -20,16 +20,28 @@ std::string describe(const Var& v) {
   return std::string(dtype_name(v.dtype())) + shape_str(v.shape());
 }
 
-// The nodes `root` depends on, inputs before users (iterative: graphs can be deep).
+// What grad() differentiates for `n`: a value an evaluation stored because the program held it
+// is differentiated through the op and inputs it had (Node::history, api/kept_values.h).
+const NodePtr& through(const NodePtr& n) {
+  return n->history ? n->history : n;
+}
+
+// Where `n` (seen through its history) is in the order.
+int position_of(const std::unordered_map<const Node*, int>& position, const NodePtr& n) {
+  return position.at(through(n).get());
+}
+
+// The nodes `root` depends on, inputs before users (iterative: graphs can be deep); stored
+// values with a history stand for their history.
 std::vector<NodePtr> topological_order(const NodePtr& root,
                                        std::unordered_map<const Node*, int>& position) {
   std::vector<NodePtr> order;
-  std::vector<std::pair<const NodePtr*, size_t>> stack{{&root, 0}};
-  position.emplace(root.get(), -1);
+  std::vector<std::pair<const NodePtr*, size_t>> stack{{&through(root), 0}};
+  position.emplace(through(root).get(), -1);
   while (!stack.empty()) {
     auto& [n, next] = stack.back();
     if (next < (*n)->inputs.size()) {
-      const NodePtr* in = &(*n)->inputs[next++];
+      const NodePtr* in = &through((*n)->inputs[next++]);
       if (position.emplace(in->get(), -1).second) stack.push_back({in, 0});
       continue;
     }
@@ -51,7 +63,7 @@ std::string find_cut(const std::vector<NodePtr>& order,
       continue;
     }
     for (size_t k = 0; k < n.inputs.size(); ++k) {
-      if (!reaches[size_t(position.at(n.inputs[k].get()))]) continue;
+      if (!reaches[size_t(position_of(position, n.inputs[k]))]) continue;
       if (!is_differentiable_edge(n, k)) return cut_reason(n, k);
       reaches[i] = true;
     }
@@ -81,7 +93,7 @@ std::vector<Var> grad(const Var& loss, const std::vector<Var>& wrt) {
   const size_t count = order.size();
   std::vector<bool> is_wrt(count, false);
   for (const Var& w : wrt) {
-    auto it = position.find(w.node().get());
+    auto it = position.find(through(w.node()).get());
     if (it != position.end()) is_wrt[size_t(it->second)] = true;
   }
   // needs[i]: a gradient flows from node i to some wrt.
@@ -92,11 +104,11 @@ std::vector<Var> grad(const Var& loss, const std::vector<Var>& wrt) {
     needs[i] = is_wrt[i];
     if (n.kind == OpKind::Leaf && n.evaluated && !is_wrt[i]) passes_evaluated = true;
     for (size_t k = 0; k < n.inputs.size() && !needs[i]; ++k)
-      needs[i] = needs[size_t(position.at(n.inputs[k].get()))] && is_differentiable_edge(n, k);
+      needs[i] = needs[size_t(position_of(position, n.inputs[k]))] && is_differentiable_edge(n, k);
   }
   // An evaluated loss has no graph behind it (evaluating drops it): say what to do instead of
   // returning zeros. Checked before anything is built.
-  if (loss.node()->kind == OpKind::Leaf && loss.node()->evaluated)
+  if (loss.node()->kind == OpKind::Leaf && loss.node()->evaluated && !loss.node()->history)
     for (size_t k = 0; k < wrt.size(); ++k)
       if (wrt[k].node() != loss.node())
         throw Error("grad: the loss " + describe(loss) +
@@ -117,14 +129,15 @@ std::vector<Var> grad(const Var& loss, const std::vector<Var>& wrt) {
       std::vector<bool> wanted(n.inputs.size(), false);
       bool any = false;
       for (size_t k = 0; k < n.inputs.size(); ++k) {
-        wanted[k] = needs[size_t(position.at(n.inputs[k].get()))] && is_differentiable_edge(n, k);
+        wanted[k] =
+            needs[size_t(position_of(position, n.inputs[k]))] && is_differentiable_edge(n, k);
         any = any || wanted[k];
       }
       if (!any) continue;
       std::vector<Var> parts = backward(order[i], grads[i], wanted);
       for (size_t k = 0; k < parts.size(); ++k) {
         if (!parts[k].defined()) continue;
-        Var& acc = grads[size_t(position.at(n.inputs[k].get()))];
+        Var& acc = grads[size_t(position_of(position, n.inputs[k]))];
         acc = acc.defined() ? acc + parts[k] : parts[k];
       }
     }
@@ -132,12 +145,13 @@ std::vector<Var> grad(const Var& loss, const std::vector<Var>& wrt) {
   std::vector<Var> out;
   out.reserve(wrt.size());
   for (size_t k = 0; k < wrt.size(); ++k) {
-    auto it = position.find(wrt[k].node().get());
+    auto it = position.find(through(wrt[k].node()).get());
     if (it != position.end() && grads[size_t(it->second)].defined()) {
       out.push_back(grads[size_t(it->second)]);
       continue;
     }
-    std::string why = it == position.end() ? "" : find_cut(order, position, wrt[k].node().get());
+    std::string why =
+        it == position.end() ? "" : find_cut(order, position, through(wrt[k].node()).get());
     std::string msg =
         "grad: wrt[" + std::to_string(k) + "] " + describe(wrt[k]) + " does not affect the loss" +
         (why.empty() ? "" : " (the path is cut by " + why + ")") + "; its gradient is zeros";

@@ -663,6 +663,12 @@ class CppEmitter : public CFamilyEmitter {
     line(d, "}");
   }
 
+  // `dst` ready to be indexed: a pack-once panel's address is a sum ("mj_apre + mj_p * ..."),
+  // which must be parenthesised; a plain name is kept as it is (the same source as before).
+  static std::string array_base(const std::string& dst) {
+    return dst.find(' ') == std::string::npos ? dst : "(" + dst + ")";
+  }
+
   // Packs one operand of the contraction: for the `n` (of `npad`, a multiple of `pw`) rows of A
   // from i = `x0` (or columns of B from j = `x0`) and reduction steps [k0, k0 + kn), value
   // x(row, k) goes to dst[(row / pw) * ps + (k - k0) * pw + row % pw]; padding rows are zero.
@@ -752,10 +758,10 @@ class CppEmitter : public CFamilyEmitter {
         // at a third of the speed), each value stored at its panel position.
         line(dd, "#pragma omp simd");
         line(dd, "for (i64 mj_r = 0; mj_r < " + npad + "; ++mj_r) {");
-        packed_element(
-            "mj_r < " + n, var, x0 + " + mj_r", body, value,
-            dst + "[(mj_r / " + PW + ") * (" + ps + ") + mj_kk * " + PW + " + mj_r % " + PW + "]",
-            dd + 1);
+        packed_element("mj_r < " + n, var, x0 + " + mj_r", body, value,
+                       array_base(dst) + "[(mj_r / " + PW + ") * (" + ps + ") + mj_kk * " + PW +
+                           " + mj_r % " + PW + "]",
+                       dd + 1);
         line(dd, "}");
         return;
       }

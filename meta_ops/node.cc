@@ -1,5 +1,7 @@
 #include "meta_ops/node.h"
 
+#include <algorithm>
+
 namespace metajit {
 
 const char* op_kind_name(OpKind k) {
@@ -51,14 +53,43 @@ bool is_comparison(BinaryOp op) {
   return op >= BinaryOp::Eq && op <= BinaryOp::Ge;
 }
 
+namespace {
+std::atomic<int64_t> nodes_alive{0}, realized_alive{0}, cells_alive{0};
+
+void count_realized(Node& n) {
+  if (n.counted_realized) return;
+  n.counted_realized = true;
+  realized_alive.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace
+
+GraphCounts graph_counts() {
+  GraphCounts c;
+  const int64_t all = nodes_alive.load(std::memory_order_relaxed);
+  const int64_t leaves = realized_alive.load(std::memory_order_relaxed);
+  c.live_vars = uint64_t(std::max<int64_t>(0, cells_alive.load(std::memory_order_relaxed)));
+  c.realized_nodes = uint64_t(std::max<int64_t>(0, leaves));
+  c.pending_nodes = uint64_t(std::max<int64_t>(0, all - leaves));
+  return c;
+}
+
+void count_var_cell(int delta) {
+  cells_alive.fetch_add(delta, std::memory_order_relaxed);
+}
+
 Node::~Node() {
+  nodes_alive.fetch_sub(1, std::memory_order_relaxed);
+  if (counted_realized) realized_alive.fetch_sub(1, std::memory_order_relaxed);
   std::vector<NodePtr> pending = std::move(inputs);
+  if (history) pending.push_back(std::move(history));
   while (!pending.empty()) {
     NodePtr n = std::move(pending.back());
     pending.pop_back();
     // Only the last owner takes the node's inputs over; then `n` dies with no children.
-    if (n && n.use_count() == 1)
+    if (n && n.use_count() == 1) {
       for (NodePtr& in : n->inputs) pending.push_back(std::move(in));
+      if (n->history) pending.push_back(std::move(n->history));
+    }
   }
 }
 
@@ -82,6 +113,8 @@ NodePtr new_node(OpKind kind, DType dtype, Shape shape, std::vector<NodePtr> inp
   n->shape = std::move(shape);
   n->inputs = std::move(inputs);
   n->id = next_id.fetch_add(1, std::memory_order_relaxed);
+  nodes_alive.fetch_add(1, std::memory_order_relaxed);
+  if (kind == OpKind::Leaf) count_realized(*n);
   return n;
 }
 
@@ -94,6 +127,7 @@ void realize(Node& n, BufferPtr data) {
   n.conditions.clear();
   n.bcast.clear();
   n.axes.clear();
+  count_realized(n);
   // Last, so that a thread reading `kind` without the lock (realized_acquire) sees the data.
   std::atomic_ref<OpKind>(n.kind).store(OpKind::Leaf, std::memory_order_release);
 }

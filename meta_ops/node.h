@@ -114,6 +114,26 @@ struct Node : OpAttrs {
   // A jit trace's placeholder for a (non-static) argument: its value may not be read while the
   // function is traced (api/jit_function.cc). -1 for every other node.
   int32_t jit_argument = -1;
+  // Liveness (README "Lazy evaluation"): how many Var cells name this node now (Var's Cell keeps
+  // it, meta_ops/var.cc), and whether assign() moved a variable off it while it was pending (an
+  // older value of a variable: the next value is usually built from it). An evaluation that
+  // computes such a node without being asked for it stores it too (api/kept_values.cc).
+  std::atomic<int32_t> holders{0};
+  bool assigned_away = false;
+  // An evaluation computed this value inside a kernel without storing it. If a later one needs
+  // it again while something still reads it, that one stores it (api/kept_values.cc).
+  bool computed_before = false;
+  // A value an evaluation stored without being asked for it keeps what it was for grad(): a
+  // pending node with its op and inputs, which autograd differentiates through as if the value
+  // were still lazy. Dropped when a variable is assigned away from the value, so the history of
+  // a variable's older values is never kept (api/kept_values.cc).
+  NodePtr history;
+  // Counted among the realized nodes of graph_counts() (set when the node becomes a Leaf).
+  bool counted_realized = false;
+  // Marks a node visited by one walk over the pending graph (api/kept_values.cc), under
+  // graph_mutex(): cheaper than a set on eval's fast path.
+  uint64_t walk_stamp = 0;
+  uint32_t walk_index = 0;  // its place in that walk's order
 
   bool realized() const { return kind == OpKind::Leaf; }
 
@@ -157,5 +177,15 @@ inline bool realized_acquire(const Node& n) {
 
 // Serialises evaluation against graph mutation (realize) from several threads.
 std::recursive_mutex& graph_mutex();
+
+// What the program's lazy graph holds now (Jittor's liveness_info; stats() reports it): Var
+// cells alive (every copy of a Var shares one), nodes still to compute, and realized nodes
+// (leaves holding a value, whether created from data or computed).
+struct GraphCounts {
+  uint64_t live_vars = 0, pending_nodes = 0, realized_nodes = 0;
+};
+GraphCounts graph_counts();
+// Var's cells report their birth and death here (meta_ops/var.cc).
+void count_var_cell(int delta);
 
 }  // namespace metajit

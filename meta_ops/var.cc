@@ -36,11 +36,38 @@ void Var::assign(const Var& value) {
         "assign: called while a jit function is traced; the assignment would happen once, at "
         "trace time, and never on replay. Return the new value from the function and assign it "
         "after the call, or use an optimizer's jit_step (README \"Training\")");
-  cell_->node = value.node();
+  NodePtr old = cell_->set(value.node());
+  // The variable's older value (README "Lazy evaluation"): pending, an evaluation that computes
+  // it while something still reads it stores it, so a chain of updates is computed once; already
+  // stored, it no longer keeps a graph for grad(), so the history of a variable stays bounded.
+  if (old && old != cell_->node && old->holders.load(std::memory_order_relaxed) == 0) {
+    std::lock_guard<std::recursive_mutex> lock(graph_mutex());  // evaluation reads both marks
+    if (old->realized())
+      old->history.reset();
+    else
+      old->assigned_away = true;
+  }
+}
+
+Var::Cell::Cell(NodePtr n) : node(std::move(n)) {
+  count_var_cell(1);
+  if (node) node->holders.fetch_add(1, std::memory_order_relaxed);
+}
+
+Var::Cell::~Cell() {
+  count_var_cell(-1);
+  if (node) node->holders.fetch_sub(1, std::memory_order_relaxed);
+}
+
+NodePtr Var::Cell::set(NodePtr n) {
+  if (n) n->holders.fetch_add(1, std::memory_order_relaxed);
+  if (node) node->holders.fetch_sub(1, std::memory_order_relaxed);
+  std::swap(node, n);
+  return n;
 }
 
 void detail::rebind_var(const Var& v, NodePtr node) {
-  v.cell_->node = std::move(node);
+  v.cell_->set(std::move(node));
 }
 
 }  // namespace metajit

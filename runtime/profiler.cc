@@ -10,7 +10,9 @@
 #include <string>
 #include <unordered_map>
 
+#include "base/buffer.h"
 #include "base/config.h"
+#include "meta_ops/node.h"
 
 namespace metajit {
 
@@ -243,6 +245,14 @@ std::string profile_report() {
                     " from disk" +
                     (from_remote ? ", " + std::to_string(from_remote) + " from the remote" : "") +
                     ")" + (on ? "" : "; profiling is off now") + "\n";
+  // Whether the program's lazy graph stays flat (README "Lazy evaluation").
+  const GraphCounts graph = graph_counts();
+  const AllocatorStats memory = allocator_stats();
+  out += "lazy graph: " + std::to_string(graph.live_vars) + " live Vars, " +
+         std::to_string(graph.pending_nodes) + " pending nodes, " +
+         std::to_string(graph.realized_nodes) + " realized nodes; " +
+         fmt_bytes(double(memory.bytes_in_use)) + " in use (peak " +
+         fmt_bytes(double(memory.peak_bytes)) + ")\n";
 
   // One row of cells per kernel; columns separated by two spaces, so no cell has two in a row.
   const std::vector<std::string> head = {"key",     "ops",        "calls", "total", "mean",

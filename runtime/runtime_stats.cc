@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "base/buffer.h"
+#include "meta_ops/node.h"
 #include "remote_cache/remote_store.h"
 
 namespace metajit {
@@ -54,6 +55,10 @@ Stats stats() {
   s.remote_errors = r.errors.load() - b->errors;
   s.remote_timeouts = r.timeouts.load() - b->timeouts;
   s.remote_uploads = r.uploads.load() - b->uploads;
+  const GraphCounts graph = graph_counts();
+  s.live_vars = graph.live_vars;
+  s.pending_nodes = graph.pending_nodes;
+  s.realized_nodes = graph.realized_nodes;
   return s;
 }
 
@@ -68,7 +73,7 @@ void reset_stats() {
   RemoteCounters& r = remote_counters();
   {
     std::lock_guard<std::mutex> lock(baseline_mu);
-    remote_baseline = {r.hits.load(),  r.misses.load(),   r.rejected.load(),
+    remote_baseline = {r.hits.load(),   r.misses.load(),   r.rejected.load(),
                        r.errors.load(), r.timeouts.load(), r.uploads.load()};
   }
   reset_allocator_peak();

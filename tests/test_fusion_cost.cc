@@ -140,6 +140,16 @@ TEST_CASE("softmax -> matmul: one statistics kernel and a contraction with exp a
   check_against_reference(grads);
 }
 
+// Found by the lazy-values tests: exp prologues on both operands of a contraction whose panels
+// are packed once generated `mj_bpre + mj_p * mj_k * 16[...]`, which did not compile.
+TEST_CASE("transcendental prologues on panels packed once compile and match the reference",
+          "[fusion][cost]") {
+  Var x = rand({64, 32}, 1), w = rand({32, 16}, 2);
+  eval({x, w});
+  check_against_reference(matmul(exp(x), exp(w)));
+  check_against_reference(sum(matmul(exp(x) * 0.5, tanh(w))));
+}
+
 TEST_CASE("a producer too costly to repeat while packing a conv2d operand is stored",
           "[fusion][cost]") {
   Var x = randn({2, 4, 9, 9}, 1), w = randn({5, 4, 3, 3}, 2), mu = randn({1, 4, 1, 1}, 3);

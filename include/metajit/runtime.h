@@ -45,6 +45,11 @@ struct Stats {
   // key), failed operations (of those, timeouts), kernels uploaded.
   uint64_t remote_hits = 0, remote_misses = 0, remote_rejected = 0, remote_errors = 0,
            remote_timeouts = 0, remote_uploads = 0;
+  // The lazy graph now (README "Lazy evaluation"; Jittor's liveness_info): Var handles alive
+  // (copies of a Var share one), graph nodes still to compute, and realized nodes holding a
+  // value. Not counters: reset_stats() leaves them. A training loop whose numbers grow from
+  // step to step is keeping history it should not.
+  uint64_t live_vars = 0, pending_nodes = 0, realized_nodes = 0;
 };
 Stats stats();
 void reset_stats();  // zeroes counters; peak_bytes restarts from bytes_in_use

@@ -28,7 +28,7 @@ void rebind_var(const Var& v, NodePtr node);
 class Var {
  public:
   Var() = default;
-  explicit Var(NodePtr node) : cell_(std::make_shared<Cell>(Cell{std::move(node)})) {}
+  explicit Var(NodePtr node) : cell_(std::make_shared<Cell>(std::move(node))) {}
 
   const Shape& shape() const;
   DType dtype() const;
@@ -74,8 +74,16 @@ class Var {
   const void* realized_data(DType want, const char* what) const;
   void check_item() const;
 
+  // The variable every copy shares. It tells its node that a Var names it (meta_ops/var.cc):
+  // an evaluation stores the values the program holds (README "Lazy evaluation").
   struct Cell {
-    NodePtr node;
+    explicit Cell(NodePtr n);
+    ~Cell();
+    Cell(const Cell&) = delete;
+    Cell& operator=(const Cell&) = delete;
+    // Names `n` from now on; returns the node named before.
+    NodePtr set(NodePtr n);
+    NodePtr node;  // written only through set()
   };
   friend void detail::rebind_var(const Var& v, NodePtr node);
   static inline const NodePtr null_node_{};

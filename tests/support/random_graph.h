@@ -130,8 +130,26 @@ inline std::string num(double v) {
 }
 
 // One value of the graph under construction and what the generator knows about it.
+// A value of the graph as the generator keeps it: its node, not a Var. A Var the program holds
+// is stored when an evaluation computes it (README "Lazy evaluation"), so holding every
+// intermediate would leave nothing for the fusion planner to fuse; the generator only builds.
+class HeldNode {
+ public:
+  HeldNode() = default;
+  HeldNode(const Var& v) : node_(v.node()) {}  // NOLINT: stands in for a Var
+  operator Var() const { return Var(node_); }  // NOLINT
+  const NodePtr& node() const { return node_; }
+  const Shape& shape() const { return node_->shape; }
+  DType dtype() const { return node_->dtype; }
+  int64_t ndim() const { return int64_t(node_->shape.size()); }
+  int64_t numel() const { return node_->numel(); }
+
+ private:
+  NodePtr node_;
+};
+
 struct Value {
-  Var var;
+  HeldNode var;
   std::string name;
   double bound = 0;      // max |value| (kInf when unbounded)
   bool may_nan = false;  // NaN may appear
@@ -697,11 +715,12 @@ class GraphGenerator {
     } else {
       y = compatible(pick_value(), x.var.shape());
     }
+    const Var xv = x.var, yv = scalar_form ? Var() : Var(y.var);
     auto apply = [&](auto f) -> Var {
-      if (scalar_form) return scalar_left ? f(s, x.var) : f(x.var, s);
-      return f(x.var, y.var);
+      if (scalar_form) return scalar_left ? f(s, xv) : f(xv, s);
+      return f(xv, yv);
     };
-    auto apply_right = [&](auto f) -> Var { return scalar_form ? f(x.var, s) : f(x.var, y.var); };
+    auto apply_right = [&](auto f) -> Var { return scalar_form ? f(xv, s) : f(xv, yv); };
     const double by = scalar_form ? std::fabs(s) : y.bound;
     const bool ynan = scalar_form ? false : y.may_nan;
     const bool yfrag = scalar_form ? false : y.fragile;
