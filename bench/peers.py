@@ -11,7 +11,8 @@ This script installs nothing: a framework that does not import prints
                            [--frameworks numpy,torch,jax,jittor]
 
 The training rows (one optimizer step of three small models) are in peers_training.py;
-`--only train` runs just them.
+`--only train` runs just them. The transformer block's train step and forward are in
+peers_transformer.py (`--only transformer`).
 
 Running it again (say, Jittor from another interpreter: Jittor 1.3 wants numpy<2, JAX 0.10
 wants numpy>=2) replaces only the rows of the frameworks it runs.
@@ -28,6 +29,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peers_training  # noqa: E402 - the training rows, kept in their own file
+import peers_transformer  # noqa: E402 - the transformer rows, likewise
 
 # The same names as the C++ rows, so that the two halves line up.
 SELU = "selu 16M"
@@ -519,6 +521,17 @@ def main():
         skipped.extend(s for s in train_skipped if s not in skipped)
         names.extend(train_names)
 
+    # The transformer block (peers_transformer.py), which also checks metajit's C++ rows against
+    # its float64 reference and writes the result into them.
+    tf_names = [n for n in peers_transformer.WORKLOADS if args.only in n]
+    extra_notes = []
+    if tf_names:
+        tf, tf_skipped, extra_notes = peers_transformer.transformer_rows(
+            np, wanted, tf_names, cpp, args.budget, max_rel_err)
+        rows.extend(tf)
+        skipped.extend(s for s in tf_skipped if s not in skipped)
+        names.extend(tf_names)
+
     print()
     print("Python peers (floor and metajit times from the C++ rows of %s)" % args.json)
     last = None
@@ -530,6 +543,8 @@ def main():
     for row in rows:
         if row["note"]:
             print("  %s / %s: %s" % (row["workload"], row["impl"], row["note"]))
+    for line in extra_notes:
+        print("  " + line)
 
     doc["rows"].extend(rows)
     doc.setdefault("meta", {})["python_target"] = args.target

@@ -163,6 +163,9 @@ void write_json(const Report& report, const std::string& path, const std::string
                           {"note", r.note},
                           {"max_rel_err", num(r.max_rel_err)},
                           {"reps", r.reps}};
+    if (!std::isnan(r.loss_first)) row["loss_first"] = r.loss_first;
+    if (!std::isnan(r.loss_after_check)) row["loss_after_check"] = r.loss_after_check;
+    if (!r.logits_probe.empty()) row["logits_probe"] = r.logits_probe;
     j["rows"].push_back(row);
   }
   j["notes"] = report.notes;

@@ -23,6 +23,11 @@ struct Row {
   std::string note;                 // skipped / failed / how measured
   double max_rel_err = kNaN;
   int reps = 0;
+  // What bench/peers.py checks against its float64 numpy reference (the transformer rows; NaN /
+  // empty elsewhere, and then not written to the JSON): the first train step's loss, the loss
+  // of the last warm-up step, and forward values at fixed positions.
+  double loss_first = kNaN, loss_after_check = kNaN;
+  std::vector<double> logits_probe;
 };
 
 struct FloorInfo {

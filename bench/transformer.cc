@@ -2,14 +2,23 @@
 // position embeddings, LayerNorm, 2-head causal self-attention out of a packed qkv, a tanh-GELU
 // FFN, a final LayerNorm and the vocabulary projection, cross-entropy over every position;
 // B16 T64 D128 H2 FFN512 vocab 64, as issue 24 measured it. Two rows: an Adam train step (one
-// jit_step) and the forward (one jit function). metajit's rows only for now: the PyTorch, JAX
-// peers from identical weights are still to be written (bench/README.md).
+// jit_step) and the forward (one jit function). bench/peers_transformer.py builds the same
+// model in PyTorch (eager, torch.compile) and JAX from the same weights and data, and checks
+// the first loss and forward values this file records against a float64 numpy forward.
 #include "bench/transformer.h"
 
 #include <metajit/metajit.h>
 
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <functional>
 #include <iostream>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace bench {
 namespace {
@@ -18,6 +27,45 @@ using metajit::Shape;
 using metajit::Var;
 
 constexpr int64_t kB = 16, kT = 64, kD = 128, kH = 2, kF = 512, kV = 64;
+// Train steps before the timing whose losses the row records (CHECK_STEPS in
+// bench/peers_transformer.py: the peers' loss_after_check is taken after as many).
+constexpr int kCheckSteps = 20;
+
+// Weights and data from a formula numpy computes bit for bit (bench/peers_transformer.py
+// `hashed_uniform` / `hashed_ids`, bench/README.md "Transformer"), so that every framework
+// starts from the same values: element i of stream s is splitmix64((s << 32) + i).
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// u = the hash's top 24 bits / 2^24 in [0, 1), then (2u - 1) * std * sqrt(3): uniform with
+// standard deviation `std`. 2u - 1 is exact in double, so the product and the cast to float are
+// the only roundings, the same in numpy.
+Var hashed_uniform(uint64_t stream, Shape shape, double std) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  const double a = std * std::sqrt(3.0);
+  std::vector<float> v(size_t(n), 0.f);
+  for (int64_t i = 0; i < n; ++i) {
+    const double u = double(splitmix64((stream << 32) + uint64_t(i)) >> 40) * 0x1p-24;
+    v[size_t(i)] = float((2.0 * u - 1.0) * a);
+  }
+  return metajit::array(v, std::move(shape));
+}
+
+// Class / token ids in [0, 64): the hash's top 6 bits.
+Var hashed_ids(uint64_t stream, Shape shape) {
+  static_assert(kV == 64, "the ids are the hash's top 6 bits");
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<int32_t> v(size_t(n), 0);
+  for (int64_t i = 0; i < n; ++i)
+    v[size_t(i)] = int32_t(splitmix64((stream << 32) + uint64_t(i)) >> 58);
+  return metajit::array(v, std::move(shape));
+}
 
 struct Block {
   Var tok, pos, g1, b1, wqkv, bqkv, wo, bo, g2, b2, w1, c1, w2, c2, gf, bf, wout, mask;
@@ -53,19 +101,16 @@ Var logits(const Block& p, const Var& ids) {
   return matmul(layer_norm(h, p.gf, p.bf), p.wout);
 }
 
+// Parameter p of Block::params() is stream p: matrices uniform with std 0.02, LayerNorm gains
+// 1, biases 0. The ids are stream 17, the targets stream 18.
 Block make_block() {
-  uint64_t seed = 31;
-  auto normal = [&](Shape s, double scale) {
-    Var v = metajit::randn(std::move(s), seed++) * scale;
-    metajit::eval({v});
-    return v;
-  };
-  Block p{normal({kV, kD}, 0.02), normal({kT, kD}, 0.02),     metajit::ones({kD}),
-          metajit::zeros({kD}),   normal({kD, 3 * kD}, 0.02), metajit::zeros({3 * kD}),
-          normal({kD, kD}, 0.02), metajit::zeros({kD}),       metajit::ones({kD}),
-          metajit::zeros({kD}),   normal({kD, kF}, 0.02),     metajit::zeros({kF}),
-          normal({kF, kD}, 0.02), metajit::zeros({kD}),       metajit::ones({kD}),
-          metajit::zeros({kD}),   normal({kD, kV}, 0.02),     Var()};
+  auto w = [](uint64_t p, Shape s) { return hashed_uniform(p, std::move(s), 0.02); };
+  Block p{w(0, {kV, kD}),       w(1, {kT, kD}),       metajit::ones({kD}),
+          metajit::zeros({kD}), w(4, {kD, 3 * kD}),   metajit::zeros({3 * kD}),
+          w(6, {kD, kD}),       metajit::zeros({kD}), metajit::ones({kD}),
+          metajit::zeros({kD}), w(10, {kD, kF}),      metajit::zeros({kF}),
+          w(12, {kF, kD}),      metajit::zeros({kD}), metajit::ones({kD}),
+          metajit::zeros({kD}), w(16, {kD, kV}),      Var()};
   std::vector<float> m(size_t(kT * kT));
   for (int64_t i = 0; i < kT; ++i)
     for (int64_t j = 0; j < kT; ++j) m[size_t(i * kT + j)] = j <= i ? 0.f : -1e9f;
@@ -74,6 +119,16 @@ Block make_block() {
   all.push_back(p.mask);
   metajit::eval(all);
   return p;
+}
+
+// The logits of positions (b, t) = (0, 0), (0, T-1), (B-1, T/2), all V classes each (PROBE in
+// bench/peers_transformer.py), for the float64 check of the forward in peers.py.
+std::vector<double> logits_probe(const Var& logits) {
+  const std::vector<float> all = logits.to_vector<float>();
+  std::vector<double> out;
+  for (auto [b, t] : {std::pair<int64_t, int64_t>{0, 0}, {0, kT - 1}, {kB - 1, kT / 2}})
+    for (int64_t c = 0; c < kV; ++c) out.push_back(all[size_t((b * kT + t) * kV + c)]);
+  return out;
 }
 
 Row row_of(const std::string& workload, const Timing& t) {
@@ -85,8 +140,30 @@ Row row_of(const std::string& workload, const Timing& t) {
     r.seconds = t.median_s;
   else
     r.note = t.error.empty() ? "not measured" : t.error;
-  r.note += (r.note.empty() ? "" : "; ") + std::string("peers not written yet");
   return r;
+}
+
+// The first kCheckSteps steps on the fixed batch, not timed: peers.py checks the first loss
+// against its float64 reference (the steps change the weights, so they come after the
+// forward's probe, and before measure()'s warm-up calls). Returns the note for the row.
+std::string check_steps(Row& r, const std::function<float()>& step) {
+  try {
+    for (int s = 0; s < kCheckSteps; ++s) {
+      const double loss = step();
+      if (s == 0) r.loss_first = loss;
+      r.loss_after_check = loss;
+    }
+  } catch (const std::exception& e) {
+    return std::string("check steps failed: ") + e.what();
+  }
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "weights: splitmix64 formula; loss %.4f -> %.4f over %d steps",
+                r.loss_first, r.loss_after_check, kCheckSteps);
+  return buf;
+}
+
+void add_note(Row& r, const std::string& note) {
+  r.note += (r.note.empty() ? "" : "; ") + note;
 }
 
 }  // namespace
@@ -97,8 +174,8 @@ void run_transformer(Report& report, const Options& opt) {
   if (!opt.wanted(step_name) && !opt.wanted(fwd_name)) return;
   std::cerr << "bench: transformer block ..." << std::endl;
   auto p = std::make_shared<Block>(make_block());
-  Var ids = metajit::cast(metajit::rand({kB, kT}, 91) * double(kV - 1), metajit::DType::Int32);
-  Var tgt = metajit::cast(metajit::rand({kB * kT}, 92) * double(kV - 1), metajit::DType::Int32);
+  Var ids = hashed_ids(17, {kB, kT});
+  Var tgt = hashed_ids(18, {kB * kT});
   metajit::eval({ids, tgt});
   auto adam = std::make_shared<metajit::Adam>(p->params(), 1e-3);
   auto step =
@@ -110,19 +187,37 @@ void run_transformer(Report& report, const Options& opt) {
               "transformer train step"));
   auto fwd = std::make_shared<decltype(metajit::jit(std::function<Var(Var)>()))>(metajit::jit(
       std::function<Var(Var)>([p](Var i) { return logits(*p, i); }), "transformer forward"));
+  // From the initial weights: before any train step.
+  std::vector<double> probe;
+  std::string probe_note = "weights: splitmix64 formula; logits of 3 positions recorded";
+  try {
+    if (opt.wanted(fwd_name)) probe = logits_probe((*fwd)(ids));
+  } catch (const std::exception& e) {
+    probe_note = std::string("forward failed before timing: ") + e.what();
+  }
   if (opt.wanted(step_name)) {
+    auto run = [step, ids, tgt] { return (*step)(ids, tgt).item<float>(); };
+    Row checked;
+    const std::string note = check_steps(checked, run);
     Impl im;
     im.name = "metajit";
-    im.run = [step, ids, tgt] { (*step)(ids, tgt).item<float>(); };
+    im.run = [run] { run(); };
     std::vector<Impl> impls = {im};
-    report.rows.push_back(row_of(step_name, measure(impls, opt.schedule, 1e-3)[0]));
+    Row r = row_of(step_name, measure(impls, opt.schedule, 1e-3)[0]);
+    r.loss_first = checked.loss_first;
+    r.loss_after_check = checked.loss_after_check;
+    add_note(r, note);
+    report.rows.push_back(r);
   }
   if (opt.wanted(fwd_name)) {
     Impl im;
     im.name = "metajit";
     im.run = [fwd, ids] { metajit::eval({(*fwd)(ids)}); };
     std::vector<Impl> impls = {im};
-    report.rows.push_back(row_of(fwd_name, measure(impls, opt.schedule, 1e-3)[0]));
+    Row r = row_of(fwd_name, measure(impls, opt.schedule, 1e-3)[0]);
+    r.logits_probe = probe;
+    add_note(r, probe_note);
+    report.rows.push_back(r);
   }
 }
 

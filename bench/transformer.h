@@ -5,7 +5,8 @@
 
 namespace bench {
 
-// Appends the train-step and forward rows (metajit's; the peers are still to come).
+// Appends metajit's train-step and forward rows, with the first losses and forward values that
+// bench/peers_transformer.py checks; its PyTorch and JAX rows get the ratios.
 void run_transformer(Report& report, const Options& options);
 
 }  // namespace bench
