@@ -12,7 +12,8 @@ This script installs nothing: a framework that does not import prints
 
 The training rows (one optimizer step of three small models) are in peers_training.py;
 `--only train` runs just them. The transformer block's train step and forward are in
-peers_transformer.py (`--only transformer`).
+peers_transformer.py (`--only transformer`), Jittor's lazy training loop in peers_lazy_loop.py
+(`--only lazy`).
 
 Running it again (say, Jittor from another interpreter: Jittor 1.3 wants numpy<2, JAX 0.10
 wants numpy>=2) replaces only the rows of the frameworks it runs.
@@ -30,6 +31,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peers_training  # noqa: E402 - the training rows, kept in their own file
 import peers_transformer  # noqa: E402 - the transformer rows, likewise
+import peers_lazy_loop  # noqa: E402 - the lazy training loop
 
 # The same names as the C++ rows, so that the two halves line up.
 SELU = "selu 16M"
@@ -531,6 +533,15 @@ def main():
         rows.extend(tf)
         skipped.extend(s for s in tf_skipped if s not in skipped)
         names.extend(tf_names)
+
+    # Jittor's lazy training loop (peers_lazy_loop.py): step 10 against step 1,000 of one run.
+    lazy_names = [n for n in peers_lazy_loop.WORKLOADS if args.only in n]
+    if lazy_names:
+        lazy, lazy_skipped = peers_lazy_loop.lazy_loop_rows(np, wanted, lazy_names, cpp,
+                                                            import_jittor)
+        rows.extend(lazy)
+        skipped.extend(s for s in lazy_skipped if s not in skipped)
+        names.extend(lazy_names)
 
     print()
     print("Python peers (floor and metajit times from the C++ rows of %s)" % args.json)
