@@ -257,7 +257,10 @@ class CppEmitter : public CFamilyEmitter {
   void reduce_stmt(const KStmt& st, int depth) override { reduce_stmt(st, depth, false); }
 
   // Contractions with at least this many output columns take the target's wide tile (its
-  // panels then at most a quarter padding), fewer the narrow one (cpu_target.h).
+  // panels then at most a quarter padding), fewer the narrow one (cpu_target.h) unless the wide
+  // tile's panels are at most a quarter padding anyway (128 or 192 columns on AVX-512: 6x16 has
+  // 6 accumulators, too few to keep two FMA units busy; [1024,512]x[512,128] ran at 187
+  // GFLOP/s on it, 228 on 6x64, on 2 threads of an AVX-512 Xeon).
   static constexpr int kWideTileMinColumns = 256;
 
   // A Reduce statement: its loops with a SIMD reduction on the innermost one; with `parallel`
@@ -1019,7 +1022,8 @@ class CppEmitter : public CFamilyEmitter {
     schedule_ =
         std::string("contraction, packed A and B panels, ") + target_.name() + " " +
         tile_name(wide) +
-        (two_tiles ? " (below " + std::to_string(kWideTileMinColumns) + " columns " +
+        (two_tiles ? " (below " + std::to_string(kWideTileMinColumns) + " columns, unless " +
+                         std::to_string(wide.nr) + "-wide panels are at most a quarter padding, " +
                          tile_name(narrow) + ")"
                    : "") +
         (a_once ? "; A packed once per launch" : "") +
@@ -1194,7 +1198,13 @@ class CppEmitter : public CFamilyEmitter {
     std::string cols = eji;
     if (merged)
       for (const std::string& e : merged->outer_extents) cols += " * " + e;
-    line(1, "if (" + cols + " >= " + std::to_string(kWideTileMinColumns) + ") {");
+    // Wide when its panels would be at most a quarter padding: 256 columns and more, or a
+    // multiple of the wide tile's width near enough (128 columns: two whole 64-wide panels).
+    const std::string NRW = std::to_string(wide.nr);
+    line(1, "const i64 mj_cols = " + cols + ", mj_colsp = (mj_cols + " + NRW + " - 1) / " + NRW +
+                " * " + NRW + ";");
+    line(1, "if (mj_cols >= " + std::to_string(kWideTileMinColumns) + " || (mj_cols >= " + NRW +
+                " && (mj_colsp - mj_cols) * 4 <= mj_colsp)) {");
     ++indent_;
     schedule(wide, "mj_micro");
     --indent_;

@@ -11,8 +11,9 @@ namespace metajit {
 // Bump when the emitted source for the same IR changes.
 // 17: scatters split an independent target loop between threads; 18: speculative gather loads;
 // 19: their row tests hoisted; 20: contraction operands with a prologue (element-wise work on
-// hoisted row values, computed while packing)
-inline constexpr const char* kCodegenVersion = "cpp-20";
+// hoisted row values, computed while packing); 21: AVX-512 contractions of 64 to 255 columns
+// whose 64-wide panels are at most a quarter padding (128, 192) take the 6x64 tile
+inline constexpr const char* kCodegenVersion = "cpp-21";
 
 class KernelKeyBuilder {
  public:
