@@ -11,6 +11,8 @@ The batches are not metajit's (its rand() stream is its own): the step's work is
 import statistics
 import time
 
+import peers_training
+
 EARLY = "lazy loop MLP 1-10-1 sgd step 10"
 LATE = "lazy loop MLP 1-10-1 sgd step 1000"
 WORKLOADS = [EARLY, LATE]
@@ -77,15 +79,10 @@ def lazy_loop_rows(np, frameworks, names, cpp, import_jittor):
     for pkg, impl, run in loops:
         if pkg not in frameworks:
             continue
-        try:
-            times, loss = run()
-        except ImportError:
-            skipped.append("%s not installed (lazy loop)" % pkg)
+        result = peers_training.set_up_peer(pkg, "lazy loop", run, skipped)
+        if result is None:
             continue
-        except (Exception, SystemExit) as e:  # noqa: BLE001 - report, do not stop the others
-            reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-            skipped.append("%s skipped (lazy loop): %s" % (pkg, reason))
-            continue
+        times, loss = result
         for name, lo in ((EARLY, 5), (LATE, 995)):
             if name not in names:
                 continue

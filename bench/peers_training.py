@@ -375,6 +375,21 @@ def time_steps(trainer, budget):
     return statistics.median(samples), reps
 
 
+def set_up_peer(pkg, what, make, skipped):
+    """make()'s implementations of framework `pkg`, or None when it does not import or fails
+    to set up: then a line says why and `skipped` gets the reason (`what`: whose rows)."""
+    try:
+        return make()
+    except ImportError:
+        print("skipped: %s not installed (%s rows)" % (pkg, what))
+        skipped.append("%s not installed" % pkg)
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - report, do not stop the others
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        print("skipped: %s (%s rows): %s" % (pkg, what, reason))
+        skipped.append("%s skipped (%s): %s" % (pkg, what, reason))
+    return None
+
+
 def train_rows(np, frameworks, names, cpp, budget, import_jittor):
     """Runs the training workloads in `names` for the frameworks in `frameworks` (names as in
     peers.py's --frameworks); cpp maps workload -> metajit's C++ row. Returns (rows, skipped)."""
@@ -387,16 +402,8 @@ def train_rows(np, frameworks, names, cpp, budget, import_jittor):
     for pkg, make in makers:
         if pkg not in frameworks:
             continue
-        try:
-            impls = make()
-        except ImportError:
-            print("skipped: %s not installed (training rows)" % pkg)
-            skipped.append("%s not installed" % pkg)
-            continue
-        except (Exception, SystemExit) as e:  # noqa: BLE001 - report, do not stop the others
-            reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-            print("skipped: %s (training rows): %s" % (pkg, reason))
-            skipped.append("%s skipped (training): %s" % (pkg, reason))
+        impls = set_up_peer(pkg, "training", make, skipped)
+        if impls is None:
             continue
         for impl, per_workload in impls.items():
             for name in names:

@@ -386,16 +386,9 @@ def transformer_rows(np, frameworks, names, cpp, budget, max_rel_err):
     for pkg, make in (("torch", torch_impls), ("jax", jax_impls)):
         if pkg not in frameworks:
             continue
-        try:
-            impls = make(np, init, ids, tgt)
-        except ImportError:
-            print("skipped: %s not installed (transformer rows)" % pkg)
-            skipped.append("%s not installed" % pkg)
-            continue
-        except (Exception, SystemExit) as e:  # noqa: BLE001 - report, do not stop the others
-            reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-            print("skipped: %s (transformer rows): %s" % (pkg, reason))
-            skipped.append("%s skipped (transformer): %s" % (pkg, reason))
+        impls = peers_training.set_up_peer(pkg, "transformer",
+                                           lambda: make(np, init, ids, tgt), skipped)
+        if impls is None:
             continue
         for impl, per_workload in impls.items():
             for name in names:
