@@ -347,14 +347,20 @@ def check_and_warm(np, name, trainer, batches, held, init):
     if held is not None:
         logits = numpy_forward(np, name, trainer.params(), held[0])
         note += ", held-out accuracy %.3f" % float(np.mean(logits.argmax(axis=1) == held[1]))
+    return loss_problem(losses, first, last, ref, rel, LOSS_TOLERANCE), note, first, last
+
+
+def loss_problem(losses, first, last, ref, rel, tolerance):
+    """What is wrong with a peer's first training steps, or None: a non-finite loss, a first loss
+    `rel` away from the float64 reference `ref` beyond `tolerance`, or no decrease."""
     if not all(math.isfinite(v) for v in losses):
-        return "non-finite loss", note, first, last
-    if not rel <= LOSS_TOLERANCE:
+        return "non-finite loss"
+    if not rel <= tolerance:
         return ("first loss %.6g, float64 reference %.6g (rel err %.3g, tolerance %.0e)"
-                % (first, ref, rel, LOSS_TOLERANCE)), note, first, last
+                % (first, ref, rel, tolerance))
     if not last < first:
-        return "loss did not decrease", note, first, last
-    return None, note, first, last
+        return "loss did not decrease"
+    return None
 
 
 def time_steps(trainer, budget):

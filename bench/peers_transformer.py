@@ -253,14 +253,8 @@ def check_step(np, trainer, ref_loss):
     rel = abs(first - ref_loss) / abs(ref_loss)
     note = "loss %.4f -> %.4f over %d steps (float64 first loss %.4f)" % (
         first, last, CHECK_STEPS, ref_loss)
-    if not all(math.isfinite(v) for v in losses):
-        return "non-finite loss", note, first, last
-    if not rel <= TOLERANCE:
-        return ("first loss %.6g, float64 reference %.6g (rel err %.3g, tolerance %.0e)"
-                % (first, ref_loss, rel, TOLERANCE)), note, first, last
-    if not last < first:
-        return "loss did not decrease", note, first, last
-    return None, note, first, last
+    problem = peers_training.loss_problem(losses, first, last, ref_loss, rel, TOLERANCE)
+    return problem, note, first, last
 
 
 def check_forward(np, trainer, ref_logits, max_rel_err):
