@@ -305,7 +305,9 @@ std::string CFamilyEmitter::unary(UnaryOp op, DType t, const std::string& x) con
       case UnaryOp::Abs:
         return builtin("fabs");
       case UnaryOp::Exp:
-        return fn("exp");
+        // The C++ prelude's guarded exp (codegen/cpp_emitter.cc, mj_expf); CUDA's expf has no
+        // slow lanes.
+        return dialect_ == Dialect::Cuda ? fn("exp") : fn("mj_exp");
       case UnaryOp::Log:
         return fn("log");
       case UnaryOp::Sqrt:

@@ -47,6 +47,22 @@ double tanh(double);
 #pragma omp declare simd notinbranch
 double pow(double, double);
 }
+// exp that never hands libmvec an argument far below the underflow threshold: glibc's vector
+// exp computes a whole vector with scalar calls when one lane is outside its fast range, and
+// attention masks put -1e9 or -inf in half the scores (a masked softmax row sum ran 7x slower,
+// 215 against 33 us, measured). Below -104 (float) or -746 (double) exp is 0 to the last bit,
+// so those lanes get the argument 0 and the result 0; NaN keeps its lane. The guard is a bit
+// mask, not a select: g++ folds a select on the argument back into the call.
+static inline float mj_expf(float x) {
+  const int keep = -(int)!(x < -104.0f);
+  const float e = expf(__builtin_bit_cast(float, __builtin_bit_cast(int, x) & keep));
+  return __builtin_bit_cast(float, __builtin_bit_cast(int, e) & keep);
+}
+static inline double mj_exp(double x) {
+  const long long keep = -(long long)!(x < -746.0);
+  const double e = exp(__builtin_bit_cast(double, __builtin_bit_cast(long long, x) & keep));
+  return __builtin_bit_cast(double, __builtin_bit_cast(long long, e) & keep);
+}
 extern "C" void* malloc(unsigned long);
 extern "C" void free(void*);
 extern "C" int omp_get_max_threads(void);
@@ -666,12 +682,6 @@ class CppEmitter : public CFamilyEmitter {
     line(d, "}");
   }
 
-  // `dst` ready to be indexed: a pack-once panel's address is a sum ("mj_apre + mj_p * ..."),
-  // which must be parenthesised; a plain name is kept as it is (the same source as before).
-  static std::string array_base(const std::string& dst) {
-    return dst.find(' ') == std::string::npos ? dst : "(" + dst + ")";
-  }
-
   // Packs one operand of the contraction: for the `n` (of `npad`, a multiple of `pw`) rows of A
   // from i = `x0` (or columns of B from j = `x0`) and reduction steps [k0, k0 + kn), value
   // x(row, k) goes to dst[(row / pw) * ps + (k - k0) * pw + row % pw]; padding rows are zero.
@@ -756,16 +766,7 @@ class CppEmitter : public CFamilyEmitter {
         return;
       }
       if (span_tests.empty() && has_transcendental(body)) {
-        // exp/log/tanh... per element: one vector loop over every row of the block (pw rows
-        // of a panel are fewer than a vector's lanes: softmax's exp packed 6 at a time ran
-        // at a third of the speed), each value stored at its panel position.
-        line(dd, "#pragma omp simd");
-        line(dd, "for (i64 mj_r = 0; mj_r < " + npad + "; ++mj_r) {");
-        packed_element("mj_r < " + n, var, x0 + " + mj_r", body, value,
-                       array_base(dst) + "[(mj_r / " + PW + ") * (" + ps + ") + mj_kk * " + PW +
-                           " + mj_r % " + PW + "]",
-                       dd + 1);
-        line(dd, "}");
+        pack_transcendental_rows(body, value, var, pw, dst, ps, x0, n, npad, dd);
         return;
       }
       line(dd, "for (i64 mj_q = 0; mj_q < " + npad + "; mj_q += " + PW + ") {");
@@ -806,6 +807,39 @@ class CppEmitter : public CFamilyEmitter {
     });
   }
 
+  // exp/log/tanh... per packed element: vector loops over the block's rows, a whole number of
+  // panels of at least 64 rows at a time (pw rows of a panel are fewer than a vector's lanes:
+  // softmax's exp packed 6 at a time ran at a third of the speed). The rows inside the
+  // operand are computed without a branch (a call under `if` is not vectorised: libmvec's
+  // variants are unmasked) into a row buffer, the padding rows are zeroed, and each panel's pw
+  // values are copied to their place (a scatter in the vector loop kept it from vectorising:
+  // P^T of a softmax backward packed 4x slower than its split form, measured).
+  void pack_transcendental_rows(const std::vector<KStmt>& body, int value, const std::string& var,
+                                int pw, const std::string& dst, const std::string& ps,
+                                const std::string& x0, const std::string& n,
+                                const std::string& npad, int d) {
+    const std::string PW = std::to_string(pw), C = std::to_string(pw * ((64 + pw - 1) / pw));
+    line(d, "for (i64 mj_r0 = 0; mj_r0 < " + npad + "; mj_r0 += " + C + ") {");
+    line(d + 1, "float mj_row[" + C + "];");
+    line(d + 1, "const i64 mj_rn = " + npad + " - mj_r0 < " + C + " ? " + npad + " - mj_r0 : " + C +
+                    ";");
+    line(d + 1, "const i64 mj_rv = " + n + " - mj_r0 < mj_rn ? " + n + " - mj_r0 : mj_rn;");
+    line(d + 1, "#pragma omp simd");
+    line(d + 1, "for (i64 mj_t = 0; mj_t < mj_rv; ++mj_t) {");
+    line(d + 2, "const i64 " + var + " = " + x0 + " + mj_r0 + mj_t;");
+    for (const KStmt& st : body) stmt(st, d + 2);
+    line(d + 2, "mj_row[mj_t] = " + v(value) + ";");
+    line(d + 1, "}");
+    line(d + 1, "for (i64 mj_t = mj_rv < 0 ? 0 : mj_rv; mj_t < mj_rn; ++mj_t) mj_row[mj_t] = 0;");
+    line(d + 1, "for (i64 mj_q = 0; mj_q < mj_rn; mj_q += " + PW + ") {");
+    line(d + 2, "float* const mj_dst = " + dst + " + ((mj_r0 + mj_q) / " + PW + ") * (" + ps +
+                    ") + mj_kk * " + PW + ";");
+    line(d + 2, "#pragma omp simd");
+    line(d + 2, "for (i64 mj_t = 0; mj_t < " + PW + "; ++mj_t) mj_dst[mj_t] = mj_row[mj_q + mj_t];");
+    line(d + 1, "}");
+    line(d, "}");
+  }
+
   // Whether an operand is better packed one row at a time along the reduction: it computes
   // something (a prologue: softmax's exp, a normalisation) from loads that run along the
   // reduction's one loop and not along its rows (a row-major A, a transposed B). Then the
@@ -823,9 +857,15 @@ class CppEmitter : public CFamilyEmitter {
     bool computes = false, along = false;
     for (size_t k = 0; k < all.size(); ++k) {
       const KStmt* st = all[k];
-      // A guard that tests the row only (a gather's bounds) is the same along the reduction.
+      // A guard that tests the row only (a gather's bounds) is the same along the reduction;
+      // bounds of the reduction step itself (an affine comparison: the gathered row's columns)
+      // are masks in the vector loop.
       if (st->kind == KOp::Guard) {
-        if (!st->cond || uses_var(*st->cond, red) || !st->body) return false;
+        if (!st->cond || !st->body) return false;
+        std::vector<IndexExprPtr> fixed, varying;
+        split_conjuncts(st->cond, {red}, fixed, varying);
+        for (const IndexExprPtr& e : varying)
+          if (!is_affine_comparison(*e, red)) return false;
         computes = true;
         for (const KStmt& inner : st->body->stmts) all.push_back(&inner);
       }

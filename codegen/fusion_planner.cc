@@ -140,6 +140,30 @@ void store_reductions_shared_by_kernels(const Graph& g, std::vector<bool>& store
   }
 }
 
+// A value several kernels would each compute is stored once when the work the others add, its
+// cost times the kernels beyond the first, exceeds kRecomputeCostLimit (softmax's exp(s - lse)
+// in three kernels of its backward). Readers inside one kernel share one computation and do not
+// count. One at a time, the last (outermost) first, as above: storing it leaves what it reads
+// to its own kernel. `cost` is each node's inlined cost when the planner decided it.
+void store_values_shared_by_kernels(const Graph& g, const std::vector<int>& cost,
+                                    std::vector<bool>& stored,
+                                    std::vector<FusionDecision>& decisions) {
+  for (bool changed = true; changed;) {
+    changed = false;
+    const std::vector<int> count = kernels_computing(g, stored);
+    for (size_t i = g.nodes.size(); i-- > 0;) {
+      if (stored[i] || count[i] < 2 || int64_t(cost[i]) * (count[i] - 1) <= kRecomputeCostLimit)
+        continue;
+      stored[i] = true, changed = true;
+      FusionDecision d;
+      d.node = int(i), d.stored = true, d.reason = FusionReason::SharedValue;
+      d.recompute = count[i], d.cost = cost[i];
+      decisions.push_back(d);
+      break;
+    }
+  }
+}
+
 // What O1 must store whatever the cost: outputs, leaves, scatters, extras (read at computed
 // positions, codegen/lowering.cc; a 0-d constant is passed by value instead), barriers.
 std::vector<bool> always_stored(const Graph& g, int opt_level,
@@ -218,6 +242,7 @@ std::vector<bool> choose_stored(const Graph& g, int opt_level,
   }
   store_contractions_beside_reductions(g, stored, decisions);
   store_reductions_shared_by_kernels(g, stored, decisions);
+  store_values_shared_by_kernels(g, cost, stored, decisions);
   std::stable_sort(
       decisions.begin(), decisions.end(),
       [](const FusionDecision& a, const FusionDecision& b) { return a.node < b.node; });
@@ -264,6 +289,10 @@ std::string describe_decision(const Graph& g, const FusionPlan& plan, const Fusi
     case FusionReason::SharedReduction:
       return value + " stored: a reduction " + std::to_string(d.recompute) +
              " kernels would each compute";
+    case FusionReason::SharedValue:
+      return value + " stored: " + std::to_string(d.recompute) + " kernels would each compute " +
+             "it (" + per + ", " + std::to_string(d.cost * (d.recompute - 1)) + " more in all; " +
+             "limit " + std::to_string(kRecomputeCostLimit) + ")";
     case FusionReason::ContractionBesideReduction:
       return value + " stored: a contraction beside another reduction in " + kernel +
              " would lose its blocked schedule";

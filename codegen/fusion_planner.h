@@ -37,6 +37,7 @@ enum class FusionReason : uint8_t {
   ExpensivePrologue,           // stored: too costly to recompute while packing a contraction
   ContractionBesideReduction,  // stored: a product sum beside another reduction
   SharedReduction,             // stored: a reduction several kernels would compute
+  SharedValue,                 // stored: a costly value several kernels would compute
   Prologue,                    // fused: computed while packing a contraction operand
 };
 

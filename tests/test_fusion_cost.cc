@@ -136,8 +136,43 @@ TEST_CASE("softmax -> matmul: one statistics kernel and a contraction with exp a
   const std::string eb = explain(grads);
   INFO(eb);
   CHECK(has(eb, "reduce.max(axes=2,keepdims) stored: a reduction"));
+  // exp(s - max), read by three kernels of the backward, is stored once (5 ops per element,
+  // 10 more in all against the limit of 8), and the dV contraction, P^T dY, packs its own
+  // exp(s - lse) as a prologue across the rows.
+  CHECK(has(eb, "unary.exp stored: 3 kernels would each compute it (cost 5 per element, 10 more "
+                "in all; limit 8)"));
+  CHECK(has(eb, "unary.exp fused into kernel"));
   grads.push_back(y);
   check_against_reference(grads);
+}
+
+// Readers of one value inside one kernel share one computation: tanh(x) used five times by
+// element-wise readers of its own kernel is not stored.
+TEST_CASE("a value read several times inside one kernel is not stored for it", "[fusion][cost]") {
+  Var x = randn({37, 19}, 7);
+  eval({x});
+  Var h = tanh(x);
+  Var y = h * h + exp(h) + h;
+  const std::string e = explain({y});
+  INFO(e);
+  CHECK(plan({y}).size() == 1);
+  CHECK(!has(e, "kernels would each compute"));
+  check_against_reference(y);
+}
+
+// A gather feeding a contraction (an embedding) is packed along the reduction, a vector loop
+// over each gathered row, its column bounds tested in the loop; values as the reference's,
+// with ids out of range giving zero rows (reindex's overflow value).
+TEST_CASE("a gathered contraction operand packs along the reduction and matches the reference",
+          "[fusion][cost]") {
+  Var table = randn({50, 40}, 1), w = randn({40, 70}, 2);
+  Var ids = array(std::vector<int32_t>{3, 49, 0, 7, 7, -1, 50, 12, 33, 21, 5}, {11});
+  eval({table, w, ids});
+  Var y = matmul(embedding(table, ids), w);
+  INFO(explain({y}));
+  CHECK(plan({y}).size() == 1);
+  CHECK(has(explain({y}), "reindex fused into kernel 0 as a contraction prologue"));
+  check_against_reference(y);
 }
 
 // Found by the lazy-values tests: exp prologues on both operands of a contraction whose panels
