@@ -74,6 +74,21 @@ extern "C" int omp_get_thread_num(void);
 #pragma omp declare reduction(mj_mind : double : omp_out = (omp_in < omp_out || omp_in != omp_in) ? omp_in : omp_out) initializer(omp_priv = __builtin_inf())
 )";
 
+// Row blocks of a contraction: at least `mb`; while the work items (`per` of them per row
+// block) are fewer than 4 rounds of the threads, as many more as make whole rounds, each block
+// still nonempty (`tiles` tiles in all). 1024 rows in 11 blocks of 96 left one of 2 threads 6
+// blocks and the other 5; 12 blocks of 90 split them evenly.
+constexpr const char* kRowBlocks = R"(static inline i64 mj_row_blocks(i64 mb, i64 per, i64 tiles) {
+  const i64 nt = omp_get_max_threads();
+  if (nt <= 1 || mb <= 0 || per <= 0 || per * mb >= 4 * nt) return mb;
+  for (i64 b = mb; b <= tiles && b <= 2 * mb; ++b) {
+    const i64 size = (tiles + b - 1) / b;
+    if ((per * b) % nt == 0 && size * (b - 1) < tiles) return b;
+  }
+  return mb;
+}
+)";
+
 // Scratch memory a contraction keeps between launches: a fresh malloc of megabytes is a fresh
 // mmap whose pages fault in on every launch (3 ms of a 16 ms 1024^3 matmul, measured). Each
 // slot holds one buffer; a launch takes it (atomically, so concurrent launches never share one)
@@ -1057,6 +1072,7 @@ class CppEmitter : public CFamilyEmitter {
              std::to_string(t.kc) + " mc " + std::to_string(t.mc) + " nc " + std::to_string(t.nc);
     };
     helpers_ += kScratchBuffers;
+    helpers_ += kRowBlocks;
     helpers_ += micro_kernel(wide, "mj_micro", true);
     if (two_tiles) helpers_ += micro_kernel(narrow, "mj_micro_narrow", false);
     schedule_ =
@@ -1094,12 +1110,18 @@ class CppEmitter : public CFamilyEmitter {
                   ", mj_ejp = (mj_ej + " + NR + " - 1) / " + NR + " * " + NR + ";");
       // Blocks of equal size (in whole tiles): 1024 rows are 8 blocks of 132, not 7 of 144 and
       // one of 16, which would leave one thread a seventh of the work behind the other.
-      for (const char* side : {"m", "n"}) {
+      // Row blocks are counted last: when there are few work items, as many more as make them
+      // whole rounds of the threads (mj_row_blocks).
+      std::string per_row_block = "mj_nb";
+      for (const KLoop* l : outer) per_row_block += " * (" + ix(*l->extent) + ")";
+      for (const char* side : {"n", "m"}) {
         const bool m = side[0] == 'm';
         const std::string pad = m ? "mj_eip" : "mj_ejp", T = m ? MR : NR;
         const std::string cap = std::to_string(m ? t.mc : t.nc);
         const std::string b = std::string("mj_") + side + "b";
-        line(1, "const i64 " + b + " = (" + pad + " + " + cap + " - 1) / " + cap + ";");
+        std::string blocks = "(" + pad + " + " + cap + " - 1) / " + cap;
+        if (m) blocks = "mj_row_blocks(" + blocks + ", " + per_row_block + ", " + pad + " / " + T + ")";
+        line(1, "const i64 " + b + " = " + blocks + ";");
         line(1, "const i64 mj_" + std::string(side) + "c = " + b + " > 0 ? ((" + pad + " / " + T +
                     " + " + b + " - 1) / " + b + ") * " + T + " : 0;");
       }

@@ -57,7 +57,7 @@ void index_vars(const IndexExpr* e, std::set<int64_t>& out) {
 
 }  // namespace
 
-int op_cost(const GNode& n) {
+int op_cost(const Graph& g, const GNode& n) {
   switch (n.kind) {
     case OpKind::Leaf:
     case OpKind::Scalar:
@@ -65,6 +65,16 @@ int op_cost(const GNode& n) {
       return 0;
     case OpKind::Unary:
       return UnaryOp(n.op) >= UnaryOp::Exp && UnaryOp(n.op) <= UnaryOp::Sigmoid ? 4 : 1;
+    case OpKind::Reindex:
+      // A gather (reindex with extras, inputs 1...) reads an index per element and tests it
+      // against the source's bounds before an indirect load: an embedding lookup recomputed by
+      // four kernels of a LayerNorm took 0.3 ms of a 12 ms transformer step.
+    {
+      int extras = 0;
+      for (size_t k = 1; k < n.inputs.size(); ++k)
+        extras += g.nodes[size_t(n.inputs[k])].kind != OpKind::Scalar;
+      return 1 + 2 * extras;
+    }
     default:
       return 1;
   }

@@ -26,8 +26,8 @@ inline constexpr int kRecomputeCostLimit = 8;
 inline constexpr int kPrologueCostLimit = 16;
 
 // Work per element of the node itself, in units of a simple arithmetic op (a transcendental
-// function counts 4).
-int op_cost(const GNode& n);
+// function counts 4, a gather's indexed read 2 more per index array).
+int op_cost(const Graph& g, const GNode& n);
 
 // consumers[i]: the nodes reading node i (once per input slot).
 std::vector<std::vector<int>> consumers_of(const Graph& g);

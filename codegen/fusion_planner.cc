@@ -228,7 +228,7 @@ std::vector<bool> choose_stored(const Graph& g, int opt_level,
   for (int i = 0; i < n; ++i) {
     const GNode& node = g.nodes[size_t(i)];
     if (node.kind == OpKind::Leaf || node.kind == OpKind::Scalar) continue;
-    cost[size_t(i)] = op_cost(node);
+    cost[size_t(i)] = op_cost(g, node);
     has_reduce[size_t(i)] = node.kind == OpKind::Reduce;
     for (int in : node.inputs) {
       if (stored[size_t(in)] || u.row_broadcast[size_t(i)]) continue;  // row values: hoisted

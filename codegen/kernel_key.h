@@ -13,7 +13,7 @@ namespace metajit {
 // 19: their row tests hoisted; 20: contraction operands with a prologue (element-wise work on
 // hoisted row values, computed while packing); 21: AVX-512 contractions of 64 to 255 columns
 // whose 64-wide panels are at most a quarter padding (128, 192) take the 6x64 tile
-inline constexpr const char* kCodegenVersion = "cpp-22";
+inline constexpr const char* kCodegenVersion = "cpp-23";
 
 class KernelKeyBuilder {
  public:

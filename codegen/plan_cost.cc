@@ -52,7 +52,7 @@ PlanCost plan_cost(const Graph& g, const FusionPlan& plan) {
     for (auto it = group.nodes.rbegin(); it != group.nodes.rend(); ++it) {
       const int c = *it;
       const GNode& cn = g.nodes[size_t(c)];
-      double work = double(op_cost(cn)) * evals[size_t(c)];
+      double work = double(op_cost(g, cn)) * evals[size_t(c)];
       if ((cn.kind == OpKind::Reduce || cn.kind == OpKind::ReindexReduce) && !cn.inputs.empty())
         work *= elements(g.nodes[size_t(cn.inputs[0])]) / elements(cn);
       cost.flops += work;

@@ -160,6 +160,26 @@ TEST_CASE("a value read several times inside one kernel is not stored for it", "
   check_against_reference(y);
 }
 
+// A gather costs an indexed read and bounds tests per element (codegen/fusion_cost.cc op_cost):
+// a token embedding plus a position embedding (5 ops per element), read by the three kernels of
+// a LayerNorm feeding a Linear layer, is stored once rather than gathered again by two more
+// (10 > 8; counted as one op, the gather would have been fused into all three).
+TEST_CASE("an embedding lookup several kernels would gather again is stored once",
+          "[fusion][cost]") {
+  Var tok = randn({40, 32}, 1), pos = randn({16, 32}, 2), g = randn({32}, 3), b = randn({32}, 4);
+  Var w = randn({32, 32}, 5);
+  std::vector<int32_t> idv;
+  for (int k = 0; k < 64; ++k) idv.push_back(int32_t((k * 7) % 40));
+  Var ids = array(idv, {64});
+  eval({tok, pos, g, b, w, ids});
+  Var x = reshape(embedding(tok, ids), {4, 16, 32}) + pos;
+  Var y = matmul(layer_norm_rows(x, g, b), w);
+  const std::string e = explain({y});
+  INFO(e);
+  CHECK(has(e, "binary.add stored: 3 kernels would each compute it (cost 5 per element"));
+  check_against_reference(y);
+}
+
 // A gather feeding a contraction (an embedding) is packed along the reduction, a vector loop
 // over each gathered row, its column bounds tested in the loop; values as the reference's,
 // with ids out of range giving zero rows (reindex's overflow value).
