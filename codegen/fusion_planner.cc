@@ -1,6 +1,7 @@
 #include "codegen/fusion_planner.h"
 
 #include <algorithm>
+#include <optional>
 
 namespace metajit {
 namespace {
@@ -117,51 +118,60 @@ std::vector<int> kernels_computing(const Graph& g, const std::vector<bool>& stor
   return count;
 }
 
-// A reduction computed in several kernels is stored once. The row-broadcast rule makes a
-// reduction read per row free inside one kernel, but each kernel that fuses it still walks
-// every row (softmax's statistics, recomputed by each kernel of its backward). The statistic
-// is stored, not the element-wise values around it: those are recomputed from it cheaply.
-// One at a time, the last (outermost) first: storing it may leave the ones inside it shared
-// by fewer kernels.
-void store_reductions_shared_by_kernels(const Graph& g, std::vector<bool>& stored,
-                                        std::vector<FusionDecision>& decisions) {
+// Stores, one at a time and the last (outermost) first, nodes that several kernels would each
+// compute under `stored` and that `pick(i, kernels)` returns a decision for, until it picks none:
+// storing one may leave the ones inside it shared by fewer kernels.
+template <class Pick>
+void store_shared_by_kernels(const Graph& g, std::vector<bool>& stored,
+                             std::vector<FusionDecision>& decisions, Pick pick) {
   for (bool changed = true; changed;) {
     changed = false;
     const std::vector<int> count = kernels_computing(g, stored);
     for (size_t i = g.nodes.size(); i-- > 0;) {
-      if (stored[i] || count[i] < 2 || g.nodes[i].kind != OpKind::Reduce) continue;
+      if (stored[i] || count[i] < 2) continue;
+      const std::optional<FusionDecision> d = pick(i, count[i]);
+      if (!d) continue;
       stored[i] = true, changed = true;
-      FusionDecision d;
-      d.node = int(i), d.stored = true, d.reason = FusionReason::SharedReduction;
-      d.recompute = count[i], d.has_reduce = true;
-      decisions.push_back(d);
+      decisions.push_back(*d);
       break;
     }
   }
 }
 
+// A reduction computed in several kernels is stored once. The row-broadcast rule makes a
+// reduction read per row free inside one kernel, but each kernel that fuses it still walks
+// every row (softmax's statistics, recomputed by each kernel of its backward). The statistic
+// is stored, not the element-wise values around it: those are recomputed from it cheaply.
+void store_reductions_shared_by_kernels(const Graph& g, std::vector<bool>& stored,
+                                        std::vector<FusionDecision>& decisions) {
+  store_shared_by_kernels(g, stored, decisions,
+                          [&](size_t i, int kernels) -> std::optional<FusionDecision> {
+                            if (g.nodes[i].kind != OpKind::Reduce) return std::nullopt;
+                            FusionDecision d;
+                            d.node = int(i), d.stored = true;
+                            d.reason = FusionReason::SharedReduction;
+                            d.recompute = kernels, d.has_reduce = true;
+                            return d;
+                          });
+}
+
 // A value several kernels would each compute is stored once when the work the others add, its
 // cost times the kernels beyond the first, exceeds kRecomputeCostLimit (softmax's exp(s - lse)
 // in three kernels of its backward). Readers inside one kernel share one computation and do not
-// count. One at a time, the last (outermost) first, as above: storing it leaves what it reads
-// to its own kernel. `cost` is each node's inlined cost when the planner decided it.
+// count. `cost` is each node's inlined cost when the planner decided it.
 void store_values_shared_by_kernels(const Graph& g, const std::vector<int>& cost,
                                     std::vector<bool>& stored,
                                     std::vector<FusionDecision>& decisions) {
-  for (bool changed = true; changed;) {
-    changed = false;
-    const std::vector<int> count = kernels_computing(g, stored);
-    for (size_t i = g.nodes.size(); i-- > 0;) {
-      if (stored[i] || count[i] < 2 || int64_t(cost[i]) * (count[i] - 1) <= kRecomputeCostLimit)
-        continue;
-      stored[i] = true, changed = true;
-      FusionDecision d;
-      d.node = int(i), d.stored = true, d.reason = FusionReason::SharedValue;
-      d.recompute = count[i], d.cost = cost[i];
-      decisions.push_back(d);
-      break;
-    }
-  }
+  store_shared_by_kernels(g, stored, decisions,
+                          [&](size_t i, int kernels) -> std::optional<FusionDecision> {
+                            if (int64_t(cost[i]) * (kernels - 1) <= kRecomputeCostLimit)
+                              return std::nullopt;
+                            FusionDecision d;
+                            d.node = int(i), d.stored = true;
+                            d.reason = FusionReason::SharedValue;
+                            d.recompute = kernels, d.cost = cost[i];
+                            return d;
+                          });
 }
 
 // What O1 must store whatever the cost: outputs, leaves, scatters, extras (read at computed

@@ -12,7 +12,10 @@ namespace metajit {
 // 17: scatters split an independent target loop between threads; 18: speculative gather loads;
 // 19: their row tests hoisted; 20: contraction operands with a prologue (element-wise work on
 // hoisted row values, computed while packing); 21: AVX-512 contractions of 64 to 255 columns
-// whose 64-wide panels are at most a quarter padding (128, 192) take the 6x64 tile
+// whose 64-wide panels are at most a quarter padding (128, 192) take the 6x64 tile; 22: exp
+// guarded against libmvec's slow lanes (mj_expf), transcendental prologues packed in branch-free
+// row loops, gathers packed along the reduction; 23: contraction row blocks in whole rounds of
+// the threads (mj_row_blocks)
 inline constexpr const char* kCodegenVersion = "cpp-23";
 
 class KernelKeyBuilder {
