@@ -56,18 +56,46 @@ Var reshape(const Var& x, Shape shape) {
   return reindex_tree(x, std::move(shape), std::move(idx), 0, {});
 }
 
-std::vector<IndexExprPtr> reshape_indexes(const Shape& from, const Shape& to) {
-  // Row-major flat position of the output index, then the input index that has it.
+namespace {
+
+// The input indexes of one group of dims: from[f0, f1) hold the same elements as to[t0, t1)
+// (equal products). The row-major position within the group, then the input index that has it;
+// the group's first input dim needs no modulo (the position is below the group's size).
+void reshape_group(const Shape& from, const Shape& to, size_t f0, size_t f1, size_t t0,
+                   size_t t1, std::vector<IndexExprPtr>& idx) {
   IndexExprPtr flat = ix_const(0);
-  for (size_t k = 0; k < to.size(); ++k) flat = add(mul(flat, to[k]), ix_var(int(k)));
-  std::vector<IndexExprPtr> idx(from.size());
+  for (size_t k = t0; k < t1; ++k)
+    flat = k == t0 ? ix_var(int(k)) : add(mul(flat, to[k]), ix_var(int(k)));
   int64_t stride = 1;
-  for (size_t j = from.size(); j-- > 0;) {
+  for (size_t j = f1; j-- > f0;) {
     IndexExprPtr e = stride == 1 ? flat : ix_binary(IxKind::Div, flat, ix_const(stride));
-    if (j > 0) e = ix_binary(IxKind::Mod, e, ix_const(std::max<int64_t>(from[j], 1)));
+    if (j > f0) e = ix_binary(IxKind::Mod, e, ix_const(std::max<int64_t>(from[j], 1)));
     idx[j] = e;
     stride *= std::max<int64_t>(from[j], 1);
   }
+}
+
+}  // namespace
+
+std::vector<IndexExprPtr> reshape_indexes(const Shape& from, const Shape& to) {
+  // Dims are matched in groups of equal products, as numpy does for views: [16,64,64] ->
+  // [1024,64] is (16,64 | 1024) and (64 | 64), so the last index is the output's own and only
+  // the first needs a division. A kernel then reads the merged rows' innermost dim with a
+  // contiguous vector load instead of dividing and bounds-testing every element (the
+  // transformer's cross-entropy over reshaped logits: 3.6 ns per element, scalar).
+  std::vector<IndexExprPtr> idx(from.size());
+  const bool empty = std::find(from.begin(), from.end(), 0) != from.end();
+  size_t i = 0, j = 0;
+  while (!empty && (i < from.size() || j < to.size())) {
+    const size_t i0 = i, j0 = j;
+    int64_t pf = i < from.size() ? from[i++] : 1, pt = j < to.size() ? to[j++] : 1;
+    while (pf != pt && ((pf < pt && i < from.size()) || (pt < pf && j < to.size())))
+      (pf < pt ? pf *= from[i++] : pt *= to[j++]);
+    if (pf != pt) break;
+    reshape_group(from, to, i0, i, j0, j, idx);
+  }
+  if (empty || i < from.size() || j < to.size())  // one group of all dims, as a fallback
+    reshape_group(from, to, 0, from.size(), 0, to.size(), idx);
   return idx;
 }
 

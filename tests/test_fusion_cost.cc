@@ -205,6 +205,59 @@ TEST_CASE("transcendental prologues on panels packed once compile and match the 
   check_against_reference(sum(matmul(exp(x) * 0.5, tanh(w))));
 }
 
+// Operands whose rows lie along memory (a transposed A: a weight gradient's activations) are
+// packed through a row buffer in vector loops over groups of panels (codegen/cpp_emitter.cc
+// pack_rows_through_buffer, kPackRows); rows that a reindex's bounds test are packed that way
+// when every real row of the group passes, else panel by panel under the test. Row counts
+// around the group sizes (11 panels of 6 rows on AVX2, 4 of 16 columns), with and without a
+// prologue, packed once per launch and per block (batched).
+TEST_CASE("operands packed through the row buffer match the reference at every group boundary",
+          "[fusion][cost]") {
+  for (int64_t m : {5, 6, 65, 66, 67, 100, 133}) {
+    INFO("rows " << m);
+    Var h = randn({23, m}, 1), dy = randn({23, 70}, 2), w = randn({23, m}, 3);
+    eval({h, dy, w});
+    Var gelu_grad = matmul(transpose(tanh(h) * h + 0.5, {1, 0}), dy);  // A^T with a prologue
+    Var plain = matmul(transpose(h, {1, 0}), w);                        // both plain, along rows
+    for (const KernelInfo& k : plan({gelu_grad, plain})) {
+      INFO(k.source);
+      CHECK(has(k.source, "mj_row["));
+    }
+    check_against_reference({gelu_grad, plain});
+    Var hb = randn({3, 17, m}, 4), wb = randn({3, 17, 40}, 5);
+    eval({hb, wb});
+    check_against_reference(matmul(transpose(exp(hb * 0.1), {0, 2, 1}), wb));
+  }
+  // A reindex whose rows 0..2 fall outside its input (overflow 0): the group holding them is
+  // packed under the test, the others through the buffer without it.
+  for (int64_t m : {40, 140}) {
+    INFO("rows " << m);
+    Var x = randn({19, m - 3}, 6), b = randn({19, 33}, 7);
+    eval({x, b});
+    Var shifted = reindex(x, {19, m}, {"i0", "i1 - 3"});
+    Var y = matmul(transpose(shifted, {1, 0}), b);
+    const std::vector<KernelInfo> kernels = plan({y});
+    REQUIRE(kernels.size() == 1);
+    INFO(kernels[0].source);
+    CHECK(has(kernels[0].source, "mj_rows_ok"));
+    check_against_reference(y);
+  }
+  // Heads merged back into rows (attention output [B, H, T, D] -> [B*T, H*D]) as the A^T of a
+  // weight gradient: the row tests divide by D, tested once per packing for every row.
+  for (int64_t d : {8, 64}) {
+    INFO("head size " << d);
+    Var heads = randn({2, 3, 5, d}, 8), dy = randn({10, 7}, 9);
+    eval({heads, dy});
+    Var merged = reshape(transpose(heads, {0, 2, 1, 3}), {10, 3 * d});
+    Var y = matmul(transpose(merged, {1, 0}), dy);
+    const std::vector<KernelInfo> kernels = plan({y});
+    REQUIRE(kernels.size() == 1);
+    INFO(kernels[0].source);
+    CHECK(has(kernels[0].source, "mj_rows_ok"));
+    check_against_reference(y);
+  }
+}
+
 TEST_CASE("a producer too costly to repeat while packing a conv2d operand is stored",
           "[fusion][cost]") {
   Var x = randn({2, 4, 9, 9}, 1), w = randn({5, 4, 3, 3}, 2), mu = randn({1, 4, 1, 1}, 3);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/config.h"
+#include "meta_ops/ops.h"
 #include "support/reference_check.h"
 #include "support/scoped_env.h"
 #include "support/typed_arrays.h"
@@ -542,6 +543,33 @@ TEST_CASE("reshape and transpose feeding reductions (non-contiguous reads)", "[o
         std::vector<float>{12, 48, 15, 51, 18, 54, 21, 57});
   std::vector<float> r3v = values_of<float>(r3);
   CHECK(r3v[4] == 12);  // transposed [0, 1, 0] = x[1, 0, 0]
+}
+
+// reshape matches dims in groups of equal size (meta_ops/composite.cc reshape_indexes): the
+// innermost dim a reshape keeps is read as it is, only merged or split dims divide. Every
+// element must still land where row-major order puts it, for groups, size-1 dims, shapes that
+// share no group and empty tensors.
+TEST_CASE("reshape keeps row-major order for every grouping of dims", "[ops][composite]") {
+  const std::vector<std::pair<Shape, Shape>> pairs = {
+      {{2, 3, 4}, {6, 4}},     {{2, 3, 4}, {2, 12}},   {{6, 4}, {4, 6}},      {{2, 3, 4}, {4, 3, 2}},
+      {{1, 5, 1}, {5}},        {{5}, {1, 5, 1}},       {{3, 1, 4}, {12, 1}},  {{2, 6}, {2, 2, 3}},
+      {{4, 6}, {2, 2, 2, 3}},  {{2, 2, 2, 3}, {4, 6}}, {{1, 1}, {1}},         {{0, 3}, {3, 0}}};
+  for (const auto& [from, to] : pairs) {
+    INFO(shape_str(from) << " -> " << shape_str(to));
+    int64_t n = 1;
+    for (int64_t d : from) n *= d;
+    Var x = reshape(cast(arange(n), DType::Float32), from);
+    Var y = reshape(x * 2.0, to);
+    std::vector<float> want(static_cast<size_t>(n));
+    for (int64_t k = 0; k < n; ++k) want[size_t(k)] = float(2 * k);
+    CHECK(y.shape() == to);
+    CHECK(values_of<float>(y) == want);
+    check_against_reference({y});
+  }
+  // The transformer's logits for cross-entropy: only the merged rows divide.
+  std::vector<std::string> idx;
+  for (const IndexExprPtr& e : reshape_indexes({16, 64, 64}, {1024, 64})) idx.push_back(ix_to_string(*e));
+  CHECK(idx == std::vector<std::string>{"(i0/64)", "(i0%64)", "i1"});
 }
 
 TEST_CASE("matmul, incl. broadcast batch dims", "[ops][composite]") {
