@@ -715,9 +715,7 @@ class CppEmitter : public CFamilyEmitter {
                           *merged);
       return;
     }
-    std::vector<KStmt> all = prologue;
-    for (size_t s : stmts) all.push_back(r.body->stmts[s]);
-    const bool buffered = has_transcendental(all) || reads_along_rows(all, own);
+    const bool buffered = packs_through_buffer(r, prologue, stmts, own);
     // Rows whose guards pass for the whole group (the attention products' q, k, v reindexed
     // from a packed qkv; a head merge's i / 64, i % 64) go through the row buffer without their
     // tests: the tests of the row alone once per packing, for every row; those that also read
@@ -917,8 +915,8 @@ class CppEmitter : public CFamilyEmitter {
     line(d, "}");
   }
 
-  // Rows without a row-dependent guard that compute a transcendental function or read along
-  // the rows (reads_along_rows): vector loops over the rows, a whole number of panels
+  // Rows that pack_operand computes through the buffer (packs_through_buffer) and that no
+  // row-dependent test (left) excludes: vector loops over the rows, a whole number of panels
   // of at least kPackRows rows at a time (pw rows of a panel are fewer than a vector's lanes:
   // softmax's exp packed 6 at a time ran at a third of the speed). The rows inside the operand
   // are computed without a branch (g++ vectorises neither a load nor a call under `if`:
@@ -1005,14 +1003,38 @@ class CppEmitter : public CFamilyEmitter {
     line(d, target + " = mj_v;");
   }
 
-  // Whether statements compute a transcendental function (exp, log, sqrt, sin, cos, tanh,
-  // sigmoid): work worth a full vector loop.
-  static bool has_transcendental(const std::vector<KStmt>& stmts) {
-    for (const KStmt& st : stmts)
-      if (st.kind == KOp::Unary && UnaryOp(st.op) >= UnaryOp::Exp &&
-          UnaryOp(st.op) <= UnaryOp::Sigmoid)
-        return true;
-    return false;
+  // Every statement of `stmts`, guards' bodies included.
+  static void flatten(const std::vector<KStmt>& stmts, std::vector<const KStmt*>& out) {
+    for (const KStmt& st : stmts) {
+      out.push_back(&st);
+      if (st.kind == KOp::Guard && st.body) flatten(st.body->stmts, out);
+    }
+  }
+
+  // Whether pack_operand computes the operand's rows in vector loops through a row buffer (when
+  // it packs across the rows, not along the reduction): for a transcendental, or for work on
+  // rows along memory: a prologue, or row tests that are not affine (a head merge's i / 64,
+  // i % 64, which pack_panels tests element by element). A copy of such rows, or one under
+  // affine tests (a transpose), is no faster through the buffer (a weight gradient's
+  // transposed activations: 596 against 634 us, and 660 against 635, measured) and keeps the
+  // panel loop.
+  static bool packs_through_buffer(const KStmt& r, const std::vector<KStmt>& prologue,
+                                   const std::vector<size_t>& stmts, int own) {
+    std::vector<KStmt> all = prologue;
+    for (size_t s : stmts) all.push_back(r.body->stmts[s]);
+    std::vector<const KStmt*> flat;
+    flatten(all, flat);
+    bool transcendental = false, work = false;
+    for (const KStmt* st : flat) {
+      transcendental = transcendental || (st->kind == KOp::Unary && UnaryOp(st->op) >= UnaryOp::Exp &&
+                                          UnaryOp(st->op) <= UnaryOp::Sigmoid);
+      work = work || st->kind == KOp::Unary || st->kind == KOp::Binary ||
+             st->kind == KOp::Where || st->kind == KOp::Cast;
+    }
+    const RowTests tests = row_tests(r, stmts, own);
+    for (const auto* list : {&tests.rows, &tests.steps})
+      for (const IndexExprPtr& t : *list) work = work || !is_affine_comparison(*t, own);
+    return transcendental || (work && reads_along_rows(all, own));
   }
 
   // Whether a load (also under a guard) runs along the operand's rows in its last index: then
@@ -1021,10 +1043,11 @@ class CppEmitter : public CFamilyEmitter {
   // guarded panel loop does: through the row buffer they became gathers (dX = dY W^T on AVX2,
   // 5-15% slower, measured).
   static bool reads_along_rows(const std::vector<KStmt>& stmts, int own) {
-    for (const KStmt& st : stmts) {
-      if (st.kind == KOp::Load && !st.index.empty() && uses_var(*st.index.back(), own)) return true;
-      if (st.kind == KOp::Guard && st.body && reads_along_rows(st.body->stmts, own)) return true;
-    }
+    std::vector<const KStmt*> flat;
+    flatten(stmts, flat);
+    for (const KStmt* st : flat)
+      if (st->kind == KOp::Load && !st->index.empty() && uses_var(*st->index.back(), own))
+        return true;
     return false;
   }
 
@@ -1138,6 +1161,37 @@ class CppEmitter : public CFamilyEmitter {
     return true;
   }
 
+  // Packs operand `side` (0: A, rows `var`, panels of pw = mr; 1: B, columns, pw = nr) once for
+  // the whole launch into mj_apre / mj_bpre (taken from scratch slot `side`), panels in
+  // parallel. Panels go in groups of at least kPackRows rows where the rows go through the row
+  // buffer: each reduction step then reads a run of the operand's rows (contiguous: a
+  // transposed A), not one panel's pw. Rows a stride apart stay one panel at a time: 66 of them
+  // per step are more streams than the prefetchers follow (conv2d's weight gradient packing dY
+  // once per launch: 9% slower in groups, measured).
+  void pack_operand_once(const KStmt& r, const std::vector<KStmt>& pre,
+                         const std::vector<size_t>& stmts, int value, const std::string& var,
+                         int pw, int side, const MergedColumns* merged) {
+    const int own = std::stoi(var.substr(1));
+    const std::string buf = side == 0 ? "mj_apre" : "mj_bpre", pad = side == 0 ? "mj_eip" : "mj_ejp";
+    const std::string PW = std::to_string(pw), extent = side == 0 ? "mj_ei" : "mj_ej";
+    line(1, "if (mj_k > 0 && " + pad + " > 0 && " + pad + " * mj_k <= (1LL << 28))");
+    line(2, buf + " = mj_take(" + std::to_string(side) + ", sizeof(float) * " + pad + " * mj_k);");
+    line(1, "if (" + buf + ") {");
+    const bool grouped = !merged && !packs_along_reduction(r, pre, stmts, own) &&
+                         packs_through_buffer(r, pre, stmts, own);
+    const std::string G = std::to_string(grouped ? (kPackRows + pw - 1) / pw : 1);
+    const std::string panels = pad + " / " + PW;
+    line(2, "#pragma omp parallel for schedule(static) if(" + pad + " * mj_k > 32768)");
+    line(2, "for (i64 mj_p = 0; mj_p < " + panels + "; mj_p += " + G + ") {");
+    line(3, "const i64 mj_pn = (" + panels + " - mj_p < " + G + " ? " + panels + " - mj_p : " + G +
+                ") * " + PW + ";");
+    pack_operand(r, pre, stmts, value, var, pw, buf + " + mj_p * mj_k * " + PW, "mj_k * " + PW,
+                 "mj_p * " + PW, "(" + extent + " - mj_p * " + PW + ")", "mj_pn", "0", "mj_k", 3,
+                 merged);
+    line(2, "}");
+    line(1, "}");
+  }
+
   // The blocked, packed schedule of a contraction (matmul, batched matmul, conv2d), in the
   // spirit of BLIS: per work item (outer indices, a block of mc rows x nc columns) the
   // reduction runs in blocks of kc steps; each block packs A (mc x kc) and B (kc x nc) into
@@ -1239,35 +1293,10 @@ class CppEmitter : public CFamilyEmitter {
                     " + " + b + " - 1) / " + b + ") * " + T + " : 0;");
       }
       // Operands packed once: every panel over the whole reduction, panels in parallel.
-      for (int side = 0; side < 2; ++side) {
-        const bool once = side == 0 ? a_once : b_once;
-        const std::string buf = side == 0 ? "mj_apre" : "mj_bpre";
-        line(1, "float* " + buf + " = 0;");
-        if (!once) continue;
-        const std::string pad = side == 0 ? "mj_eip" : "mj_ejp", PW = side == 0 ? MR : NR;
-        line(1, "if (mj_k > 0 && " + pad + " > 0 && " + pad + " * mj_k <= (1LL << 28))");
-        line(2,
-             buf + " = mj_take(" + std::to_string(side) + ", sizeof(float) * " + pad + " * mj_k);");
-        line(1, "if (" + buf + ") {");
-        // Panels in groups of at least kPackRows rows: each reduction step then reads a run of
-        // the operand's rows (contiguous where they are: a transposed A), not one panel's pw.
-        const int pw = side == 0 ? t.mr : t.nr, group = (kPackRows + pw - 1) / pw;
-        const std::string G = std::to_string(group), panels = pad + " / " + PW;
-        line(2, "#pragma omp parallel for schedule(static) if(" + pad + " * mj_k > 32768)");
-        line(2, "for (i64 mj_p = 0; mj_p < " + panels + "; mj_p += " + G + ") {");
-        line(3, "const i64 mj_pn = (" + panels + " - mj_p < " + G + " ? " + panels +
-                    " - mj_p : " + G + ") * " + PW + ";");
-        if (side == 0)
-          pack_operand(r, a_pre, c.a_stmts, c.a, iv, t.mr, buf + " + mj_p * mj_k * " + MR,
-                       "mj_k * " + MR, "mj_p * " + MR, "(mj_ei - mj_p * " + MR + ")", "mj_pn",
-                       "0", "mj_k", 3);
-        else
-          pack_operand(r, b_pre, c.b_stmts, c.b, jv, t.nr, buf + " + mj_p * mj_k * " + NR,
-                       "mj_k * " + NR, "mj_p * " + NR, "(mj_ej - mj_p * " + NR + ")", "mj_pn",
-                       "0", "mj_k", 3, mc);
-        line(2, "}");
-        line(1, "}");
-      }
+      line(1, "float* mj_apre = 0;");
+      if (a_once) pack_operand_once(r, a_pre, c.a_stmts, c.a, iv, t.mr, 0, nullptr);
+      line(1, "float* mj_bpre = 0;");
+      if (b_once) pack_operand_once(r, b_pre, c.b_stmts, c.b, jv, t.nr, 1, mc);
       line(1, "const i64 mj_per_thread = mj_mc * mj_kc + mj_kc * mj_nc + mj_mc * mj_nc;");
       line(1,
            "float* mj_scratch = mj_take(2, sizeof(float) * (mj_per_thread > 0 ? mj_per_thread "
