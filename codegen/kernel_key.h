@@ -15,8 +15,9 @@ namespace metajit {
 // whose 64-wide panels are at most a quarter padding (128, 192) take the 6x64 tile; 22: exp
 // guarded against libmvec's slow lanes (mj_expf), transcendental prologues packed in branch-free
 // row loops, gathers packed along the reduction; 23: contraction row blocks in whole rounds of
-// the threads (mj_row_blocks); 24: every operand without a row-dependent guard packed through a
-// branch-free row buffer, operands packed once in groups of panels of at least 64 rows
+// the threads (mj_row_blocks); 24: operands computing a transcendental, or a prologue or
+// non-affine row tests on rows along memory, packed through the branch-free row buffer (packed
+// once: in groups of panels of at least 64 rows), a reindex's row tests checked once per group
 inline constexpr const char* kCodegenVersion = "cpp-24";
 
 class KernelKeyBuilder {
