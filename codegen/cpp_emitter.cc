@@ -724,7 +724,8 @@ class CppEmitter : public CFamilyEmitter {
     // the buffer: softmax -> matmul 20% slower on AVX-512, measured).
     const RowTests tests = row_tests(r, stmts, own);
     bool steps_affine = true;
-    for (const IndexExprPtr& t : tests.steps) steps_affine = steps_affine && is_affine_comparison(*t, own);
+    for (const IndexExprPtr& t : tests.steps)
+      steps_affine = steps_affine && is_affine_comparison(*t, own);
     const bool by_group = buffered && pw < kPackRows / 4 && steps_affine &&
                           !(tests.rows.empty() && tests.steps.empty());
     if (by_group) {
@@ -845,8 +846,8 @@ class CppEmitter : public CFamilyEmitter {
       line(dd, "i64 mj_jo = mj_fo, mj_ji = mj_fi;");
       line(dd, "for (i64 mj_c = 0; mj_c < " + npad + ";) {");
       line(dd + 1, "i64 mj_len = mj_eji - mj_ji;");
-      line(dd + 1, "if (" + PW + " - mj_c % " + PW + " < mj_len) mj_len = " + PW + " - mj_c % " +
-                       PW + ";");
+      line(dd + 1,
+           "if (" + PW + " - mj_c % " + PW + " < mj_len) mj_len = " + PW + " - mj_c % " + PW + ";");
       line(dd + 1, "if (" + npad + " - mj_c < mj_len) mj_len = " + npad + " - mj_c;");
       line(dd + 1, "float* const mj_dst = " + dst + " + (mj_c / " + PW + ") * (" + ps +
                        ") + mj_kk * " + PW + " + mj_c % " + PW + ";");
@@ -928,12 +929,11 @@ class CppEmitter : public CFamilyEmitter {
                                 int pw, const std::string& dst, const std::string& ps,
                                 const std::string& x0, const std::string& n,
                                 const std::string& npad, int d) {
-    const std::string PW = std::to_string(pw),
-                      C = std::to_string(pw * ((kPackRows + pw - 1) / pw));
+    const std::string PW = std::to_string(pw), C = std::to_string(pw * ((kPackRows + pw - 1) / pw));
     line(d, "for (i64 mj_r0 = 0; mj_r0 < " + npad + "; mj_r0 += " + C + ") {");
     line(d + 1, "float mj_row[" + C + "];");
-    line(d + 1, "const i64 mj_rn = " + npad + " - mj_r0 < " + C + " ? " + npad + " - mj_r0 : " + C +
-                    ";");
+    line(d + 1,
+         "const i64 mj_rn = " + npad + " - mj_r0 < " + C + " ? " + npad + " - mj_r0 : " + C + ";");
     line(d + 1, "const i64 mj_rv = " + n + " - mj_r0 < mj_rn ? " + n + " - mj_r0 : mj_rn;");
     line(d + 1, "#pragma omp simd");
     line(d + 1, "for (i64 mj_t = 0; mj_t < mj_rv; ++mj_t) {");
@@ -946,7 +946,8 @@ class CppEmitter : public CFamilyEmitter {
     line(d + 2, "float* const mj_dst = " + dst + " + ((mj_r0 + mj_q) / " + PW + ") * (" + ps +
                     ") + mj_kk * " + PW + ";");
     line(d + 2, "#pragma omp simd");
-    line(d + 2, "for (i64 mj_t = 0; mj_t < " + PW + "; ++mj_t) mj_dst[mj_t] = mj_row[mj_q + mj_t];");
+    line(d + 2,
+         "for (i64 mj_t = 0; mj_t < " + PW + "; ++mj_t) mj_dst[mj_t] = mj_row[mj_q + mj_t];");
     line(d + 1, "}");
     line(d, "}");
   }
@@ -1026,10 +1027,11 @@ class CppEmitter : public CFamilyEmitter {
     flatten(all, flat);
     bool transcendental = false, work = false;
     for (const KStmt* st : flat) {
-      transcendental = transcendental || (st->kind == KOp::Unary && UnaryOp(st->op) >= UnaryOp::Exp &&
-                                          UnaryOp(st->op) <= UnaryOp::Sigmoid);
-      work = work || st->kind == KOp::Unary || st->kind == KOp::Binary ||
-             st->kind == KOp::Where || st->kind == KOp::Cast;
+      transcendental =
+          transcendental || (st->kind == KOp::Unary && UnaryOp(st->op) >= UnaryOp::Exp &&
+                             UnaryOp(st->op) <= UnaryOp::Sigmoid);
+      work = work || st->kind == KOp::Unary || st->kind == KOp::Binary || st->kind == KOp::Where ||
+             st->kind == KOp::Cast;
     }
     const RowTests tests = row_tests(r, stmts, own);
     for (const auto* list : {&tests.rows, &tests.steps})
@@ -1172,7 +1174,8 @@ class CppEmitter : public CFamilyEmitter {
                          const std::vector<size_t>& stmts, int value, const std::string& var,
                          int pw, int side, const MergedColumns* merged) {
     const int own = std::stoi(var.substr(1));
-    const std::string buf = side == 0 ? "mj_apre" : "mj_bpre", pad = side == 0 ? "mj_eip" : "mj_ejp";
+    const std::string buf = side == 0 ? "mj_apre" : "mj_bpre",
+                      pad = side == 0 ? "mj_eip" : "mj_ejp";
     const std::string PW = std::to_string(pw), extent = side == 0 ? "mj_ei" : "mj_ej";
     line(1, "if (mj_k > 0 && " + pad + " > 0 && " + pad + " * mj_k <= (1LL << 28))");
     line(2, buf + " = mj_take(" + std::to_string(side) + ", sizeof(float) * " + pad + " * mj_k);");
@@ -1287,7 +1290,8 @@ class CppEmitter : public CFamilyEmitter {
         const std::string cap = std::to_string(m ? t.mc : t.nc);
         const std::string b = std::string("mj_") + side + "b";
         std::string blocks = "(" + pad + " + " + cap + " - 1) / " + cap;
-        if (m) blocks = "mj_row_blocks(" + blocks + ", " + per_row_block + ", " + pad + " / " + T + ")";
+        if (m)
+          blocks = "mj_row_blocks(" + blocks + ", " + per_row_block + ", " + pad + " / " + T + ")";
         line(1, "const i64 " + b + " = " + blocks + ";");
         line(1, "const i64 mj_" + std::string(side) + "c = " + b + " > 0 ? ((" + pad + " / " + T +
                     " + " + b + " - 1) / " + b + ") * " + T + " : 0;");

@@ -61,8 +61,8 @@ namespace {
 // The input indexes of one group of dims: from[f0, f1) hold the same elements as to[t0, t1)
 // (equal products). The row-major position within the group, then the input index that has it;
 // the group's first input dim needs no modulo (the position is below the group's size).
-void reshape_group(const Shape& from, const Shape& to, size_t f0, size_t f1, size_t t0,
-                   size_t t1, std::vector<IndexExprPtr>& idx) {
+void reshape_group(const Shape& from, const Shape& to, size_t f0, size_t f1, size_t t0, size_t t1,
+                   std::vector<IndexExprPtr>& idx) {
   IndexExprPtr flat = ix_const(0);
   for (size_t k = t0; k < t1; ++k)
     flat = k == t0 ? ix_var(int(k)) : add(mul(flat, to[k]), ix_var(int(k)));

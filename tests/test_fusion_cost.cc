@@ -139,8 +139,9 @@ TEST_CASE("softmax -> matmul: one statistics kernel and a contraction with exp a
   // exp(s - max), read by three kernels of the backward, is stored once (5 ops per element,
   // 10 more in all against the limit of 8), and the dV contraction, P^T dY, packs its own
   // exp(s - lse) as a prologue across the rows.
-  CHECK(has(eb, "unary.exp stored: 3 kernels would each compute it (cost 5 per element, 10 more "
-                "in all; limit 8)"));
+  CHECK(has(eb,
+            "unary.exp stored: 3 kernels would each compute it (cost 5 per element, 10 more "
+            "in all; limit 8)"));
   CHECK(has(eb, "unary.exp fused into kernel"));
   grads.push_back(y);
   check_against_reference(grads);

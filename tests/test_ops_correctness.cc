@@ -551,9 +551,9 @@ TEST_CASE("reshape and transpose feeding reductions (non-contiguous reads)", "[o
 // share no group and empty tensors.
 TEST_CASE("reshape keeps row-major order for every grouping of dims", "[ops][composite]") {
   const std::vector<std::pair<Shape, Shape>> pairs = {
-      {{2, 3, 4}, {6, 4}},     {{2, 3, 4}, {2, 12}},   {{6, 4}, {4, 6}},      {{2, 3, 4}, {4, 3, 2}},
-      {{1, 5, 1}, {5}},        {{5}, {1, 5, 1}},       {{3, 1, 4}, {12, 1}},  {{2, 6}, {2, 2, 3}},
-      {{4, 6}, {2, 2, 2, 3}},  {{2, 2, 2, 3}, {4, 6}}, {{1, 1}, {1}},         {{0, 3}, {3, 0}}};
+      {{2, 3, 4}, {6, 4}},    {{2, 3, 4}, {2, 12}},   {{6, 4}, {4, 6}},     {{2, 3, 4}, {4, 3, 2}},
+      {{1, 5, 1}, {5}},       {{5}, {1, 5, 1}},       {{3, 1, 4}, {12, 1}}, {{2, 6}, {2, 2, 3}},
+      {{4, 6}, {2, 2, 2, 3}}, {{2, 2, 2, 3}, {4, 6}}, {{1, 1}, {1}},        {{0, 3}, {3, 0}}};
   for (const auto& [from, to] : pairs) {
     INFO(shape_str(from) << " -> " << shape_str(to));
     int64_t n = 1;
@@ -568,7 +568,8 @@ TEST_CASE("reshape keeps row-major order for every grouping of dims", "[ops][com
   }
   // The transformer's logits for cross-entropy: only the merged rows divide.
   std::vector<std::string> idx;
-  for (const IndexExprPtr& e : reshape_indexes({16, 64, 64}, {1024, 64})) idx.push_back(ix_to_string(*e));
+  for (const IndexExprPtr& e : reshape_indexes({16, 64, 64}, {1024, 64}))
+    idx.push_back(ix_to_string(*e));
   CHECK(idx == std::vector<std::string>{"(i0/64)", "(i0%64)", "i1"});
 }
 
