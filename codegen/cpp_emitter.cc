@@ -715,18 +715,15 @@ class CppEmitter : public CFamilyEmitter {
                           *merged);
       return;
     }
-    const bool buffered = packs_through_buffer(r, prologue, stmts, own);
+    const RowTests tests = row_tests(r, stmts, own);
+    const bool buffered = packs_through_buffer(r, prologue, stmts, own, tests);
     // Rows whose guards pass for the whole group (the attention products' q, k, v reindexed
     // from a packed qkv; a head merge's i / 64, i % 64) go through the row buffer without their
     // tests: the tests of the row alone once per packing, for every row; those that also read
     // the reduction step at the group's first and last rows (affine, so an interval). Panels of
     // 16 or more rows are whole vectors already in pack_panels' span loop (64-row panels through
     // the buffer: softmax -> matmul 20% slower on AVX-512, measured).
-    const RowTests tests = row_tests(r, stmts, own);
-    bool steps_affine = true;
-    for (const IndexExprPtr& t : tests.steps)
-      steps_affine = steps_affine && is_affine_comparison(*t, own);
-    const bool by_group = buffered && pw < kPackRows / 4 && steps_affine &&
+    const bool by_group = buffered && pw < kPackRows / 4 && all_affine(tests.steps, own) &&
                           !(tests.rows.empty() && tests.steps.empty());
     if (by_group) {
       line(d, "const i64 mj_rows = " + n + " < " + npad + " ? " + n + " : " + npad + ";");
@@ -810,6 +807,11 @@ class CppEmitter : public CFamilyEmitter {
   struct RowTests {
     std::vector<IndexExprPtr> rows, steps;
   };
+  static bool all_affine(const std::vector<IndexExprPtr>& tests, int own) {
+    for (const IndexExprPtr& t : tests)
+      if (!is_affine_comparison(*t, own)) return false;
+    return true;
+  }
   static RowTests row_tests(const KStmt& r, const std::vector<size_t>& stmts, int own) {
     RowTests t;
     for (size_t s : stmts) {
@@ -1020,7 +1022,8 @@ class CppEmitter : public CFamilyEmitter {
   // transposed activations: 596 against 634 us, and 660 against 635, measured) and keeps the
   // panel loop.
   static bool packs_through_buffer(const KStmt& r, const std::vector<KStmt>& prologue,
-                                   const std::vector<size_t>& stmts, int own) {
+                                   const std::vector<size_t>& stmts, int own,
+                                   const RowTests& tests) {
     std::vector<KStmt> all = prologue;
     for (size_t s : stmts) all.push_back(r.body->stmts[s]);
     std::vector<const KStmt*> flat;
@@ -1028,14 +1031,11 @@ class CppEmitter : public CFamilyEmitter {
     bool transcendental = false, work = false;
     for (const KStmt* st : flat) {
       transcendental =
-          transcendental || (st->kind == KOp::Unary && UnaryOp(st->op) >= UnaryOp::Exp &&
-                             UnaryOp(st->op) <= UnaryOp::Sigmoid);
+          transcendental || (st->kind == KOp::Unary && is_transcendental(UnaryOp(st->op)));
       work = work || st->kind == KOp::Unary || st->kind == KOp::Binary || st->kind == KOp::Where ||
              st->kind == KOp::Cast;
     }
-    const RowTests tests = row_tests(r, stmts, own);
-    for (const auto* list : {&tests.rows, &tests.steps})
-      for (const IndexExprPtr& t : *list) work = work || !is_affine_comparison(*t, own);
+    work = work || !all_affine(tests.rows, own) || !all_affine(tests.steps, own);
     return transcendental || (work && reads_along_rows(all, own));
   }
 
@@ -1181,7 +1181,7 @@ class CppEmitter : public CFamilyEmitter {
     line(2, buf + " = mj_take(" + std::to_string(side) + ", sizeof(float) * " + pad + " * mj_k);");
     line(1, "if (" + buf + ") {");
     const bool grouped = !merged && !packs_along_reduction(r, pre, stmts, own) &&
-                         packs_through_buffer(r, pre, stmts, own);
+                         packs_through_buffer(r, pre, stmts, own, row_tests(r, stmts, own));
     const std::string G = std::to_string(grouped ? (kPackRows + pw - 1) / pw : 1);
     const std::string panels = pad + " / " + PW;
     line(2, "#pragma omp parallel for schedule(static) if(" + pad + " * mj_k > 32768)");

@@ -73,7 +73,7 @@ int op_cost(const Graph& g, const GNode& n) {
     case OpKind::BroadcastTo:
       return 0;
     case OpKind::Unary:
-      return UnaryOp(n.op) >= UnaryOp::Exp && UnaryOp(n.op) <= UnaryOp::Sigmoid ? 4 : 1;
+      return is_transcendental(UnaryOp(n.op)) ? 4 : 1;
     case OpKind::Reindex:
       // A gather reads an index per element and tests it against the source's bounds before
       // an indirect load: an embedding lookup recomputed by four kernels of a LayerNorm took

@@ -42,6 +42,12 @@ enum class UnaryOp : uint8_t {
   Floor,
   LogicalNot
 };
+// exp, log, sqrt, sin, cos, tanh, sigmoid: a library call's work per element, which the
+// fusion cost model (codegen/fusion_cost.cc) prices at 4 simple ops and packing computes in
+// full vector loops (codegen/cpp_emitter.cc).
+inline bool is_transcendental(UnaryOp op) {
+  return op >= UnaryOp::Exp && op <= UnaryOp::Sigmoid;
+}
 enum class BinaryOp : uint8_t {
   Add,
   Sub,
