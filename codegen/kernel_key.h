@@ -18,7 +18,7 @@ namespace metajit {
 // the threads (mj_row_blocks); 24: operands computing a transcendental, or a prologue or
 // non-affine row tests on rows along memory, packed through the branch-free row buffer (packed
 // once: in groups of panels of at least 64 rows), a reindex's row tests checked once per group
-inline constexpr const char* kCodegenVersion = "cpp-24";
+inline constexpr const char* kCodegenVersion = "cpp-25";
 
 class KernelKeyBuilder {
  public:
