@@ -17,7 +17,10 @@ namespace metajit {
 // row loops, gathers packed along the reduction; 23: contraction row blocks in whole rounds of
 // the threads (mj_row_blocks); 24: operands computing a transcendental, or a prologue or
 // non-affine row tests on rows along memory, packed through the branch-free row buffer (packed
-// once: in groups of panels of at least 64 rows), a reindex's row tests checked once per group
+// once: in groups of panels of at least 64 rows), a reindex's row tests checked once per group;
+// 25: row-major operands packed along the reduction also as plain copies, operands packed once
+// per launch only when several blocks use them, the micro-kernel's loop unrolled by 4, the
+// innermost loop run in chunks of a constant divisor of its index (codegen/division_chunks.h)
 inline constexpr const char* kCodegenVersion = "cpp-25";
 
 class KernelKeyBuilder {

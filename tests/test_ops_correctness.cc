@@ -573,6 +573,54 @@ TEST_CASE("reshape keeps row-major order for every grouping of dims", "[ops][com
   CHECK(idx == std::vector<std::string>{"(i0/64)", "(i0%64)", "i1"});
 }
 
+// Quotients and remainders of the innermost index by a constant (heads split and merged,
+// pieces side by side) run in chunks of the divisor where both are constant per chunk
+// (codegen/division_chunks.h). C division truncates: chunks whose numerators are negative
+// compute their first element as written. Offsets that are and are not multiples of the
+// divisor, negative and positive, overflow values, extents that end inside a chunk or are
+// shorter than one, a second divisor in the same kernel, and one too small to chunk.
+TEST_CASE("reindex dividing the innermost index runs in chunks and matches the reference",
+          "[ops][reindex]") {
+  auto chunked = [](const Var& y) {  // the C++ emitter's source, whichever device runs
+    const std::vector<KernelInfo> k = plan({y}, Device::CPU);
+    return k.size() == 1 && k[0].source.find("mj_c0") != std::string::npos;
+  };
+  // dq, dk^T and dv of two batches, three heads of 16, written side by side (bench/transformer.cc
+  // splits qkv so; its gradient is this concatenation).
+  Var q = randn({2, 3, 5, 16}, 1), kt = randn({2, 3, 16, 5}, 2), v = randn({2, 3, 5, 16}, 3);
+  eval({q, kt, v});
+  Var cat = reindex(q, {2, 5, 144}, {"i0", "i2/16", "i1", "i2%16"}) +
+            reindex(kt, {2, 5, 144}, {"i0", "(i2-48)/16", "(i2-48)%16", "i1"}, 0.5) +
+            reindex(v, {2, 5, 144}, {"i0", "(i2-96)/16", "i1", "(i2-96)%16"});
+  CHECK(chunked(cat));
+  check_against_reference(cat);
+  Var x = randn({4, 12, 8}, 4);
+  eval({x});
+  for (int64_t n : {0, 3, 100, 131}) {
+    INFO("columns " << n);
+    Var below = reindex(x, {4, n}, {"i0", "(i1-5)/8", "(i1-5)%8"}, -1.0) * 2.0;
+    Var above = reindex(x, {4, n}, {"i0", "(i1+3)/8", "(i1+3)%8"}) * 2.0;
+    // Negative numerators that still index inside: (i1 - 16) / 8 is -2 at i1 = 0, -1 for
+    // i1 = 1..8 (truncated), 0 for 9..16.
+    Var truncated = reindex(x, {4, n}, {"i0", "(i1-16)/8+2", "i1%8"}) * 2.0;
+    if (n >= 8) CHECK(chunked(below));
+    if (n >= 8) CHECK(chunked(above));
+    if (n >= 8) CHECK(chunked(truncated));
+    check_against_reference({below, above, truncated});
+  }
+  // Two divisors: the first one found is chunked, the other divides per element.
+  Var y = randn({4, 6, 16}, 5);
+  eval({y});
+  Var mixed = reindex(x, {4, 90}, {"i0", "i1/8", "i1%8"}) +
+              reindex(y, {4, 90}, {"i0", "i1/16", "i1%16"}, 0.25);
+  CHECK(chunked(mixed));
+  check_against_reference(mixed);
+  // A divisor below kMinChunkDivisor keeps the plain loop.
+  Var small = reindex(x, {4, 40}, {"i0", "i1/4", "i1%4"}) * 3.0;
+  CHECK_FALSE(chunked(small));
+  check_against_reference(small);
+}
+
 TEST_CASE("matmul, incl. broadcast batch dims", "[ops][composite]") {
   Var a = rand({3, 4}, 11), b = rand({4, 5}, 12);
   Var a3 = rand({2, 3, 4}, 13);
