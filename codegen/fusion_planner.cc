@@ -207,7 +207,17 @@ bool store_by_cost(const Graph& g, const NodeUses& u, int i, int cost, bool has_
   FusionDecision d;
   d.node = i, d.cost = cost, d.has_reduce = has_reduce;
   const bool recomputed = u.uses[size_t(i)] > 1 || u.expander[size_t(i)] >= 0;
-  if (recomputed && (has_reduce || cost > kRecomputeCostLimit)) {
+  // Read only as the operand of one contraction, it is computed while the operand is packed,
+  // about packing_factor times per element, not once per element of the broadcast: the
+  // prologue rule below weighs it (a GELU, 12 per element, feeding the FFN's second product
+  // was stored as if computed 128 times, and the forward wrote and read back 2 MiB for it).
+  // An operand that several products read (a forward product and its weight gradient share
+  // the broadcast after CSE) keeps the rule above: fused, its cost would make the broadcast
+  // itself look worth storing.
+  const int operand = u.operand[size_t(i)];
+  const bool operand_only = u.operand_of[size_t(i)] >= 0 && u.uses[size_t(i)] == 1 &&
+                            u.expander[size_t(i)] == operand && u.uses[size_t(operand)] == 1;
+  if (recomputed && (has_reduce || (!operand_only && cost > kRecomputeCostLimit))) {
     d.stored = true, d.reason = FusionReason::Recomputed;
     d.consumer = u.expander[size_t(i)] >= 0 ? u.expander[size_t(i)] : u.consumers[size_t(i)][0];
     d.recompute = u.expander[size_t(i)] >= 0 ? u.expansion[size_t(i)] : u.uses[size_t(i)];

@@ -48,6 +48,11 @@ Var layer_norm_rows(const Var& x, const Var& g, const Var& b) {
   return xc / sqrt(mean(xc * xc, {-1}, true) + 1e-5) * g + b;
 }
 
+// 12 ops per element (tanh counts 4): above kRecomputeCostLimit, within kPrologueCostLimit.
+Var gelu_tanh(const Var& x) {
+  return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
 }  // namespace
 
 // The bounds: a value is recomputed in a consumer only while it costs at most
@@ -284,6 +289,39 @@ TEST_CASE("operands packed once or per block, as their reuse decides, match the 
   Var x = rand({3, 5, 300}, 3), w = rand({300, 20}, 4);
   eval({x, w});
   check_against_reference(matmul(x, tanh(w)));
+}
+
+// A producer read only as one product's operand is computed while packing it, once per element
+// however expensive within kPrologueCostLimit: not stored as if the operand's broadcast
+// recomputed it per column (a GELU feeding the FFN's second product). Read by two products it
+// is stored once. Where the forward product and the weight gradient read the same broadcast,
+// the producer is stored, never the broadcast (a transformer's LayerNorm over the embedding
+// sum, 9 ops per element, fused there made its [16,64,128,384] broadcast look worth
+// materialising: 193 MiB).
+TEST_CASE("an expensive producer read only as one contraction's operand is its prologue",
+          "[fusion][cost]") {
+  Var h = randn({4, 24, 40}, 1), w = randn({40, 56}, 2), w2 = randn({40, 8}, 3);
+  Var r = randn({4, 24, 56}, 6);
+  eval({h, w, w2, r});
+  Var y = matmul(gelu_tanh(h), w);
+  const std::string e = explain({y});
+  INFO(e);
+  CHECK(has(e, "fused into kernel 0 as a contraction prologue"));
+  CHECK(plan({y}).size() == 1);
+  check_against_reference(y);
+  Var a = gelu_tanh(h);
+  Var y1 = matmul(a, w), y2 = matmul(a, w2);
+  const std::string e2 = explain({y1, y2});
+  INFO(e2);
+  CHECK(has(e2, "binary.mul stored"));
+  CHECK(plan({y1, y2}).size() == 3);
+  check_against_reference({y1, y2});
+  Var y3 = matmul(gelu_tanh(h), w);
+  Var dw = grad(sum(y3 * r), {w})[0];
+  const std::string e3 = explain({y3, dw});
+  INFO(e3);
+  CHECK_FALSE(has(e3, "broadcast_to stored"));
+  check_against_reference({y3, dw});
 }
 
 TEST_CASE("a producer too costly to repeat while packing a conv2d operand is stored",
