@@ -7,9 +7,7 @@ namespace {
 
 // c when `e` is i<var> + c (i<var>, i<var> + c, c + i<var>, i<var> - c with a constant c).
 std::optional<int64_t> offset_of(const IndexExpr& e, int var) {
-  auto is_var = [var](const IndexExprPtr& x) {
-    return x->kind == IxKind::Var && x->value == var;
-  };
+  auto is_var = [var](const IndexExprPtr& x) { return x->kind == IxKind::Var && x->value == var; };
   if (e.kind == IxKind::Var && e.value == var) return 0;
   if (e.kind == IxKind::Add) {
     if (is_var(e.a) && e.b->kind == IxKind::Const) return e.b->value;
@@ -19,7 +17,9 @@ std::optional<int64_t> offset_of(const IndexExpr& e, int var) {
   return std::nullopt;
 }
 
-int64_t floor_mod(int64_t a, int64_t d) { return ((a % d) + d) % d; }
+int64_t floor_mod(int64_t a, int64_t d) {
+  return ((a % d) + d) % d;
+}
 
 // The (D, c) of `e` when it is (i<var> + c) / D or % D with D a constant >= kMinChunkDivisor.
 std::optional<std::pair<int64_t, int64_t>> division_term(const IndexExpr& e, int var) {

@@ -17,9 +17,9 @@
 namespace metajit {
 
 struct DivisionChunks {
-  int var = -1;          // the innermost loop variable, i<var>
-  int64_t divisor = 0;   // D: chunks are at most D long
-  int64_t phase = 0;     // in [0, D): chunks start where (i + phase) % D == 0
+  int var = -1;                  // the innermost loop variable, i<var>
+  int64_t divisor = 0;           // D: chunks are at most D long
+  int64_t phase = 0;             // in [0, D): chunks start where (i + phase) % D == 0
   std::vector<int64_t> offsets;  // the distinct c of the (i + c) / D and (i + c) % D rewritten
 };
 
@@ -30,8 +30,7 @@ inline constexpr int64_t kMinChunkDivisor = 8;
 // (i + c) / D and (i + c) % D with a constant D >= kMinChunkDivisor, for the D and c % D of
 // the first one found (others stay as they are). Nullopt when there is none, or when an
 // expression reads extras (codegen/cpp_emitter.cc loads those speculatively).
-std::optional<DivisionChunks> find_division_chunks(const std::vector<const KStmt*>& stmts,
-                                                   int var);
+std::optional<DivisionChunks> find_division_chunks(const std::vector<const KStmt*>& stmts, int var);
 
 // Where a chunk's values live: loop variable numbers (i<k>) the emitter defines per chunk.
 struct ChunkVars {
