@@ -1175,22 +1175,6 @@ class CppEmitter : public CFamilyEmitter {
     return true;
   }
 
-  // pack_operand for an operand packed once per launch or per block (pack_operand_once decides
-  // at run time), as a local function `name`(dst, ps, x0, n, npad, k0, kn) called from both
-  // places: its code is compiled once (written out at both, a matmul's cold compile took 20%
-  // longer). Not inlined: a call per block costs nothing beside the packing.
-  void pack_function(const KStmt& r, const std::vector<KStmt>& pre,
-                     const std::vector<size_t>& stmts, int value, const std::string& var, int pw,
-                     const std::string& name, const MergedColumns* merged) {
-    line(1, "auto " + name +
-                " = [&](float* const mj_pk_dst, const i64 mj_pk_ps, const i64 mj_pk_x0, const i64 "
-                "mj_pk_n, const i64 mj_pk_np, const i64 mj_pk_k0, const i64 mj_pk_kn) "
-                "__attribute__((noinline)) {");
-    pack_operand(r, pre, stmts, value, var, pw, "mj_pk_dst", "mj_pk_ps", "mj_pk_x0", "mj_pk_n",
-                 "mj_pk_np", "mj_pk_k0", "mj_pk_kn", 2, merged);
-    line(1, "};");
-  }
-
   // Packs operand `side` (0: A, rows `var`, panels of pw = mr; 1: B, columns, pw = nr) once for
   // the whole launch into mj_apre / mj_bpre (taken from scratch slot `side`) when `reused`
   // holds at run time, panels in parallel. Panels go in groups of at least kPackRows rows where the
@@ -1199,8 +1183,8 @@ class CppEmitter : public CFamilyEmitter {
   // 66 of them per step are more streams than the prefetchers follow (conv2d's weight gradient
   // packing dY once per launch: 9% slower in groups, measured).
   void pack_operand_once(const KStmt& r, const std::vector<KStmt>& pre,
-                         const std::vector<size_t>& stmts, const std::string& var, int pw, int side,
-                         const MergedColumns* merged, const std::string& reused) {
+                         const std::vector<size_t>& stmts, int value, const std::string& var,
+                         int pw, int side, const MergedColumns* merged, const std::string& reused) {
     const int own = std::stoi(var.substr(1));
     const std::string buf = side == 0 ? "mj_apre" : "mj_bpre",
                       pad = side == 0 ? "mj_eip" : "mj_ejp";
@@ -1217,9 +1201,9 @@ class CppEmitter : public CFamilyEmitter {
     line(2, "for (i64 mj_p = 0; mj_p < " + panels + "; mj_p += " + G + ") {");
     line(3, "const i64 mj_pn = (" + panels + " - mj_p < " + G + " ? " + panels + " - mj_p : " + G +
                 ") * " + PW + ";");
-    line(3, std::string(side == 0 ? "mj_pack_a" : "mj_pack_b") + "(" + buf + " + mj_p * mj_k * " +
-                PW + ", mj_k * " + PW + ", mj_p * " + PW + ", " + extent + " - mj_p * " + PW +
-                ", mj_pn, 0, mj_k);");
+    pack_operand(r, pre, stmts, value, var, pw, buf + " + mj_p * mj_k * " + PW, "mj_k * " + PW,
+                 "mj_p * " + PW, "(" + extent + " - mj_p * " + PW + ")", "mj_pn", "0", "mj_k", 3,
+                 merged);
     line(2, "}");
     line(1, "}");
   }
@@ -1333,15 +1317,14 @@ class CppEmitter : public CFamilyEmitter {
       // 128 in one column block: 10% faster, 17% with cold caches, measured).
       std::string outer_work = "1";
       for (const KLoop* l : outer) outer_work += " * (" + ix(*l->extent) + ")";
-      if (a_once) pack_function(r, a_pre, c.a_stmts, c.a, iv, t.mr, "mj_pack_a", nullptr);
-      if (b_once) pack_function(r, b_pre, c.b_stmts, c.b, jv, t.nr, "mj_pack_b", mc);
       line(1, "float* mj_apre = 0;");
       if (a_once)
-        pack_operand_once(r, a_pre, c.a_stmts, iv, t.mr, 0, nullptr,
+        pack_operand_once(r, a_pre, c.a_stmts, c.a, iv, t.mr, 0, nullptr,
                           "mj_nb * " + outer_work + " > 1");
       line(1, "float* mj_bpre = 0;");
       if (b_once)
-        pack_operand_once(r, b_pre, c.b_stmts, jv, t.nr, 1, mc, "mj_mb * " + outer_work + " > 1");
+        pack_operand_once(r, b_pre, c.b_stmts, c.b, jv, t.nr, 1, mc,
+                          "mj_mb * " + outer_work + " > 1");
       line(1, "const i64 mj_per_thread = mj_mc * mj_kc + mj_kc * mj_nc + mj_mc * mj_nc;");
       line(1,
            "float* mj_scratch = mj_take(2, sizeof(float) * (mj_per_thread > 0 ? mj_per_thread "
@@ -1378,21 +1361,17 @@ class CppEmitter : public CFamilyEmitter {
         const std::string pre = "mj_" + name + "pre";
         line(d, "const float* mj_" + name + " = mj_" + name + "p;");
         line(d, "i64 mj_" + name + "s = mj_kn * " + T + ";");
-        const std::string n = a ? "mj_in" : "mj_jn", npad = a ? "mj_inp" : "mj_jnp";
         if (once) {
           line(d, "if (" + pre + ") {");
           line(d + 1, "mj_" + name + " = " + pre + " + (" + x0 + " / " + T + ") * mj_k * " + T +
                           " + mj_pc * " + T + ";");
           line(d + 1, "mj_" + name + "s = mj_k * " + T + ";");
           line(d, "} else {");
-          line(d + 1, "mj_pack_" + name + "(mj_" + name + "p, mj_kn * " + T + ", " + x0 + ", " + n +
-                          ", " + npad + ", mj_pc, mj_kn);");
-          line(d, "}");
-          continue;
         }
         pack_operand(r, a ? a_pre : b_pre, a ? c.a_stmts : c.b_stmts, a ? c.a : c.b, a ? iv : jv,
-                     a ? t.mr : t.nr, "mj_" + name + "p", "mj_kn * " + T, x0, n, npad, "mj_pc",
-                     "mj_kn", d, a ? nullptr : mc);
+                     a ? t.mr : t.nr, "mj_" + name + "p", "mj_kn * " + T, x0, a ? "mj_in" : "mj_jn",
+                     a ? "mj_inp" : "mj_jnp", "mj_pc", "mj_kn", d + once, a ? nullptr : mc);
+        if (once) line(d, "}");
       }
       // Each B micro-panel stays in L1 while the A panels of the block stream past it.
       line(d, "for (i64 mj_jr = 0; mj_jr < mj_jnp; mj_jr += " + NR + ")");
