@@ -21,7 +21,9 @@ namespace metajit {
 // 25: row-major operands packed along the reduction also as plain copies, operands packed once
 // per launch only when several blocks use them, the micro-kernel's loop unrolled by 4, the
 // innermost loop run in chunks of a constant divisor of its index (codegen/division_chunks.h)
-inline constexpr const char* kCodegenVersion = "cpp-25";
+// 26: whole panels of unguarded operands packed with plain (not masked) loads, operands along
+// memory packed once per launch in groups of panels
+inline constexpr const char* kCodegenVersion = "cpp-26";
 
 class KernelKeyBuilder {
  public:
