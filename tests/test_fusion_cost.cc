@@ -291,6 +291,19 @@ TEST_CASE("operands packed once or per block, as their reuse decides, match the 
   check_against_reference(matmul(x, tanh(w)));
 }
 
+// An operand packed along the reduction under guards (a reindex with a fill value) copies a
+// block of steps without its tests where they hold at the block's first and last step, and
+// keeps them elsewhere: rows out of range (2 * i0 - 1 < 0), steps out of range in the first
+// block only (i1 - 3 < 0) and in the last (i1 - 3 >= 600), across three blocks of kc steps.
+TEST_CASE("operands packed along the reduction under guards match the reference",
+          "[fusion][cost]") {
+  Var x = rand({40, 600}, 1), w = rand({602, 24}, 2);
+  eval({x, w});
+  Var a = reindex(x, {21, 602}, {"i0 * 2 - 1", "i1 - 3"}, 0.25);
+  check_against_reference(matmul(a, w));
+  check_against_reference(matmul(a * 2.0, w));
+}
+
 // A producer read only as one product's operand is computed while packing it, once per element
 // however expensive within kPrologueCostLimit: not stored as if the operand's broadcast
 // recomputed it per column (a GELU feeding the FFN's second product). Read by two products it
