@@ -4,10 +4,14 @@
 
 #include <atomic>
 #include <bit>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <new>
+#include <string>
 #include <vector>
 
 namespace metajit {
@@ -58,6 +62,44 @@ void system_free(void* p, Device d) noexcept {
   }
 }
 
+// Returns the device's cached free blocks to the system.
+void release_cached(Device d) {
+  State& s = state(d);
+  std::map<size_t, std::vector<void*>> blocks;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    blocks.swap(s.free_lists);
+    s.stats.bytes_cached = 0;
+  }
+  for (auto& [cap, list] : blocks)
+    for (void* p : list) system_free(p, d);
+}
+
+// The message of a failed allocation: the bytes asked for and, for the host, what the system
+// says is available (a typed Error, not std::bad_alloc: issue 26).
+std::string allocation_failure(size_t bytes, Device d) {
+  auto gib = [](double b) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f GiB", b / double(1ull << 30));
+    return std::string(text);
+  };
+  std::string msg = "out of memory: allocating " + std::to_string(bytes) + " bytes (" +
+                    gib(double(bytes)) + ") of " + (d == Device::CPU ? "host" : "device") +
+                    " memory failed";
+  if (d == Device::CPU) {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key;
+    uint64_t kib = 0;
+    std::string unit;
+    while (meminfo >> key >> kib >> unit)
+      if (key == "MemAvailable:") {
+        msg += "; " + gib(double(kib) * 1024.0) + " available (MemAvailable)";
+        break;
+      }
+  }
+  return msg + "; evaluate smaller pieces, or free Vars that hold large values";
+}
+
 }  // namespace
 
 Buffer::~Buffer() {
@@ -101,9 +143,15 @@ BufferPtr allocate_buffer(size_t bytes, Device device) {
       throw;
     }
     if (!p) {
-      std::lock_guard<std::mutex> lock(s.mu);
-      s.stats.bytes_in_use -= bytes;
-      throw std::bad_alloc();
+      release_cached(device);  // blocks of other sizes kept for reuse go back first
+      p = system_alloc(cap, device);
+    }
+    if (!p) {
+      {
+        std::lock_guard<std::mutex> lock(s.mu);
+        s.stats.bytes_in_use -= bytes;
+      }
+      throw Error(allocation_failure(bytes, device));
     }
   }
   return std::make_shared<Buffer>(p, bytes, cap, device);

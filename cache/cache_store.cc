@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +19,8 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <map>
+#include <mutex>
 #include <random>
 
 #include "base/checksum.h"
@@ -809,11 +812,43 @@ void CacheStore::touch(const std::string& key) {
   }
 }
 
+std::optional<std::string> CacheStore::unwritable_reason() const {
+  // Leaked on purpose: the statistics are flushed from an atexit handler, after static
+  // destructors of objects constructed later would have run.
+  static std::mutex* mu = new std::mutex;
+  static auto* decided = new std::map<std::string, std::optional<std::string>>;
+  std::lock_guard<std::mutex> lock(*mu);
+  auto it = decided->find(root_.string());
+  if (it != decided->end()) return it->second;
+  std::optional<std::string> why;
+  fs::path probe = root_;
+  struct stat st;
+  while (::stat(probe.c_str(), &st) != 0 && probe.has_parent_path() && probe != probe.parent_path())
+    probe = probe.parent_path();
+  struct statvfs vfs;
+  if (::statvfs(probe.c_str(), &vfs) == 0 && (vfs.f_flag & ST_RDONLY))
+    why = "read-only file system";
+  else if (::access(probe.c_str(), W_OK | X_OK) != 0)
+    why = "not writable by this user (" + quote(probe) + ": " + errno_text(errno) + ")";
+  decided->emplace(root_.string(), why);
+  return why;
+}
+
 void CacheStore::add_counters(const CacheCounters& d) {
   bool any = d.compile_seconds != 0 || d.bytes != 0;
   for (const CacheCounterField& f : kCacheCounterFields) any = any || d.*f.member != 0;
   for (const CacheCounterField& f : kMissCauseFields) any = any || d.*f.member != 0;
   if (!any) return;
+  if (std::optional<std::string> why = unwritable_reason()) {
+    // A read-only warm cache (the deployment README "Cache" recommends): the counters stay
+    // with this process (stats()), said once at info level, not warned about by every process.
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      log_message(LogLevel::Info, "cache: " + root_.string() + " is read-only (" + *why +
+                                      "): this process keeps its cache statistics in memory");
+    });
+    return;
+  }
   try {
     const fs::path v1 = ensure_version_dir(root_);
     Fd lock = lock_file(v1 / kStatsLock, LOCK_EX);

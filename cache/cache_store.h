@@ -118,7 +118,12 @@ class CacheStore {
   explicit CacheStore(std::filesystem::path root);
 
   const std::filesystem::path& root() const { return root_; }
-  std::filesystem::path version_dir() const;                      // root/v1
+  std::filesystem::path version_dir() const;  // root/v1
+
+  // Why nothing can be written under root ("read-only file system", "not writable by this
+  // user"), from the nearest existing directory of root; nullopt when it can be. Decided once
+  // per process and root: a read-only warm cache is a deployment, not a fault (README "Cache").
+  std::optional<std::string> unwritable_reason() const;
   std::filesystem::path entry_dir(const std::string& key) const;  // root/v1/<k[0:2]>/<key>
 
   // The verified kernel.so of `key`, or nullopt. An entry that is present but bad (a file

@@ -52,6 +52,15 @@ std::string join(const std::vector<std::string>& items, const std::string& sep) 
   return out;
 }
 
+// A command that must write refuses a cache it cannot write, naming the path and why (exit 2),
+// instead of reporting work it did not do (issue 26: `cache clear` printed "removed 0" and
+// `cache warm` "84 compiled" on a read-only mount, both exiting 0).
+void require_writable(const CacheStore& store, const char* command) {
+  if (std::optional<std::string> why = store.unwritable_reason())
+    throw CacheError(std::string("cache ") + command + ": " + store.root().string() +
+                     " cannot be written: " + *why + "; nothing was changed");
+}
+
 int cmd_path() {
   std::cout << cache_root().string() << "\n";
   return 0;
@@ -152,6 +161,7 @@ int cmd_clear(const std::string& older_than) {
     throw UsageError("cache clear: --older-than '" + older_than +
                      "' is not a duration; expected e.g. 7d, 12h, 30m, 45s");
   CacheStore store(cache_root());
+  if (fs::exists(store.version_dir())) require_writable(store, "clear");
   uint64_t removed = store.clear(seconds);
   store.sweep_stale_staging();
   std::printf("removed %llu cache entr%s from %s\n", static_cast<unsigned long long>(removed),
@@ -169,6 +179,7 @@ int cmd_prune(const std::string& max_size) {
     std::printf("nothing to prune: no cache in %s\n", store.root().string().c_str());
     return 0;
   }
+  require_writable(store, "prune");
   uint64_t swept = store.sweep_stale_staging();
   EvictionResult r = store.evict(limit, /*wait=*/true);
   std::printf("evicted %llu entr%s (%s); %llu left, %s of %s limit",
@@ -257,6 +268,7 @@ int cmd_verify(bool fix) {
                 problems.size(), problems.size() == 1 ? "" : "s", store.root().string().c_str());
     return 1;
   }
+  require_writable(store, "verify --fix");
   // Repairs: bad entries are rebuilt from their spec when meta.json still describes this
   // toolchain's kernel, else removed; debris is removed.
   std::vector<KernelIR> rebuild[2];  // per device
@@ -336,6 +348,7 @@ int cmd_warm(const std::string& manifest_path, int jobs, bool push) {
                        "]: " + e.what());
     }
   }
+  require_writable(CacheStore(cache_root()), "warm");
   WarmSummary w;
   try {
     w = warm_by_device(irs[0], irs[1], jobs > 0 ? jobs : config().jobs, push);

@@ -113,8 +113,12 @@ Check check_openmp(const Toolchain& tc) {
   if (sum != 500500) {
     return {"openmp", Status::Problem, "the probe computed a wrong result", fix};
   }
+  // The kernels' threads are OpenMP's (OMP_NUM_THREADS); METAJIT_JOBS is how many compiles run
+  // at once, not a thread count (issue 26: this line read as if it were).
+  const char* omp = std::getenv("OMP_NUM_THREADS");
   c.detail = "a parallel loop ran on " + std::to_string(threads) + " thread" +
-             (threads == 1 ? "" : "s") + " (METAJIT_JOBS=" + std::to_string(config().jobs) + ")";
+             (threads == 1 ? "" : "s") + " (OMP_NUM_THREADS=" + (omp ? omp : "unset") +
+             "; compile jobs at once: METAJIT_JOBS=" + std::to_string(config().jobs) + ")";
   return c;
 }
 
@@ -198,6 +202,15 @@ Check check_cache_dir(const fs::path& root) {
             root.string() + " has mode " + mode_text(st.st_mode) +
                 " (writable by group or others); metajit will not load kernels from it",
             "chmod 700 " + root.string()};
+  }
+  struct statvfs ro;
+  if (::statvfs(root.c_str(), &ro) == 0 && (ro.f_flag & ST_RDONLY)) {
+    // A warm cache mounted read-only is a deployment README "Cache" recommends: kernels load,
+    // missing ones compile into a private temporary cache, statistics stay in memory.
+    c.detail = root.string() +
+               " (read-only file system: fine for deployment; kernels it lacks "
+               "are compiled into a temporary cache)";
+    return c;
   }
   if (::access(root.c_str(), W_OK) != 0) {
     return {"cache dir", Status::Problem,

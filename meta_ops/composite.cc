@@ -221,6 +221,10 @@ Var max_pool2d(const Var& x, int64_t kernel, int64_t stride, int64_t padding) {
 Var softmax(const Var& x, int64_t dim) {
   need(x, "softmax");
   if (x.ndim() == 0) throw ShapeError("softmax: the input is 0-d; it needs at least one axis");
+  if (dim < -x.ndim() || dim >= x.ndim())  // named here, not by the reduction inside
+    throw ShapeError("softmax: dim " + std::to_string(dim) + " out of range for shape " +
+                     shape_str(x.shape()) + " (valid: -" + std::to_string(x.ndim()) + " to " +
+                     std::to_string(x.ndim() - 1) + ")");
   Var in = is_float(x.dtype()) ? x : cast(x, DType::Float32);
   // The row max only keeps exp() in range: its gradient cancels exactly, so (as JAX does) none
   // flows through it, and the backward graph has no max-tie masks.
@@ -232,6 +236,10 @@ Var softmax(const Var& x, int64_t dim) {
 Var log_softmax(const Var& x, int64_t dim) {
   need(x, "log_softmax");
   if (x.ndim() == 0) throw ShapeError("log_softmax: the input is 0-d; it needs at least one axis");
+  if (dim < -x.ndim() || dim >= x.ndim())  // named here, not by the reduction inside
+    throw ShapeError("log_softmax: dim " + std::to_string(dim) + " out of range for shape " +
+                     shape_str(x.shape()) + " (valid: -" + std::to_string(x.ndim()) + " to " +
+                     std::to_string(x.ndim() - 1) + ")");
   Var in = is_float(x.dtype()) ? x : cast(x, DType::Float32);
   Var shifted = in - identity_without_gradient(max(in, {dim}, true));  // as softmax
   return shifted - log(sum(exp(shifted), {dim}, true));

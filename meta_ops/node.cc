@@ -1,5 +1,7 @@
 #include "meta_ops/node.h"
 
+#include <metajit/error.h>
+
 #include <algorithm>
 
 namespace metajit {
@@ -104,8 +106,31 @@ BackwardScope::~BackwardScope() {
   building_backward = saved_;
 }
 
+// Every node's shape passes here: a negative extent, or an element count whose size in bytes
+// does not fit in int64 (kernels index with i64), is a ShapeError naming the op and the shape
+// before anything is built (issue 26: such shapes reported numel 0 or a negative count, and a
+// sum over one crashed or never returned). PyTorch: "storage size overflowed".
+void check_shape_fits(const std::string& op, DType dtype, const Shape& shape) {
+  for (int64_t d : shape)
+    if (d < 0)
+      throw ShapeError(op + ": negative dimension in shape " + shape_str(shape) +
+                       "; dimensions must be >= 0");
+  if (std::find(shape.begin(), shape.end(), int64_t(0)) != shape.end()) return;  // no elements
+  const uint64_t limit = uint64_t(INT64_MAX);
+  uint64_t bytes = dtype_size(dtype);
+  for (int64_t d : shape) {
+    if (bytes > limit / uint64_t(d))
+      throw ShapeError(op + ": shape " + shape_str(shape) + " of " + dtype_name(dtype) +
+                       " has more elements than fit in memory (its size in bytes overflows "
+                       "int64); a shape holds at most " +
+                       std::to_string(INT64_MAX / int64_t(dtype_size(dtype))) + " elements");
+    bytes *= uint64_t(d);
+  }
+}
+
 NodePtr new_node(OpKind kind, DType dtype, Shape shape, std::vector<NodePtr> inputs) {
   static std::atomic<uint64_t> next_id{1};
+  check_shape_fits(op_kind_name(kind), dtype, shape);
   auto n = std::make_shared<Node>();
   n->backward = building_backward;
   n->kind = kind;

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "base/buffer.h"
@@ -73,6 +74,9 @@ enum class BroadcastAxis : uint8_t {
 };
 
 const char* op_kind_name(OpKind k);
+// Throws ShapeError naming `op` for a negative extent or a shape whose size in bytes overflows
+// int64; new_node calls it for every node.
+void check_shape_fits(const std::string& op, DType dtype, const Shape& shape);
 const char* unary_op_name(UnaryOp op);
 const char* binary_op_name(BinaryOp op);
 const char* reduce_op_name(ReduceOp op);

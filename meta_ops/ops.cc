@@ -17,11 +17,10 @@ void need(const Var& x, const char* op) {
   if (!x.defined()) throw Error(std::string(op) + ": the Var is undefined (default-constructed)");
 }
 
-void check_shape(const Shape& s, const char* op) {
-  for (int64_t d : s)
-    if (d < 0)
-      throw ShapeError(std::string(op) + ": negative dimension in shape " + shape_str(s) +
-                       "; dimensions must be >= 0");
+// Negative extents and shapes too large for memory, named after the public op (new_node checks
+// again, naming the meta-op, for shapes ops derive).
+void check_shape(const Shape& s, const char* op, DType dtype) {
+  check_shape_fits(op, dtype, s);
 }
 
 // Normalises a possibly negative axis against `ndim`, or throws naming `op`.
@@ -55,7 +54,7 @@ uint64_t splitmix64(uint64_t& s) {
 }
 
 Var random_array(Shape shape, uint64_t seed, DType dtype, bool normal, const char* op) {
-  check_shape(shape, op);
+  check_shape(shape, op, dtype);
   if (!is_float(dtype))
     throw DTypeError(std::string(op) + ": dtype " + dtype_name(dtype) +
                      " is not supported; expected float32 or float64");
@@ -143,7 +142,7 @@ DType reduce_dtype(ReduceOp op, DType in) {
 // ---------------------------------------------------------------- creating
 
 Var array_from(const void* data, size_t count, DType dtype, Shape shape) {
-  check_shape(shape, "array");
+  check_shape(shape, "array", dtype);
   int64_t n = numel_of(shape);
   if (int64_t(count) != n)
     throw ShapeError("array: " + std::to_string(count) + " values given for shape " +
@@ -162,14 +161,16 @@ Var scalar(double value, DType dtype) {
 }
 
 Var full(Shape shape, double value, DType dtype) {
-  check_shape(shape, "full");
+  check_shape(shape, "full", dtype);
   Var s = scalar(value, dtype);
   return shape.empty() ? s : broadcast_to(s, std::move(shape));
 }
 Var zeros(Shape shape, DType dtype) {
+  check_shape(shape, "zeros", dtype);
   return full(std::move(shape), 0.0, dtype);
 }
 Var ones(Shape shape, DType dtype) {
+  check_shape(shape, "ones", dtype);
   return full(std::move(shape), 1.0, dtype);
 }
 
@@ -384,7 +385,7 @@ Var where(const Var& cond, const Var& a, const Var& b) {
 
 Var broadcast_to(const Var& x, Shape shape, std::vector<int64_t> dims) {
   need(x, "broadcast_to");
-  check_shape(shape, "broadcast_to");
+  check_shape(shape, "broadcast_to", x.dtype());
   const int64_t out_nd = int64_t(shape.size());
   std::vector<bool> is_new(shape.size(), false);
   auto fail = [&](const std::string& why) {
@@ -435,7 +436,7 @@ Var reindex_tree(const Var& x, Shape shape, std::vector<IndexExprPtr> indexes,
                  double overflow_value, std::vector<IndexExprPtr> overflow_conditions,
                  const std::vector<Var>& extras) {
   need(x, "reindex");
-  check_shape(shape, "reindex");
+  check_shape(shape, "reindex", x.dtype());
   if (int64_t(indexes.size()) != x.ndim())
     throw IndexExprError("reindex: " + std::to_string(indexes.size()) +
                          " index expressions given for an input of shape " + shape_str(x.shape()) +
@@ -455,7 +456,7 @@ Var reindex_tree(const Var& x, Shape shape, std::vector<IndexExprPtr> indexes,
 Var reindex(const Var& x, Shape shape, std::vector<std::string> indexes, double overflow_value,
             std::vector<std::string> overflow_conditions, std::vector<Var> extras) {
   need(x, "reindex");
-  check_shape(shape, "reindex");
+  check_shape(shape, "reindex", x.dtype());
   int nv = int(shape.size());
   if (int64_t(indexes.size()) != x.ndim())
     return reindex_tree(x, shape, std::vector<IndexExprPtr>(indexes.size(), ix_const(0)), 0, {},
@@ -470,7 +471,7 @@ Var reindex_reduce_tree(const Var& y, ReduceOp op, Shape shape, std::vector<Inde
                         std::vector<IndexExprPtr> overflow_conditions,
                         const std::vector<Var>& extras) {
   need(y, "reindex_reduce");
-  check_shape(shape, "reindex_reduce");
+  check_shape(shape, "reindex_reduce", y.dtype());
   if (op == ReduceOp::Mean)
     throw Error("reindex_reduce: op mean is not supported; expected add, mul, max or min");
   if (indexes.size() != shape.size())
@@ -494,7 +495,7 @@ Var reindex_reduce_tree(const Var& y, ReduceOp op, Shape shape, std::vector<Inde
 Var reindex_reduce(const Var& y, ReduceOp op, Shape shape, std::vector<std::string> indexes,
                    std::vector<std::string> overflow_conditions, std::vector<Var> extras) {
   need(y, "reindex_reduce");
-  check_shape(shape, "reindex_reduce");
+  check_shape(shape, "reindex_reduce", y.dtype());
   int nv = int(y.ndim());
   if (indexes.size() != shape.size())
     return reindex_reduce_tree(y, op, shape, std::vector<IndexExprPtr>(indexes.size(), ix_const(0)),

@@ -3,21 +3,35 @@
 #include <metajit/error.h>
 #include <metajit/var.h>
 
+#include <string>
+
 #include "meta_ops/node.h"
 
 namespace metajit {
 
+namespace {
+// A default-constructed Var has no node: reading what it is raises the same typed error as
+// every op and read given one (issue 26: these four segfaulted).
+const Node& node_of(const Var& v, const char* what) {
+  if (!v.defined())
+    throw Error(std::string(what) +
+                ": the Var is undefined (default-constructed); assign it "
+                "the result of an op or a creation function first");
+  return *v.node();
+}
+}  // namespace
+
 const Shape& Var::shape() const {
-  return node()->shape;
+  return node_of(*this, "shape").shape;
 }
 DType Var::dtype() const {
-  return node()->dtype;
+  return node_of(*this, "dtype").dtype;
 }
 int64_t Var::ndim() const {
-  return static_cast<int64_t>(node()->shape.size());
+  return static_cast<int64_t>(node_of(*this, "ndim").shape.size());
 }
 int64_t Var::numel() const {
-  return node()->numel();
+  return node_of(*this, "numel").numel();
 }
 
 void Var::assign(const Var& value) {

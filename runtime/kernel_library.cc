@@ -112,8 +112,15 @@ CacheStore& fallback_store() {
   return *store;
 }
 
-// False when the file system holding the cache has less than kMinFreeBytes available.
+// False when the cache cannot be written or its file system has less than kMinFreeBytes
+// available.
 bool has_room(const CacheStore& store, std::string& why) {
+  // A read-only or unwritable root has no free bytes to report: say what it is (issue 26: a
+  // read-only mount was reported as "full (0 bytes free)").
+  if (std::optional<std::string> reason = store.unwritable_reason()) {
+    why = "cache: " + store.root().string() + " cannot be written: " + *reason;
+    return false;
+  }
   struct statvfs vfs;
   fs::path probe = store.root();
   while (!probe.empty() && ::statvfs(probe.c_str(), &vfs) != 0) {
@@ -381,6 +388,23 @@ void log_miss_causes(const std::vector<Pending*>& missed) {
   for (const auto& [reason, n] : counts) log_message(LogLevel::Info, recompile_summary(n, reason));
 }
 
+// What is wrong with a compiler's output that cannot be a shared object (missing, empty, not
+// ELF), or nullopt: such output is the compiler's failure, a CompileError, not a loader Error
+// later (issue 26: a compiler writing an empty kernel.so gave a plain Error).
+std::optional<std::string> unloadable_output(const fs::path& so) {
+  std::error_code ec;
+  if (!fs::is_regular_file(so, ec)) return "wrote no " + so.filename().string();
+  const uintmax_t size = fs::file_size(so, ec);
+  if (ec || size == 0) return "wrote an empty " + so.filename().string();
+  char magic[4] = {};
+  std::ifstream in(so, std::ios::binary);
+  in.read(magic, sizeof magic);
+  if (!in || magic[0] != 0x7f || magic[1] != 'E' || magic[2] != 'L' || magic[3] != 'F')
+    return "wrote " + so.filename().string() + " (" + std::to_string(size) +
+           " bytes), which is not an ELF shared object";
+  return std::nullopt;
+}
+
 // Compiles every staged kernel of `todo` in parallel and installs the good ones; sets each
 // one's `object` (empty where its compile failed). Returns the first failure, if any. Failed
 // kernels keep their staging directory (with the source) for inspection.
@@ -400,6 +424,16 @@ std::optional<CompileError> compile_and_install(std::vector<Pending*>& todo,
     if (!r.ok) {
       delta.errors++;
       if (!failure) failure = compile_failure(p, r);
+      p.lock.release();
+      continue;
+    }
+    if (std::optional<std::string> bad = unloadable_output(p.staging / "kernel.so")) {
+      delta.errors++;
+      if (!failure)
+        failure = CompileError("compiling kernel " + p.key + ": the compiler exited 0 but " + *bad +
+                                   "\n  command: " + r.command +
+                                   "\n  source kept at: " + p.source.string(),
+                               r.command, r.output, p.source.string());
       p.lock.release();
       continue;
     }

@@ -333,6 +333,62 @@ TEST_CASE("a read-only cache gives one warning and the program still runs",
   if (!fs_ro.mounted()) fs::permissions(mnt, fs::perms::owner_all);
 }
 
+// The deployment README "Cache" recommends: warm a cache, mount it read-only, run. Programs load
+// every kernel without a warning; each command that must write exits 2 naming the path and
+// "read-only file system" and changes nothing; the read-only commands work; doctor calls it
+// fine (issue 26: warm and clear reported success, every process warned about statistics).
+TEST_CASE("a read-only warm cache: programs load from it, writing commands refuse it",
+          "[cache][process][degraded]") {
+  if (!tmpfs_can_be_mounted())
+    metajit_test::skip_test(
+        "a read-only mount needs a tmpfs, and mounting one is not allowed here (needs root "
+        "with CAP_SYS_ADMIN)");
+  metajit_test::TempDir tmp;
+  const fs::path mnt = tmp.path() / "warm", manifest = tmp.path() / "m.json",
+                 private_tmp = tmp.path() / "private";
+  fs::create_directories(private_tmp);
+  ScopedTmpfs fs_ro(mnt, "16m");
+  REQUIRE(fs_ro.mounted());
+  ProgramRun warm = run_program(mnt, 3, "METAJIT_RECORD=" + shell_quote(manifest.string()));
+  INFO(warm.output);
+  REQUIRE(warm.ok);
+  REQUIRE(warm.compiled == 3);
+  const size_t entries = CacheStore(mnt).list().size();
+  REQUIRE(entries >= 3);
+  REQUIRE(fs_ro.remount_read_only());
+
+  ProgramRun r = run_program(mnt, 3, "TMPDIR=" + shell_quote(private_tmp.string()));
+  INFO(r.output);
+  CHECK(r.ok);
+  CHECK(r.compiled == 0);
+  CHECK(r.disk_hits >= 3);
+  CHECK(count_occurrences(r.output, "metajit: warning") == 0);
+  ProgramRun info = run_program(mnt, 3, "METAJIT_LOG=info");
+  CHECK_THAT(info.output, Contains("read-only") && Contains("in memory"));
+
+  for (const std::string& cmd :
+       {std::string("cache clear"), std::string("cache prune --max-size 0"),
+        "cache warm " + shell_quote(manifest.string()),
+        std::string("cache clear --older-than 1s")}) {
+    metajit_test::ProcessResult p = run_cli(mnt, cmd);
+    INFO(cmd << ": " << p.output);
+    CHECK(p.exit_code == 2);
+    CHECK_THAT(p.output, Contains(mnt.string()) && Contains("read-only file system"));
+  }
+  CHECK(CacheStore(mnt).list().size() == entries);
+  for (const std::string& cmd : {"cache list", "cache stats", "cache verify", "cache path"}) {
+    metajit_test::ProcessResult p = run_cli(mnt, cmd);
+    INFO(cmd << ": " << p.output);
+    CHECK(p.exit_code == 0);
+    CHECK_FALSE(Contains("warning").match(p.output));
+  }
+  metajit_test::ProcessResult doctor = run_cli(mnt, "doctor");
+  INFO(doctor.output);
+  CHECK_THAT(doctor.output, Contains("read-only file system: fine for deployment"));
+  CHECK_FALSE(Contains("chmod u+w").match(doctor.output));
+  CHECK(count_entries(private_tmp) == 0);
+}
+
 TEST_CASE("a full cache gives one warning and the program still runs",
           "[cache][process][degraded]") {
   if (!tmpfs_can_be_mounted())

@@ -346,6 +346,11 @@ TEST_CASE("metajit doctor checks the toolchain and the cache", "[cli][doctor]") 
   for (const char* want :
        {"compiler", "target", "openmp", "nvcc", "cache dir", "free space", "entries"})
     CHECK(std::find(names.begin(), names.end(), want) != names.end());
+  // The OpenMP line names the kernels' thread setting; METAJIT_JOBS is compile jobs (issue 26).
+  CliResult omp = run_cli({"--cache-dir", d, "doctor"}, "OMP_NUM_THREADS=1 METAJIT_JOBS=3");
+  INFO(omp.out);
+  CHECK_THAT(omp.out, Contains("ran on 1 thread (OMP_NUM_THREADS=1; compile jobs at once: "
+                               "METAJIT_JOBS=3)"));
 }
 
 TEST_CASE("metajit doctor reports problems with a fix and exit status 1", "[cli][doctor]") {

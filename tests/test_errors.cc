@@ -10,6 +10,7 @@
 #include "support/exceptions.h"
 #include "support/files.h"
 #include "support/scoped_env.h"
+#include "support/skip.h"
 
 using namespace metajit;
 using Catch::Matchers::Contains;
@@ -100,6 +101,63 @@ TEST_CASE("undefined Vars are errors, not crashes", "[errors]") {
   CHECK_THROWS_AS(undefined + 1.0, Error);
   CHECK_THROWS_AS(eval({undefined}), Error);
   CHECK_THROWS_AS(sum(undefined), Error);
+  // What it is, read without evaluating: these segfaulted (issue 26).
+  for (const char* what : {"shape", "dtype", "ndim", "numel"}) {
+    INFO(what);
+    const std::string m = message_of<Error>([&] {
+      const std::string w = what;
+      if (w == "shape") (void)undefined.shape();
+      if (w == "dtype") (void)undefined.dtype();
+      if (w == "ndim") (void)undefined.ndim();
+      if (w == "numel") (void)undefined.numel();
+    });
+    CHECK_THAT(m, Contains(what) && Contains("undefined (default-constructed)"));
+  }
+}
+
+// Shapes whose size overflows are refused when built (issue 26: numel read 0 or negative, a sum
+// over one crashed or never returned, a 2^64-element Var reshaped to {1, 0}); an allocation
+// the system refuses is a typed Error naming the bytes, not std::bad_alloc.
+TEST_CASE("shapes too large for memory are ShapeErrors when built", "[errors]") {
+  const std::string m = message_of<ShapeError>([] { zeros({int64_t(1) << 33, int64_t(1) << 31}); });
+  CHECK_THAT(m, Contains("zeros") && Contains("[8589934592, 2147483648]") &&
+                    Contains("overflows int64") && Contains("float32"));
+  CHECK_THROWS_AS(zeros({3037000500, 3037000500}), ShapeError);
+  CHECK_THROWS_AS(randn({int64_t(1) << 40, int64_t(1) << 30}, 1), ShapeError);
+  CHECK_THROWS_AS(broadcast_to(ones({1}), {int64_t(1) << 62, 4}), ShapeError);
+  CHECK_THROWS_AS(reindex(ones({4}), {int64_t(1) << 61, 1 << 10}, {"i1 % 4"}), ShapeError);
+  const std::string neg = message_of<ShapeError>([] { zeros({2, -3}); });
+  CHECK_THAT(neg, Contains("zeros") && Contains("[2, -3]") && Contains(">= 0"));
+  // Zero elements are fine whatever the other extents; the largest float64 shape still builds.
+  CHECK(zeros({0, int64_t(1) << 62}).numel() == 0);
+  CHECK(zeros({int64_t(1) << 59}, DType::Float64).numel() == int64_t(1) << 59);
+  CHECK_THROWS_AS(zeros({int64_t(1) << 60}, DType::Float64), ShapeError);
+  // A derived shape is checked too: the outer product of two large vectors.
+  Var big = zeros({int64_t(1) << 31});
+  CHECK_THROWS_AS(reshape(big, {-1, 1}) * reshape(big, {1, -1}) * reshape(big, {1, 1, -1}),
+                  ShapeError);
+}
+
+TEST_CASE("an allocation the system refuses is a typed Error with the byte count", "[errors]") {
+#if defined(__SANITIZE_ADDRESS__)
+  metajit_test::skip_test(
+      "AddressSanitizer's allocator ends the process on a 4 PiB request "
+      "instead of returning null (allocator_may_return_null=0)");
+#endif
+  // 2^50 floats (4 PiB): a valid shape, more memory than any machine here has.
+  Var huge = zeros({int64_t(1) << 50});
+  const std::string m = message_of<Error>([&] { eval({huge}); });
+  CHECK_THAT(m, Contains("out of memory") && Contains(std::to_string(int64_t(1) << 52)) &&
+                    Contains("bytes"));
+}
+
+TEST_CASE("softmax and log_softmax name themselves for a bad dim", "[errors]") {
+  for (const char* op : {"softmax", "log_softmax"}) {
+    const std::string m = message_of<ShapeError>([&] {
+      std::string(op) == "softmax" ? softmax(zeros({2, 3}), 5) : log_softmax(zeros({2, 3}), -3);
+    });
+    CHECK_THAT(m, Contains(std::string(op) + ": dim") && Contains("[2, 3]") && Contains("-2 to 1"));
+  }
 }
 
 TEST_CASE("bad operator arguments", "[errors]") {
@@ -120,19 +178,28 @@ TEST_CASE("a missing compiler is a CompileError naming the command", "[errors][c
   CHECK(store.list().empty());
 }
 
-TEST_CASE("a compiler that fails is a CompileError with command, output and kept source",
-          "[errors][compiler]") {
-  metajit_test::TempDir cache;
-  // A fake compiler: answers the identity queries like g++ but fails every compilation.
-  std::filesystem::path fake = cache.path() / "fake-cc";
+namespace {
+// A fake compiler at `path`: answers the identity queries (--version, -E) like g++, then runs
+// `compile` (shell) for every compilation.
+std::filesystem::path fake_compiler(const std::filesystem::path& path, const std::string& compile) {
   {
-    std::ofstream f(fake);
+    std::ofstream f(path);
     f << "#!/bin/sh\n"
          "for a in \"$@\"; do case \"$a\" in --version) exec g++ --version;; -E) exec g++ \"$@\";; "
          "esac; done\n"
-         "echo 'fake-cc: error: refusing to compile' >&2\nexit 3\n";
+      << compile;
   }
-  std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
+  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+  return path;
+}
+}  // namespace
+
+TEST_CASE("a compiler that fails is a CompileError with command, output and kept source",
+          "[errors][compiler]") {
+  metajit_test::TempDir cache;
+  // Fails every compilation.
+  const std::filesystem::path fake = fake_compiler(
+      cache.path() / "fake-cc", "echo 'fake-cc: error: refusing to compile' >&2\nexit 3\n");
   metajit_test::ScopedEnv dir("METAJIT_CACHE_DIR", (cache.path() / "c").string());
   metajit_test::ScopedEnv cxx("METAJIT_CXX", fake.string());
   Var y = tanh(arange(7, DType::Float32)) - 0.5;
@@ -147,4 +214,26 @@ TEST_CASE("a compiler that fails is a CompileError with command, output and kept
   }
   CacheStore store(cache.path() / "c");
   CHECK(store.list().empty());  // nothing installed
+}
+
+TEST_CASE("a compiler that exits 0 without a shared object is a CompileError",
+          "[errors][compiler]") {
+  metajit_test::TempDir cache;
+  // Writes an empty output file (the argument after -o) and reports success.
+  const std::filesystem::path fake =
+      fake_compiler(cache.path() / "empty-cc",
+                    "out=; prev=; for a in \"$@\"; do [ \"$prev\" = -o ] && out=$a; prev=$a; done\n"
+                    ": > \"$out\"\nexit 0\n");
+  metajit_test::ScopedEnv dir("METAJIT_CACHE_DIR", (cache.path() / "c").string());
+  metajit_test::ScopedEnv cxx("METAJIT_CXX", fake.string());
+  Var y = tanh(arange(9, DType::Float32)) - 0.25;
+  try {
+    eval({y});
+    FAIL("expected CompileError");
+  } catch (const CompileError& e) {
+    CHECK_THAT(std::string(e.what()), Contains("exited 0") && Contains("empty kernel.so"));
+    CHECK_THAT(e.command(), Contains("empty-cc"));
+    CHECK(std::filesystem::exists(e.source_path()));
+  }
+  CHECK(CacheStore(cache.path() / "c").list().empty());
 }
