@@ -128,16 +128,23 @@ std::string explain(const std::vector<Var>& vars) {
       s += " %" + std::to_string(p.graph.outputs[i]);
     s += "\n";
   }
+  // The emitter names the target and any schedule other than the plain loop nest in the
+  // source's leading comments; explain repeats them: the target once (it is the same for every
+  // kernel of a device; issue 26: it was printed with its tile on every kernel), each
+  // kernel's schedule under it.
+  auto leading = [](const std::string& src, const char* tag) -> std::string {
+    const size_t at = src.find(tag);
+    if (at == std::string::npos || at > src.find("metajit_kernel")) return {};
+    return src.substr(at + 3, src.find('\n', at) - at - 3);
+  };
+  std::string target;
   for (size_t k = 0; k < p.kernels.size(); ++k) {
-    s += "kernel " + std::to_string(k) + " key " + key_of(p.kernels[k].ir, device()) + "\n";
-    // The emitter names the target and any schedule other than the plain loop nest in the
-    // source's leading comments; explain repeats them.
     const std::string src = kernel_source(p.kernels[k].ir, device());
-    for (const char* tag : {"// target: ", "// schedule: "}) {
-      const size_t at = src.find(tag);
-      if (at == std::string::npos || at > src.find("metajit_kernel")) continue;
-      s += "  " + src.substr(at + 3, src.find('\n', at) - at - 3) + "\n";
-    }
+    const std::string t = leading(src, "// target: ");
+    if (!t.empty() && t != target) s += (target = t) + "\n";
+    s += "kernel " + std::to_string(k) + " key " + key_of(p.kernels[k].ir, device()) + "\n";
+    const std::string schedule = leading(src, "// schedule: ");
+    if (!schedule.empty()) s += "  " + schedule + "\n";
   }
   return s;
 }

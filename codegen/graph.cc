@@ -1,5 +1,7 @@
 #include "codegen/graph.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <unordered_map>
 
 #include "meta_ops/index_expr.h"
@@ -165,6 +167,18 @@ std::string describe_op(const GNode& n) {
   }
 }
 
+namespace {
+// Shortest text that reads back as the same double ("0.5", "1e-05", "-inf").
+std::string format_scalar(double v) {
+  char text[32];
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(text, sizeof text, "%.*g", digits, v);
+    if (std::strtod(text, nullptr) == v || v != v) break;
+  }
+  return text;
+}
+}  // namespace
+
 std::string Graph::dump() const {
   std::string out;
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -178,6 +192,9 @@ std::string Graph::dump() const {
       out += ")";
     }
     if (n.kind == OpKind::Leaf) out += " leaf#" + std::to_string(n.leaf);
+    // The value of a scalar (issue 26: the debug log printed "scalar f32[]" without it).
+    if (n.kind == OpKind::Scalar) out += " = " + format_scalar(n.scalar);
+    if (n.kind == OpKind::Reindex && n.scalar != 0) out += " else " + format_scalar(n.scalar);
     for (const auto& e : n.indexes) out += " " + ix_to_string(*e);
     for (const auto& e : n.conditions) out += " if " + ix_to_string(*e);
     for (int o : outputs)

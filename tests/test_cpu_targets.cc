@@ -156,6 +156,14 @@ TEST_CASE("explain() and the kernel source name the schedule chosen", "[targets]
   CHECK_THAT(text, Catch::Contains("target: " + std::string(host_toolchain().target.name())));
   CHECK_THAT(text, Catch::Contains("schedule: contraction"));
   CHECK_THAT(plan({matmul(a, b)}).back().source, Catch::Contains("// schedule: contraction"));
+  // The target once, however many kernels (issue 26: it was repeated on every kernel).
+  const std::string two = explain({matmul(a, b), sum(exp(a), {1})});
+  INFO(two);
+  REQUIRE(plan({matmul(a, b), sum(exp(a), {1})}).size() >= 2);
+  size_t targets = 0;
+  for (size_t at = two.find("target: "); at != std::string::npos; at = two.find("target: ", at + 1))
+    ++targets;
+  CHECK(targets == 1);
 }
 
 // GCC's tree-sink pass would move SELU's exp into the branch of the where that uses it, and

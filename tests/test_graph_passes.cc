@@ -39,6 +39,17 @@ TEST_CASE("capture numbers nodes topologically and shares common inputs", "[pass
   CHECK(g.outputs[0] == int(g.nodes.size()) - 1);
 }
 
+// The debug log's graph dump (METAJIT_LOG=debug) shows a scalar's value and a reindex's
+// overflow value (issue 26: scalars were printed without it).
+TEST_CASE("the graph dump shows scalar values", "[passes]") {
+  Var x = rand({3, 4}, 1);
+  eval({x});
+  const std::string d = capture({x * 0.125 + reindex(x, {3, 4}, {"i0", "i1 + 1"}, -2.5)}).dump();
+  INFO(d);
+  CHECK(d.find("scalar float32[] = 0.125") != std::string::npos);
+  CHECK(d.find("else -2.5") != std::string::npos);
+}
+
 TEST_CASE("constant folding turns scalar arithmetic into one scalar", "[passes]") {
   Var x = rand({3}, 1);
   Var c = full({}, 2.0) * full({}, 3.0) + 1.0;  // 0-d: folds to 7
