@@ -376,7 +376,7 @@ TEST_CASE("a read-only warm cache: programs load from it, writing commands refus
     CHECK_THAT(p.output, Contains(mnt.string()) && Contains("read-only file system"));
   }
   CHECK(CacheStore(mnt).list().size() == entries);
-  for (const std::string& cmd : {"cache list", "cache stats", "cache verify", "cache path"}) {
+  for (const char* cmd : {"cache list", "cache stats", "cache verify", "cache path"}) {
     metajit_test::ProcessResult p = run_cli(mnt, cmd);
     INFO(cmd << ": " << p.output);
     CHECK(p.exit_code == 0);
