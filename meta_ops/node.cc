@@ -110,17 +110,18 @@ BackwardScope::~BackwardScope() {
 // does not fit in int64 (kernels index with i64), is a ShapeError naming the op and the shape
 // before anything is built (issue 26: such shapes reported numel 0 or a negative count, and a
 // sum over one crashed or never returned). PyTorch: "storage size overflowed".
-void check_shape_fits(const std::string& op, DType dtype, const Shape& shape) {
+void check_shape_fits(const char* op, DType dtype, const Shape& shape) {
   for (int64_t d : shape)
     if (d < 0)
-      throw ShapeError(op + ": negative dimension in shape " + shape_str(shape) +
+      throw ShapeError(std::string(op) + ": negative dimension in shape " + shape_str(shape) +
                        "; dimensions must be >= 0");
   if (std::find(shape.begin(), shape.end(), int64_t(0)) != shape.end()) return;  // no elements
   const uint64_t limit = uint64_t(INT64_MAX);
   uint64_t bytes = dtype_size(dtype);
   for (int64_t d : shape) {
     if (bytes > limit / uint64_t(d))
-      throw ShapeError(op + ": shape " + shape_str(shape) + " of " + dtype_name(dtype) +
+      throw ShapeError(std::string(op) + ": shape " + shape_str(shape) + " of " +
+                       dtype_name(dtype) +
                        " has more elements than fit in memory (its size in bytes overflows "
                        "int64); a shape holds at most " +
                        std::to_string(INT64_MAX / int64_t(dtype_size(dtype))) + " elements");

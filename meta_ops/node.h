@@ -76,7 +76,8 @@ enum class BroadcastAxis : uint8_t {
 const char* op_kind_name(OpKind k);
 // Throws ShapeError naming `op` for a negative extent or a shape whose size in bytes overflows
 // int64; new_node calls it for every node.
-void check_shape_fits(const std::string& op, DType dtype, const Shape& shape);
+void check_shape_fits(const char* op, DType dtype,
+                      const Shape& shape);  // builds no string unless it throws
 const char* unary_op_name(UnaryOp op);
 const char* binary_op_name(BinaryOp op);
 const char* reduce_op_name(ReduceOp op);
