@@ -3,10 +3,13 @@
 #include <metajit/metajit.h>
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include "cache/cache_store.h"
+#include "codegen/cuda_emulation_abi.h"
+#include "runtime/loader.h"
 #include "support/exceptions.h"
 #include "support/files.h"
 #include "support/scoped_env.h"
@@ -236,4 +239,44 @@ TEST_CASE("a compiler that exits 0 without a shared object is a CompileError",
     CHECK(std::filesystem::exists(e.source_path()));
   }
   CHECK(CacheStore(cache.path() / "c").list().empty());
+}
+
+namespace {
+// Compiles `source` into a shared object in `dir` with the g++ on PATH.
+std::filesystem::path shared_object(const std::filesystem::path& dir, const std::string& source) {
+  const std::filesystem::path src = dir / "lib.cc", so = dir / "lib.so";
+  std::ofstream(src) << source;
+  const std::string cmd = "g++ -std=c++17 -shared -fPIC -o '" + so.string() + "' '" + src.string() + "'";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  return so;
+}
+}  // namespace
+
+TEST_CASE("an emulated kernel library gets the scheduler when loaded, or is refused for another "
+          "version of it", "[errors][cuda-emulation]") {
+  metajit_test::TempDir dir;
+  // Binds like codegen/cuda_emulation_prelude.h; the kernel reports the version it was handed.
+  const std::string kernel = R"(
+unsigned g_version = 0;
+extern "C" int metajit_emulation_bind(const unsigned* runtime) {
+  if (!runtime) return 0;
+  g_version = *runtime;  // mjemu_runtime begins with its version
+  return ACCEPT;
+}
+extern "C" void metajit_kernel(void* const* b, const long long*, const double*) {
+  *static_cast<unsigned*>(b[0]) = g_version;
+}
+)";
+  std::filesystem::create_directories(dir.path() / "ok");
+  const KernelFn fn = load_kernel(shared_object(dir.path() / "ok", "#define ACCEPT 1\n" + kernel));
+  unsigned version = 0;
+  void* buffers[] = {&version};
+  fn(buffers, nullptr, nullptr);
+  CHECK(version == MJEMU_ABI_VERSION);
+
+  std::filesystem::create_directories(dir.path() / "old");
+  const std::filesystem::path old = shared_object(dir.path() / "old", "#define ACCEPT 0\n" + kernel);
+  const std::string m = message_of<Error>([&] { load_kernel(old); });
+  CHECK_THAT(m, Contains(old.string()) && Contains("another version of the CUDA host emulation") &&
+                    Contains("version " + std::to_string(MJEMU_ABI_VERSION)));
 }
