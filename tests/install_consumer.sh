@@ -33,14 +33,40 @@ tour=$(awk '/^## A tour of the API/ {s=1} s && /^```cpp/ {c=1; next} c && /^```/
   echo "  return 0;"
   echo "}"
 } >"$work/readme_tour.cc"
+# The README's training snippet (under "A jit train step"), likewise: public headers only.
+train=$(awk '/^\*\*A jit train step\.\*\*/ {s=1} s && /^```cpp/ {c=1; next} c && /^```/ {exit} c' \
+        "$source_dir/README.md")
+[ -n "$train" ] || { echo "README.md: no C++ block after '**A jit train step.**'" >&2; exit 1; }
+{
+  echo "// Generated from README.md's training snippet by tests/install_consumer.sh."
+  echo "#include <iostream>"
+  grep -E '^(#include|using namespace)' <<<"$train"
+  echo "int main() {"
+  grep -vE '^(#include|using namespace)' <<<"$train"
+  echo "  return 0;"
+  echo "}"
+} >"$work/readme_train.cc"
 cmake -S "$source_dir/tests/consumer" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" \
       -DMETAJIT_SOURCE_DIR="$source_dir" -DMETAJIT_README_TOUR="$work/readme_tour.cc" \
-      -DCMAKE_BUILD_TYPE=Release >/dev/null
+      -DMETAJIT_README_TRAIN="$work/readme_train.cc" -DCMAKE_BUILD_TYPE=Release >/dev/null
 if ! cmake --build "$work/build" -j 2 >"$work/build.log" 2>&1; then
   cat "$work/build.log" >&2
   exit 1
 fi
 "$work/build/consumer"
 "$work/build/readme_tour" >/dev/null
+# The snippet trains on one batch: its loss must fall.
+losses=$("$work/build/readme_train")
+echo "README training snippet: $losses"
+awk '$1 == "loss" && $4 + 0 < $2 + 0 {ok=1} END {exit !ok}' <<<"$losses" ||
+  { echo "README training snippet: the loss did not fall: $losses" >&2; exit 1; }
+# Outside CMake: the tour built with g++ and pkg-config alone (metajit.pc).
+pc=$(find "$work/prefix" -name metajit.pc)
+[ -n "$pc" ] || { echo "no metajit.pc installed under $work/prefix" >&2; exit 1; }
+flags=$(PKG_CONFIG_PATH="$(dirname "$pc")" pkg-config --cflags --libs metajit)
+# shellcheck disable=SC2086  # the flags are words
+g++ -O0 "$work/readme_tour.cc" -o "$work/tour_pkg_config" $flags
+"$work/tour_pkg_config" >/dev/null
+echo "pkg-config: the README tour built with: g++ readme_tour.cc $flags"
 echo "consumer: README tour and $(ls "$work/build" | grep -c '^sample_') samples built with -Werror"
 "$work/prefix/bin/metajit" --version
