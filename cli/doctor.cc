@@ -131,6 +131,16 @@ Check check_nvcc() {
                "unavailable";
     return c;
   }
+  // nvcc compiles each kernel's host side with the C++ compiler (-ccbin): without one, the fix
+  // is that compiler, not the CUDA toolkit (issue 26: this line said to reinstall CUDA).
+  try {
+    host_toolchain();
+  } catch (const Error& e) {
+    c.status = Status::Problem;
+    c.detail = path.string() + " needs a host C++ compiler for -ccbin: " + first_line(e.what());
+    c.fix = "install g++ (apt-get install g++) or point METAJIT_CXX at a C++ compiler";
+    return c;
+  }
   try {
     const CudaToolchain& tc = cuda_toolchain();
     c.status = Status::Ok;

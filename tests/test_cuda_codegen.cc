@@ -467,3 +467,22 @@ TEST_CASE("metajit doctor reports nvcc and the GPU (or why there is none)", "[cu
   CHECK(saw_nvcc);
   CHECK(saw_gpu);
 }
+
+TEST_CASE("metajit doctor without a C++ compiler blames the compiler, not the CUDA toolkit",
+          "[cuda][cli]") {
+  auto r = metajit_test::run_command("METAJIT_CXX=/nonexistent/metajit-no-cc " +
+                                     metajit_test::cli_path().string() + " doctor --json");
+  INFO(r.output);
+  nlohmann::json j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  bool saw_nvcc = false;
+  for (const auto& c : j["checks"])
+    if (c["name"] == "nvcc") {
+      saw_nvcc = true;
+      CHECK(c["status"] == "problem");
+      CHECK_THAT(c["detail"].get<std::string>(),
+                 Catch::Contains("host C++ compiler") && Catch::Contains("/nonexistent/metajit-no-cc"));
+      CHECK_THAT(c["fix"].get<std::string>(),
+                 Catch::Contains("install g++") && !Catch::Contains("CUDA toolkit"));
+    }
+  CHECK(saw_nvcc);
+}
