@@ -75,8 +75,8 @@ void release_cached(Device d) {
     for (void* p : list) system_free(p, d);
 }
 
-// The message of a failed allocation: the bytes asked for and, for the host, what the system
-// says is available (a typed Error, not std::bad_alloc: issue 26).
+// The message of a failed allocation: the bytes asked for and what the system (host) or the
+// CUDA runtime (device) says is available (a typed Error, not std::bad_alloc: issue 26).
 std::string allocation_failure(size_t bytes, Device d) {
   auto gib = [](double b) {
     char text[32];
@@ -86,7 +86,10 @@ std::string allocation_failure(size_t bytes, Device d) {
   std::string msg = "out of memory: allocating " + std::to_string(bytes) + " bytes (" +
                     gib(double(bytes)) + ") of " + (d == Device::CPU ? "host" : "device") +
                     " memory failed";
-  if (d == Device::CPU) {
+  if (d == Device::CUDA) {
+    const DeviceMemorySource* src = cuda_source.load(std::memory_order_acquire);
+    if (src && src->memory_report) msg += "; " + src->memory_report();
+  } else {
     std::ifstream meminfo("/proc/meminfo");
     std::string key;
     uint64_t kib = 0;

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 namespace metajit {
 
@@ -36,14 +37,17 @@ using BufferPtr = std::shared_ptr<Buffer>;
 
 // Where a device's memory comes from and goes back to, below the free lists.
 struct DeviceMemorySource {
-  void* (*allocate)(size_t bytes) = nullptr;  // throws Error when the device is out of memory
+  void* (*allocate)(size_t bytes) = nullptr;  // nullptr when out of memory; Error on other failures
   void (*release)(void* p) = nullptr;
+  std::string (*memory_report)() = nullptr;  // what is free, for the out-of-memory message
 };
 // Installs the functions for `device` (CUDA; the host always uses the C library).
 void set_device_memory_source(Device device, DeviceMemorySource source);
 
 // Returns a buffer of at least `bytes` bytes on `device`, 64-byte aligned (never null, even for
-// 0 bytes). CUDA: Error when the CUDA runtime is not loaded or device memory is exhausted.
+// 0 bytes). When the host or the device has not the memory, the cached free blocks go back and
+// it tries once more; then Error "out of memory: allocating N bytes ..." with what is available.
+// CUDA: Error too when the CUDA runtime is not loaded.
 BufferPtr allocate_buffer(size_t bytes, Device device = Device::CPU);
 
 struct AllocatorStats {

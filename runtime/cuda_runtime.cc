@@ -22,6 +22,8 @@ namespace {
 using cudaError = int;
 enum : int { kHostToDevice = 1, kDeviceToHost = 2 };
 enum : int { kAttrMultiProcessors = 16, kAttrMajor = 75, kAttrMinor = 76 };
+// cudaErrorMemoryAllocation: cudaMalloc found not enough free device memory.
+constexpr cudaError kErrorMemoryAllocation = 2;
 
 struct CudartApi {
   cudaError (*GetDeviceCount)(int*);
@@ -75,10 +77,23 @@ class RealCudaRuntime final : public CudaRuntime {
   void* allocate(size_t bytes) override {
     void* p = nullptr;
     cudaError e = api_.Malloc(&p, bytes ? bytes : 1);
+    if (e == kErrorMemoryAllocation) {
+      api_.GetLastError();  // else launch_error() would report it as the next launch's
+      return nullptr;
+    }
     if (e != 0)
       throw Error("CUDA: cannot allocate " + std::to_string(bytes) +
                   " bytes of device memory: " + error_text(e));
     return p;
+  }
+
+  std::string memory_report() override {
+    size_t free_bytes = 0, total = 0;
+    if (api_.MemGetInfo(&free_bytes, &total) != 0) return "free device memory unknown";
+    char text[80];
+    std::snprintf(text, sizeof text, "%.2f GiB free of %.2f GiB", double(free_bytes) / (1ull << 30),
+                  double(total) / (1ull << 30));
+    return text;
   }
 
   void release(void* p) noexcept override { api_.Free(p); }
@@ -143,10 +158,9 @@ class EmulatedCudaRuntime final : public CudaRuntime {
   }
   std::string arch() const override { return ""; }
   void* allocate(size_t bytes) override {
-    void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
-    if (!p) throw Error("CUDA (emulated): cannot allocate " + std::to_string(bytes) + " bytes");
-    return p;
+    return std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);  // nullptr: out of memory
   }
+  std::string memory_report() override { return "emulated: the host's memory"; }
   void release(void* p) noexcept override { std::free(p); }
   void to_device(void* dst, const void* src, size_t bytes) override {
     if (bytes) std::memcpy(dst, src, bytes);
@@ -236,7 +250,8 @@ const Loaded& loaded() {
       // gets the device's memory through these; the runtime lives until the process ends.
       static CudaRuntime* rt = out->runtime;
       set_device_memory_source(Device::CUDA, {[](size_t bytes) { return rt->allocate(bytes); },
-                                              [](void* p) { rt->release(p); }});
+                                              [](void* p) { rt->release(p); },
+                                              [] { return rt->memory_report(); }});
     }
     return out;
   }();

@@ -24,8 +24,12 @@ class CudaRuntime {
   virtual std::string describe() const = 0;
   // The device's architecture as nvcc names it ("sm_90"); empty when emulated.
   virtual std::string arch() const = 0;
-  // Device memory; throws Error naming the size and the CUDA error when it cannot be had.
+  // Device memory; nullptr when the device has not that much free (the allocator then returns
+  // its cached blocks and tries again, base/buffer.cc); throws Error naming the size and the
+  // CUDA error for any other failure.
   virtual void* allocate(size_t bytes) = 0;
+  // What the device has free, for an out-of-memory message: "3.20 GiB free of 79.10 GiB".
+  virtual std::string memory_report() = 0;
   virtual void release(void* p) noexcept = 0;
   virtual void to_device(void* dst, const void* src, size_t bytes) = 0;  // throws Error
   virtual void to_host(void* dst, const void* src, size_t bytes) = 0;    // waits; throws Error

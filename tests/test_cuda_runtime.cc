@@ -217,3 +217,23 @@ TEST_CASE("METAJIT_RECORD writes CUDA kernels as cuda manifest entries", "[cuda]
   REQUIRE_FALSE(entries.empty());
   for (const ManifestEntry& e : entries) CHECK(e.backend == "cuda");
 }
+
+TEST_CASE("device memory the device has not is a typed Error naming the bytes and what is free",
+          "[cuda][errors]") {
+  REQUIRE(on_cuda());
+  // 2^50 floats (4 PiB): a valid shape, more than any device (or emulating host) has.
+  Var huge = zeros({int64_t(1) << 50});
+  try {
+    eval({huge});
+    FAIL("expected an out-of-memory Error");
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    CHECK_THAT(m, Catch::Contains("out of memory") &&
+                      Catch::Contains(std::to_string(int64_t(1) << 52) + " bytes") &&
+                      Catch::Contains("device memory") &&
+                      Catch::Contains(cuda_runtime()->emulated() ? "emulated" : "GiB free of"));
+  }
+  // The device still works afterwards (no sticky error, nothing half-allocated in use).
+  Var small = sum(arange(10, DType::Float32));
+  CHECK(small.item<float>() == 45.0f);
+}
