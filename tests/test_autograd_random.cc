@@ -19,7 +19,7 @@
 // Each graph comes from std::mt19937_64 seeded with its number:
 //   METAJIT_GRAD_SEED=1234 test_autograd_random "[grad-seed]"
 // rebuilds graph 1234 and prints it as C++. METAJIT_GRAD_GRAPHS=N changes how many graphs each
-// batch checks (default 40; a whole number from 1 up, anything else fails the batch; 100 or more
+// batch checks (default 30; a whole number from 1 up, anything else fails the batch; 100 or more
 // for a deeper run than CI's).
 #include <metajit/metajit.h>
 
@@ -856,17 +856,17 @@ std::optional<uint64_t> whole_number(const char* text) {
   return n;
 }
 
-// Graphs per batch: METAJIT_GRAD_GRAPHS, 40 when unset (three batches: 120 graphs, 2-3 s each
+// Graphs per batch: METAJIT_GRAD_GRAPHS, 30 when unset (three batches: 90 graphs, 2-3 s each
 // with a cold kernel cache, the largest share of `make test`); anything that would check no
 // graph fails the batch.
 int graphs_per_batch() {
   const char* env = std::getenv("METAJIT_GRAD_GRAPHS");
-  if (!env) return 40;
+  if (!env) return 30;
   const std::optional<uint64_t> n = whole_number(env);
   if (!n || *n < 1 || *n > kMaxGraphsPerBatch)
     FAIL("METAJIT_GRAD_GRAPHS='" << env << "': expected the number of random graphs per batch, "
                                  << "a whole number from 1 to " << kMaxGraphsPerBatch
-                                 << " (unset: 40)");
+                                 << " (unset: 30)");
   return int(*n);
 }
 
