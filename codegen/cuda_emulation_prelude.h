@@ -155,36 +155,22 @@ template <class T> MJ_EMU_FN T __shfl_xor_sync(unsigned, T v, int mask, int widt
 }
 
 // Bit casts.
-MJ_EMU_FN unsigned __float_as_uint(float x) {
-  unsigned r;
-  __builtin_memcpy(&r, &x, 4);
+namespace {
+namespace mjemu {
+template <class To, class From> inline To bit_cast(From x) {
+  static_assert(sizeof(To) == sizeof(From), "bit cast between types of different sizes");
+  To r;
+  __builtin_memcpy(&r, &x, sizeof r);
   return r;
 }
-MJ_EMU_FN float __uint_as_float(unsigned x) {
-  float r;
-  __builtin_memcpy(&r, &x, 4);
-  return r;
-}
-MJ_EMU_FN int __float_as_int(float x) {
-  int r;
-  __builtin_memcpy(&r, &x, 4);
-  return r;
-}
-MJ_EMU_FN float __int_as_float(int x) {
-  float r;
-  __builtin_memcpy(&r, &x, 4);
-  return r;
-}
-MJ_EMU_FN long long __double_as_longlong(double x) {
-  long long r;
-  __builtin_memcpy(&r, &x, 8);
-  return r;
-}
-MJ_EMU_FN double __longlong_as_double(long long x) {
-  double r;
-  __builtin_memcpy(&r, &x, 8);
-  return r;
-}
+}  // namespace mjemu
+}  // namespace
+MJ_EMU_FN unsigned __float_as_uint(float x) { return mjemu::bit_cast<unsigned>(x); }
+MJ_EMU_FN float __uint_as_float(unsigned x) { return mjemu::bit_cast<float>(x); }
+MJ_EMU_FN int __float_as_int(float x) { return mjemu::bit_cast<int>(x); }
+MJ_EMU_FN float __int_as_float(int x) { return mjemu::bit_cast<float>(x); }
+MJ_EMU_FN long long __double_as_longlong(double x) { return mjemu::bit_cast<long long>(x); }
+MJ_EMU_FN double __longlong_as_double(long long x) { return mjemu::bit_cast<double>(x); }
 
 // Atomics; each returns the old value.
 #define MJ_EMU_ATOMIC_ADD(T) \

@@ -18,34 +18,26 @@ if [ "$installed" != "$public" ]; then
   exit 1
 fi
 test -x "$work/prefix/bin/metajit"
-# The README's tour as written there: its includes on top, the rest inside main().
-tour=$(awk '/^## A tour of the API/ {s=1} s && /^```cpp/ {c=1; next} c && /^```/ {exit} c' \
-       "$source_dir/README.md")
-[ -n "$tour" ] || { echo "README.md: no C++ block under '## A tour of the API'" >&2; exit 1; }
-{
-  echo "// Generated from README.md's tour by tests/install_consumer.sh."
-  echo "#include <iostream>"
-  echo "#include <string>"
-  echo "#include <vector>"
-  grep -E '^(#include|using namespace)' <<<"$tour"
-  echo "int main() {"
-  grep -vE '^(#include|using namespace)' <<<"$tour"
-  echo "  return 0;"
-  echo "}"
-} >"$work/readme_tour.cc"
-# The README's training snippet (under "A jit train step"), likewise: public headers only.
-train=$(awk '/^\*\*A jit train step\.\*\*/ {s=1} s && /^```cpp/ {c=1; next} c && /^```/ {exit} c' \
-        "$source_dir/README.md")
-[ -n "$train" ] || { echo "README.md: no C++ block after '**A jit train step.**'" >&2; exit 1; }
-{
-  echo "// Generated from README.md's training snippet by tests/install_consumer.sh."
-  echo "#include <iostream>"
-  grep -E '^(#include|using namespace)' <<<"$train"
-  echo "int main() {"
-  grep -vE '^(#include|using namespace)' <<<"$train"
-  echo "  return 0;"
-  echo "}"
-} >"$work/readme_train.cc"
+# A C++ block of the README as a program: its includes on top, the rest inside main().
+# readme_program <awk regex of the line the block follows> <what it is> <output file>
+readme_program() {
+  local block
+  block=$(awk -v start="$1" '$0 ~ start {s=1} s && /^```cpp/ {c=1; next} c && /^```/ {exit} c' \
+          "$source_dir/README.md")
+  [ -n "$block" ] || { echo "README.md: no C++ block after '$1'" >&2; exit 1; }
+  {
+    echo "// Generated from README.md's $2 by tests/install_consumer.sh."
+    printf '#include <%s>\n' iostream string vector
+    grep -E '^(#include|using namespace)' <<<"$block"
+    echo "int main() {"
+    grep -vE '^(#include|using namespace)' <<<"$block"
+    echo "  return 0;"
+    echo "}"
+  } >"$3"
+}
+readme_program '^## A tour of the API' tour "$work/readme_tour.cc"
+# The training snippet (under "A jit train step"), likewise: public headers only.
+readme_program '^[*][*]A jit train step[.][*][*]' 'training snippet' "$work/readme_train.cc"
 cmake -S "$source_dir/tests/consumer" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" \
       -DMETAJIT_SOURCE_DIR="$source_dir" -DMETAJIT_README_TOUR="$work/readme_tour.cc" \
       -DMETAJIT_README_TRAIN="$work/readme_train.cc" -DCMAKE_BUILD_TYPE=Release >/dev/null
