@@ -368,6 +368,18 @@ bool shadow_stack_active() {
 #endif
 }
 
+// MJ_EMU_SEED, read once per process (it was read at every launch while the scheduler lived in
+// each kernel).
+unsigned long long schedule_seed() {
+  static const unsigned long long seed = [] {
+    unsigned long long v = 0;
+    if (const char* e = std::getenv("MJ_EMU_SEED"))
+      while (*e >= '0' && *e <= '9') v = v * 10 + (unsigned long long)(*e++ - '0');
+    return v;
+  }();
+  return seed;
+}
+
 void launch(const mjemu_launch* l) {
   if (g_cur) fail("MJ_LAUNCH(%s) from inside a running kernel", l->kernel);
   const unsigned* g = l->grid;
@@ -378,9 +390,7 @@ void launch(const mjemu_launch* l) {
   Sched* s = acquire(threads, l->kernel);
   s->n = threads;
   s->launch = l;
-  s->seed = 0;
-  if (const char* e = std::getenv("MJ_EMU_SEED"))
-    while (*e >= '0' && *e <= '9') s->seed = s->seed * 10 + (unsigned long long)(*e++ - '0');
+  s->seed = schedule_seed();
   s->use_uc = shadow_stack_active();
   std::memcpy(l->block_dim, b, 3 * sizeof(unsigned));
   std::memcpy(l->grid_dim, g, 3 * sizeof(unsigned));
