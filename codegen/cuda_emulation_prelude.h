@@ -46,6 +46,7 @@
 #define MJ_HD inline MJ_EMU_HIDDEN
 #define MJ_INFF __builtin_inff()
 #define MJ_INF __builtin_inf()
+#define MJ_UNROLL
 #define MJ_LAUNCH(kernel, grid, block, ...) \
   ::mjemu::launch(#kernel, kernel, dim3(grid), dim3(block), ##__VA_ARGS__)
 
@@ -58,6 +59,15 @@ struct dim3 {
   constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
   constexpr operator uint3() const { return uint3{x, y, z}; }
 };
+// The 16-byte vectors of element-wise kernels (codegen/cuda_emitter.cc, vec4_kernel).
+struct float4 {
+  float x, y, z, w;
+};
+struct int4 {
+  int x, y, z, w;
+};
+MJ_EMU_FN float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+MJ_EMU_FN int4 make_int4(int x, int y, int z, int w) { return int4{x, y, z, w}; }
 [[maybe_unused]] static constexpr int warpSize = 32;
 [[maybe_unused]] static thread_local uint3 threadIdx;
 [[maybe_unused]] static thread_local uint3 blockIdx;

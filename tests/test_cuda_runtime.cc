@@ -91,6 +91,23 @@ TEST_CASE("element-wise: SELU, 32- and 64-bit index paths agree with the referen
   check_against_reference({a * b + 1.0, cast(a > b, DType::Int32), maximum(a, b)});
 }
 
+// Contiguous 4-byte element-wise kernels move 16 bytes per access (codegen/cuda_emitter.cc,
+// vec4_kernel), with the last n % 4 elements one per thread; a guarded read (a window of a
+// larger array) keeps the whole kernel on the one-element path.
+TEST_CASE("element-wise: 16-byte accesses and their tail agree with the reference",
+          "[cuda][elementwise]") {
+  on_cuda();
+  for (int64_t n : {1, 3, 4, 5, 8, 4099}) {
+    INFO("n " << n);
+    Var x = randn({n}, 7);
+    Var i = arange(n, DType::Int32);
+    check_against_reference({x * 2.0 + 1.0, i * 3 - 1, where(x > 0.0, i, i * 2)});
+  }
+  Var a = rand({64, 48}, 8), big = rand({64, 50}, 9);
+  Var window = reindex(big, {64, 48}, {"i0", "i1"});
+  check_against_reference({a * 2.0 + 1.0, window * 2.0, a + window});
+}
+
 TEST_CASE("row reductions: one block per row, fused softmax and layer norm", "[cuda][reduce]") {
   on_cuda();
   const int64_t cols = scaled(4099, 300);

@@ -188,6 +188,36 @@ TEST_CASE("integer division truncates toward zero, and x/0 follows the reference
   }
 }
 
+// CUDA's double pow is accurate to 2 ulp, so the CUDA kernels compute integer pow from the exact
+// power (codegen/cuda_emitter.cc); (int)pow(-3.0, 1.0) was -2 on an H200 before. These are the
+// cases where an inexact pow or a wrong overflow test would show: odd and even powers of
+// negative bases, results beyond 2^53 (rounded once to double, as the reference does), at and
+// past the int32 and int64 limits, and negative exponents.
+TEST_CASE("integer pow: exact powers, the limits and negative exponents", "[ops][binary]") {
+  const std::vector<double> a = {-3, -3, 3, -2, 2, 2, -2, 3, -1, -1, 0, 0, 1, 2, -7, 46341};
+  const std::vector<double> b = {1, 3, 19, 31, 31, 30, 63, 39, -3, -4, 0, -1, -9, -1, 5, 2};
+  for (DType dt : {DType::Int32, DType::Int64}) {
+    INFO("dtype " << dtype_name(dt));
+    Var p = pow(make_array(dt, a), make_array(dt, b));
+    check_against_reference(p);
+    const std::vector<double> got = metajit_test_detail::eval_values_as_double(p);
+    CHECK(got[0] == -3);
+    CHECK(got[1] == -27);
+    CHECK(got[2] == 1162261467);
+    CHECK(got[3] == -2147483648.0);
+    CHECK(got[4] == (dt == DType::Int32 ? 0 : 2147483648.0));  // past int32: 0
+    CHECK(got[8] == -1);
+    CHECK(got[9] == 1);
+    CHECK(got[10] == 1);
+    CHECK(got[11] == 0);  // 0^-1 is infinite: out of range
+  }
+  Var big = pow(array<int64_t>({-2, 3, 2}, {3}), array<int64_t>({63, 39, 63}, {3}));
+  check_against_reference(big);
+  // -2^63 fits; 3^39 is rounded once to double as the reference does; 2^63 does not fit.
+  CHECK(values_of<int64_t>(big) == std::vector<int64_t>{std::numeric_limits<int64_t>::min(),
+                                                        int64_t(double(4052555153018976267LL)), 0});
+}
+
 TEST_CASE("Var-double and double-Var forms: the scalar takes the Var's dtype", "[ops][binary]") {
   const double s = 2.5;  // 2 for integers, true for Bool
   for (DType dt : kAllDTypes) {
