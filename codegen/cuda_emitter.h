@@ -33,8 +33,9 @@ enum class CudaTarget { Gpu, HostEmulation };
 
 // Bump when the emitted CUDA source for the same IR changes (part of every CUDA key, with a
 // hash of the emulation prelude for emulated kernels). 3: integer arithmetic wraps; 4: integer
-// pow from the exact power (CUDA's double pow is not exact), 16-byte element-wise accesses.
-inline constexpr const char* kCudaCodegenVersion = "cuda-4";
+// pow from the exact power (CUDA's double pow is not exact), 16-byte element-wise accesses;
+// 5: 16-byte loads in row reductions.
+inline constexpr const char* kCudaCodegenVersion = "cuda-5";
 
 std::string emit_cuda(const KernelIR& ir, CudaTarget target = CudaTarget::Gpu);
 

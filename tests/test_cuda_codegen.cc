@@ -297,6 +297,7 @@ TEST_CASE("each schedule of the CUDA emitter is used where it belongs", "[cuda][
   CHECK(rows.find("mj_rows") != std::string::npos);
   CHECK(rows.find("mj_block_reduce") != std::string::npos);
   CHECK(rows.find("__shfl_down_sync") != std::string::npos);
+  CHECK(rows.find("*(const float4*)(in0 + ") != std::string::npos);  // 16-byte row reads
   std::string cols = source_of(sum(a, {0}));
   CHECK(cols.find("mj_cols") != std::string::npos);
   CHECK(cols.find("mj_colfin") != std::string::npos);
