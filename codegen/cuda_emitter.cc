@@ -523,8 +523,8 @@ class CudaEmitter : public CFamilyEmitter {
       line(d + 2, V + " mj_l" + B + ";");
       line(d + 2, "{");
       line(d + 3, "const i64 " + i + " = mj_q * 4;");
-      line(d + 3, "mj_l" + B + " = *(const " + V + "*)(in" + B + " + " +
-                      offset("in" + B, b.index) + ");");
+      line(d + 3,
+           "mj_l" + B + " = *(const " + V + "*)(in" + B + " + " + offset("in" + B, b.index) + ");");
       line(d + 2, "}");
       lane_loads_[b.buffer] = "mj_lane(mj_l" + B + ", mj_k)";
     }
