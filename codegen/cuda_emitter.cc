@@ -224,7 +224,7 @@ class CudaEmitter : public CFamilyEmitter {
     }
     for (size_t s : globals) global_reduce_kernels(s);
     generic_kernel();
-    const bool vec4 = vec4_eligible();
+    const std::optional<std::vector<std::string>> vec4 = vec4_same_dims();
     if (vec4) vec4_kernel();
     std::optional<Contraction> mm = find_contraction(sched_, levels_, level_of_value_);
     if (mm) contraction_kernels(*mm);
@@ -242,17 +242,18 @@ class CudaEmitter : public CFamilyEmitter {
   // run of 4-byte values can move 16 bytes per access (float4/int4). One value per access does
   // not keep enough bytes in flight: on an H200 a SELU over 2^28 floats ran at 0.74 of a device
   // copy that way and at 1.00 with 16-byte accesses; unrolling the scalar loop changed nothing.
-  // Run-time conditions the launcher adds go to vec4_same_dims_ (see walks_the_loops()).
-  bool vec4_eligible() {
-    vec4_same_dims_.clear();
-    if (!is_word(ir_.output.dtype) || !walks_the_loops({}, ir_.output)) return false;
+  // Nothing when the kernel is not such; else the conditions on dims only the launch can check
+  // (see walks_the_loops()).
+  std::optional<std::vector<std::string>> vec4_same_dims() const {
+    std::vector<std::string> same;
+    if (!is_word(ir_.output.dtype) || !walks_the_loops({}, ir_.output, &same)) return {};
     for (size_t s = 0; s < sched_.body.stmts.size(); ++s) {
       const KStmt& st = sched_.body.stmts[s];
       switch (st.kind) {
         case KOp::Load: {
           if (levels_[s] < 0) break;  // read once per thread, in the prologue
           const KBuffer& in = ir_.inputs[size_t(st.buffer)];
-          if (!is_word(in.dtype) || !walks_the_loops(st.index, in)) return false;
+          if (!is_word(in.dtype) || !walks_the_loops(st.index, in, &same)) return {};
           break;
         }
         case KOp::Scalar:
@@ -263,31 +264,36 @@ class CudaEmitter : public CFamilyEmitter {
         case KOp::Cast:
           break;
         default:
-          return false;
+          return {};
       }
     }
-    return true;
+    return same;
   }
 
   // Whether buffer `b` read at `index` (empty: the output's own index) is visited in the
   // order of the flat loop index: the loop variables in order, over dims equal to the loops'
   // extents, so that its offset is the flat index itself. Dims are parameters of their own
-  // (keys never hold shapes): where a dim is not the extent's own parameter, the launcher
-  // checks that they are equal (vec4_same_dims_).
-  bool walks_the_loops(const std::vector<IndexExprPtr>& index, const KBuffer& b) {
+  // (keys never hold shapes): where a dim is not the extent's own parameter, `same` gets the
+  // condition the launcher checks (same_dim()).
+  bool walks_the_loops(const std::vector<IndexExprPtr>& index, const KBuffer& b,
+                       std::vector<std::string>* same) const {
     const size_t n = sched_.loops.size();
     if (n == 0 || b.dims.size() != n || (!index.empty() && index.size() != n)) return false;
     for (size_t k = 0; k < n; ++k) {
       if (!index.empty() &&
           (index[k]->kind != IxKind::Var || index[k]->value != sched_.loops[k].var))
         return false;
-      const IndexExpr& e = *sched_.loops[k].extent;
-      const IndexExpr& d = *b.dims[k];
-      const bool leaf = e.kind == IxKind::Param || e.kind == IxKind::Const;
-      if (!leaf || d.kind != e.kind || d.value != e.value)
-        vec4_same_dims_.push_back("(" + ix(d) + ") == (" + ix(e) + ")");
+      same_dim(*b.dims[k], *sched_.loops[k].extent, same);
     }
     return true;
+  }
+
+  // A dim and a loop extent (a parameter or a constant, lowering.cc) that are not the same
+  // expression must be equal at run time: `conds` gets that check.
+  void same_dim(const IndexExpr& dim, const IndexExpr& extent,
+                std::vector<std::string>* conds) const {
+    if (ix_to_string(dim) != ix_to_string(extent))
+      conds->push_back("(" + ix(dim) + ") == (" + ix(extent) + ")");
   }
 
   // The buffers vec4_kernel() reads as vectors.
@@ -467,7 +473,7 @@ class CudaEmitter : public CFamilyEmitter {
   bool row_vec4_eligible(const KStmt& st, std::vector<std::string>* conds) const {
     if (st.loops.size() != 1 || !st.body) return false;
     const int r = st.loops[0].var;
-    const std::string extent = ix(*st.loops[0].extent);
+    const IndexExpr& extent = *st.loops[0].extent;
     std::map<int, std::string> index_of;  // buffer -> its index, which must be one
     for (const KStmt& b : st.body->stmts) {
       if (b.kind == KOp::Reduce || b.kind == KOp::Guard) return false;
@@ -484,12 +490,11 @@ class CudaEmitter : public CFamilyEmitter {
       auto [it, fresh] = index_of.emplace(b.buffer, key);
       if (!fresh && it->second != key) return false;
       if (!fresh) continue;
-      const std::string B = std::to_string(b.buffer), dim = ix(*in.dims.back());
-      if (dim != extent) conds->push_back("(" + dim + ") == (" + extent + ")");
-      conds->push_back("((unsigned long long)in" + B + " & 15) == 0");
+      same_dim(*in.dims.back(), extent, conds);
+      conds->push_back("((unsigned long long)in" + std::to_string(b.buffer) + " & 15) == 0");
     }
     if (index_of.empty()) return false;
-    conds->push_back("(" + extent + ") % 4 == 0");
+    conds->push_back("(" + ix(extent) + ") % 4 == 0");
     return true;
   }
 
@@ -719,7 +724,8 @@ class CudaEmitter : public CFamilyEmitter {
   // The host launcher: fills mj_args, launches the reductions over everything, then picks the
   // main kernel from the shapes of this launch.
   void launcher(const std::vector<size_t>& globals, const std::vector<size_t>& cooperative,
-                int row_level, const std::optional<Contraction>& mm, bool column, bool vec4) {
+                int row_level, const std::optional<Contraction>& mm, bool column,
+                const std::optional<std::vector<std::string>>& vec4) {
     const int k = int(sched_.loops.size());
     launcher_open();
     const std::string T = std::to_string(kThreads);
@@ -804,7 +810,7 @@ class CudaEmitter : public CFamilyEmitter {
       std::string aligned = "(unsigned long long)a.out";
       for (int b : vec4_buffers()) aligned += " | (unsigned long long)a.in" + std::to_string(b);
       std::string same;
-      for (const std::string& c : vec4_same_dims_) same += " && " + c;
+      for (const std::string& c : *vec4) same += " && " + c;
       line(1,
            "if (mj_n >= 4 && mj_n < 2147483647LL && ((" + aligned + ") & 15) == 0" + same + ") {");
       line(2,
@@ -926,8 +932,7 @@ class CudaEmitter : public CFamilyEmitter {
   CudaTarget target_;
   KernelIR sched_;  // the scheduled copy: invariants hoisted out of reductions
   std::vector<int> levels_, level_of_value_;
-  std::map<int, std::string> lane_loads_;    // buffer -> its lane inside vec4_kernel()
-  std::vector<std::string> vec4_same_dims_;  // "(dim) == (extent)" the launcher checks
+  std::map<int, std::string> lane_loads_;  // buffer -> its lane inside vec4_kernel()
   int uid_ = 0;
 };
 
