@@ -67,9 +67,13 @@ double to_dtype_value(double v, DType t) {
 }
 
 int64_t numel_of(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
+  // A zero extent empties a shape whatever the others are ([2^40, 2^63-1, 0] is valid: nothing
+  // to store), so it is looked for before multiplying; any other shape a node has fits in int64
+  // (check_shape_fits, meta_ops/node.cc). Unsigned: a shape not yet checked wraps, never traps.
+  if (std::find(s.begin(), s.end(), int64_t(0)) != s.end()) return 0;
+  uint64_t n = 1;
+  for (int64_t d : s) n *= uint64_t(d);
+  return int64_t(n);
 }
 
 std::string shape_str(const Shape& s) {

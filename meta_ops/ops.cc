@@ -449,7 +449,7 @@ Var reindex_tree(const Var& x, Shape shape, std::vector<IndexExprPtr> indexes,
   Var v = make(OpKind::Reindex, x.dtype(), std::move(shape), with_extras(x.node(), extras));
   v.node()->indexes = std::move(indexes);
   v.node()->conditions = std::move(overflow_conditions);
-  v.node()->scalar = overflow_value;
+  v.node()->scalar = to_dtype_value(overflow_value, x.dtype());  // as scalar() converts
   return v;
 }
 

@@ -133,6 +133,13 @@ TEST_CASE("shapes too large for memory are ShapeErrors when built", "[errors]") 
   CHECK_THAT(neg, Contains("zeros") && Contains("[2, -3]") && Contains(">= 0"));
   // Zero elements are fine whatever the other extents; the largest float64 shape still builds.
   CHECK(zeros({0, int64_t(1) << 62}).numel() == 0);
+  // A zero after extents whose product overflows (found by fuzz_api_sequence: numel_of
+  // multiplied 2^40 by 2^63-1 first, signed overflow that make test-asan's UBSan reports).
+  const Shape empty_huge = {int64_t(1) << 40, INT64_MAX, 0};
+  CHECK(zeros(empty_huge).numel() == 0);
+  CHECK_THAT(message_of<ShapeError>([&] { array(std::vector<float>{1, 2}, empty_huge); }),
+             Contains("which needs 0"));
+  CHECK(sum(zeros({3, 0, int64_t(1) << 40})).item<float>() == 0);
   CHECK(zeros({int64_t(1) << 59}, DType::Float64).numel() == int64_t(1) << 59);
   CHECK_THROWS_AS(zeros({int64_t(1) << 60}, DType::Float64), ShapeError);
   // A derived shape is checked too: the outer product of two large vectors.

@@ -380,6 +380,26 @@ TEST_CASE("reindex: negative and out-of-range indices, overflow values and condi
   CHECK(d[0] == 2);  // (0-3)/2 == -1: overflow value 2.5 truncated to int32
 }
 
+TEST_CASE("reindex: an overflow value the dtype cannot hold converts as cast does (0)",
+          "[ops][reindex]") {
+  // Found by fuzz_api_sequence: -inf as the overflow value of an int32 reindex gave INT32_MIN
+  // (the kernel converted it) where cast and the reference give 0 (docs/design.md §3).
+  Var xi = make_array(DType::Int32, {1, 2, 3}, {3});
+  Var xl = make_array(DType::Int64, {1, 2, 3}, {3});
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<Var> outs;
+  for (double fill : {-inf, inf, std::nan(""), 1e30, -3e9})
+    for (const Var& x : {xi, xl}) outs.push_back(reindex(x, {5}, {"i0-1"}, fill));
+  check_against_reference(outs);
+  for (size_t k = 0; k < outs.size(); ++k) {
+    const std::vector<int64_t> v = values_of<int64_t>(cast(outs[k], DType::Int64));
+    const bool int64_holds = k == 9;  // -3e9 fits int64, not int32
+    CHECK(v[0] == (int64_holds ? -3000000000LL : 0));
+    CHECK(v[1] == 1);
+    CHECK(v[4] == v[0]);  // i0 = 4 reads x[3]: out of range too
+  }
+}
+
 // ---------------------------------------------------------------- reindex_reduce
 
 TEST_CASE("reindex_reduce: add, mul, max, min with colliding targets and conditions",
