@@ -37,8 +37,10 @@ Var reshape(const Var& x, Shape shape) {
       infer = int64_t(k);
     } else if (shape[k] < 0) {
       throw ShapeError("reshape: negative dimension in " + shape_str(shape));
-    } else {
-      known *= shape[k];
+    } else if (__builtin_mul_overflow(known, shape[k], &known)) {  // no such Var can exist
+      throw ShapeError("reshape: cannot reshape " + shape_str(x.shape()) + " (" +
+                       std::to_string(x.numel()) + " elements) to " + shape_str(shape) +
+                       ", whose element count overflows int64");
     }
   }
   if (infer >= 0) {

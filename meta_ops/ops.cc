@@ -520,12 +520,14 @@ Var reduce(const Var& x, ReduceOp op, std::vector<int64_t> dims, bool keepdims) 
   }
   if (op == ReduceOp::Mean) {
     Var in = is_float(x.dtype()) ? x : cast(x, DType::Float32);
-    int64_t count = 1;
+    // In double: the reduced extents of an empty x (a 0 on a kept axis) may multiply past int64
+    // (found by fuzz_api_sequence: [2^63-1, 7, 0] over axes 0 and 1).
+    double count = 1;
     for (int64_t k = 0; k < nd; ++k)
-      if (reduced[k]) count *= x.shape()[k];
+      if (reduced[k]) count *= double(x.shape()[k]);
     Var s = reduce(in, ReduceOp::Add, dims, keepdims);
     // 0/0 for an empty reduction gives NaN, like numpy.
-    return s / double(count);
+    return s / count;
   }
   Shape out;
   std::vector<int64_t> axes;

@@ -140,6 +140,14 @@ TEST_CASE("shapes too large for memory are ShapeErrors when built", "[errors]") 
   CHECK_THAT(message_of<ShapeError>([&] { array(std::vector<float>{1, 2}, empty_huge); }),
              Contains("which needs 0"));
   CHECK(sum(zeros({3, 0, int64_t(1) << 40})).item<float>() == 0);
+  // reshape's known extents multiplied past int64 (fuzz_api_sequence; signed overflow, and a
+  // message about inferring -1 from the wrapped product).
+  CHECK_THAT(message_of<ShapeError>([] {
+               reshape(zeros({6}), {int64_t(1) << 40, -1, int64_t(1) << 40});
+             }),
+             Contains("reshape") && Contains("[6]") && Contains("overflows int64"));
+  // mean's count of reduced elements, likewise (UBSan in make test-asan): the result is empty.
+  CHECK(mean(zeros({INT64_MAX, 7, 0}), {0, 1}).shape() == Shape{0});
   CHECK(zeros({int64_t(1) << 59}, DType::Float64).numel() == int64_t(1) << 59);
   CHECK_THROWS_AS(zeros({int64_t(1) << 60}, DType::Float64), ShapeError);
   // A derived shape is checked too: the outer product of two large vectors.
