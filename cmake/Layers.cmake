@@ -49,6 +49,10 @@ function(metajit_layer name)
     METAJIT_VISIBLE_DIRS "${visible_dirs}" METAJIT_VISIBLE_PUBLIC "${visible_public}")
   target_include_directories(metajit_${name} PRIVATE ${root})
   target_compile_options(metajit_${name} PRIVATE ${METAJIT_WARNINGS})
+  if(METAJIT_SHARED)  # exported from libmetajit.so: the public headers' declarations only
+    set_target_properties(metajit_${name} PROPERTIES CXX_VISIBILITY_PRESET hidden
+                          VISIBILITY_INLINES_HIDDEN ON)
+  endif()
   if(L_LINK)
     target_link_libraries(metajit_${name} ${L_LINK})
   endif()

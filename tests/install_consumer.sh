@@ -60,5 +60,39 @@ flags=$(PKG_CONFIG_PATH="$(dirname "$pc")" pkg-config --cflags --libs metajit)
 g++ -O0 "$work/readme_tour.cc" -o "$work/tour_pkg_config" $flags
 "$work/tour_pkg_config" >/dev/null
 echo "pkg-config: the README tour built with: g++ readme_tour.cc $flags"
+# The shared library (METAJIT_SHARED, on by default): the README tour linked with -lmetajit
+# alone, and no internal symbol exported: every function, method or object of namespace metajit
+# that it exports must be named in a public header (the last name before its arguments or
+# template arguments; anonymous namespaces and lambdas are never public).
+so=$(find "$work/prefix" -name libmetajit.so | head -1)
+if [ -n "$so" ]; then
+  libdir=$(dirname "$so")
+  g++ -std=c++20 -O0 "$work/readme_tour.cc" -o "$work/tour_shared" -I"$work/prefix/include" \
+    -L"$libdir" -lmetajit -Wl,-rpath,"$libdir"
+  "$work/tour_shared" >/dev/null
+  loaded=$(ldd "$work/tour_shared")  # not piped into grep -q: pipefail and SIGPIPE
+  grep -q "libmetajit.so" <<<"$loaded" ||
+    { echo "tour_shared does not load libmetajit.so" >&2; exit 1; }
+  nm -DC --defined-only "$so" | cut -c20- | sort -u >"$work/all_exported"
+  if grep -vE '^(metajit::|typeinfo for metajit::|typeinfo name for metajit::|vtable for metajit::)' \
+       "$work/all_exported" >"$work/foreign"; then
+    echo "libmetajit.so exports what is not metajit's (cmake/libmetajit.map):" >&2
+    head -20 "$work/foreign" >&2
+    exit 1
+  fi
+  grep '^metajit::' "$work/all_exported" >"$work/exported"
+  count=$(wc -l <"$work/exported")
+  [ "$count" -ge 100 ] || { echo "libmetajit.so exports $count metajit:: symbols" >&2; exit 1; }
+  cat "$source_dir"/include/metajit/*.h >"$work/public_headers"
+  bad=0
+  while IFS= read -r sym; do
+    case "$sym" in *"(anonymous namespace)"* | *"{lambda"*) echo "exported: $sym" >&2; bad=1; continue ;; esac
+    # "metajit::Var::to_vector<float>() const" -> "to_vector"; "metajit::Error::~Error()" -> "Error"
+    name=$(sed -E 's/\[abi:[a-z0-9]+\]//g; s/\(.*$//; s/<.*$//; s/.*:://; s/^~//' <<<"$sym")
+    grep -qwF -- "$name" "$work/public_headers" || { echo "exported, not public: $sym" >&2; bad=1; }
+  done <"$work/exported"
+  [ "$bad" -eq 0 ] || exit 1
+  echo "libmetajit.so: the README tour linked with -lmetajit; $count exported metajit:: symbols, each named in include/metajit/"
+fi
 echo "consumer: README tour and $(ls "$work/build" | grep -c '^sample_') samples built with -Werror"
 "$work/prefix/bin/metajit" --version

@@ -30,6 +30,8 @@
 
 #include "var.h"
 
+// The public API: what libmetajit.so exports (METAJIT_SHARED, CMakeLists.txt).
+#pragma GCC visibility push(default)
 namespace metajit {
 
 // d sum(loss) / d w for each w in wrt, as lazy Vars.
@@ -94,3 +96,4 @@ auto value_and_grad(F fn, std::vector<int> argnums = {0}) {
 }
 
 }  // namespace metajit
+#pragma GCC visibility pop

@@ -3,6 +3,8 @@
 #pragma once
 #include "ops.h"
 
+// The public API: what libmetajit.so exports (METAJIT_SHARED, CMakeLists.txt).
+#pragma GCC visibility push(default)
 namespace metajit {
 
 Var reshape(const Var& x, Shape shape);  // one -1 allowed
@@ -49,3 +51,4 @@ Var cross_entropy(const Var& logits, const Var& labels);
 Var mse_loss(const Var& pred, const Var& target);
 
 }  // namespace metajit
+#pragma GCC visibility pop

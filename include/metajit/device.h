@@ -2,6 +2,8 @@
 // <metajit/runtime.h>.
 #pragma once
 
+// The public API: what libmetajit.so exports (METAJIT_SHARED, CMakeLists.txt).
+#pragma GCC visibility push(default)
 namespace metajit {
 
 enum class Device { CPU, CUDA };
@@ -11,3 +13,4 @@ inline const char* device_name(Device d) {  // "cpu" | "cuda"
 }
 
 }  // namespace metajit
+#pragma GCC visibility pop

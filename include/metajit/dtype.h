@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+// The public API: what libmetajit.so exports (METAJIT_SHARED, CMakeLists.txt).
+#pragma GCC visibility push(default)
 namespace metajit {
 
 enum class DType { Bool, Int32, Int64, Float32, Float64 };
@@ -43,3 +45,4 @@ constexpr DType dtype_of<double>() {
 }
 
 }  // namespace metajit
+#pragma GCC visibility pop

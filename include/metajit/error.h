@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+// The public API: what libmetajit.so exports (METAJIT_SHARED, CMakeLists.txt).
+#pragma GCC visibility push(default)
 namespace metajit {
 
 class Error : public std::runtime_error {
@@ -49,3 +51,4 @@ class CudaError : public Error {
 };
 
 }  // namespace metajit
+#pragma GCC visibility pop

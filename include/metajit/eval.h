@@ -7,6 +7,8 @@
 #include "device.h"
 #include "var.h"
 
+// The public API: what libmetajit.so exports (METAJIT_SHARED, CMakeLists.txt).
+#pragma GCC visibility push(default)
 namespace metajit {
 
 // Evaluates the Vars together: one graph, one plan; afterwards each holds its value.
@@ -32,3 +34,4 @@ std::string explain(const std::vector<Var>& vars);
 std::string to_dot(const std::vector<Var>& vars);
 
 }  // namespace metajit
+#pragma GCC visibility pop

@@ -55,6 +55,8 @@
 
 #include "var.h"
 
+// The public API: what libmetajit.so exports (METAJIT_SHARED, CMakeLists.txt).
+#pragma GCC visibility push(default)
 namespace metajit {
 
 namespace detail {
@@ -242,3 +244,4 @@ auto jit(F fn, std::string name, JitOptions options) {
 }
 
 }  // namespace metajit
+#pragma GCC visibility pop

@@ -11,6 +11,8 @@
 #include "dtype.h"
 #include "var.h"
 
+// The public API: what libmetajit.so exports (METAJIT_SHARED, CMakeLists.txt).
+#pragma GCC visibility push(default)
 namespace metajit {
 
 enum class ReduceOp { Add, Mul, Max, Min, Mean };  // Mean: reduce() only
@@ -120,3 +122,4 @@ Var min(const Var& x, std::vector<int64_t> dims = {}, bool keepdims = false);
 Var prod(const Var& x, std::vector<int64_t> dims = {}, bool keepdims = false);
 
 }  // namespace metajit
+#pragma GCC visibility pop

@@ -12,6 +12,8 @@
 
 #include "device.h"
 
+// The public API: what libmetajit.so exports (METAJIT_SHARED, CMakeLists.txt).
+#pragma GCC visibility push(default)
 namespace metajit {
 
 // ---- devices ----
@@ -71,3 +73,4 @@ std::filesystem::path cache_dir();
 std::filesystem::path cache_entry_dir(const std::string& key);
 
 }  // namespace metajit
+#pragma GCC visibility pop

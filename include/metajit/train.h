@@ -41,6 +41,8 @@
 #include "jit.h"
 #include "var.h"
 
+// The public API: what libmetajit.so exports (METAJIT_SHARED, CMakeLists.txt).
+#pragma GCC visibility push(default)
 namespace metajit {
 
 // New parameters and optimizer state from one update (Optimizer::update).
@@ -143,3 +145,4 @@ class Adam : public Optimizer {
 };
 
 }  // namespace metajit
+#pragma GCC visibility pop

@@ -13,6 +13,8 @@
 
 #include "dtype.h"
 
+// The public API: what libmetajit.so exports (METAJIT_SHARED, CMakeLists.txt).
+#pragma GCC visibility push(default)
 namespace metajit {
 
 // The graph node behind a Var. Its definition is internal to the library (meta_ops/node.h).
@@ -91,3 +93,4 @@ class Var {
 };
 
 }  // namespace metajit
+#pragma GCC visibility pop
