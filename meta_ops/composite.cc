@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 #include "meta_ops/ops.h"
 
@@ -23,6 +24,18 @@ IndexExprPtr add(IndexExprPtr a, IndexExprPtr b) {
 }
 IndexExprPtr mul(IndexExprPtr a, int64_t c) {
   return ix_binary(IxKind::Mul, a, ix_const(c));
+}
+
+// How far the first window may move along an input axis: in + 2 * pad - dil * (k - 1) - 1
+// (negative: the window does not fit), or nothing where a step overflows int64 (padding,
+// dilation or kernel near the limit: found by fuzz_api_sequence as signed overflow).
+std::optional<int64_t> window_span(int64_t in, int64_t pad, int64_t dil, int64_t k) {
+  int64_t padded = 0, reach = 0, span = 0;
+  if (__builtin_mul_overflow(pad, 2, &padded) || __builtin_add_overflow(in, padded, &padded) ||
+      __builtin_mul_overflow(dil, k - 1, &reach) || __builtin_add_overflow(reach, 1, &reach) ||
+      __builtin_sub_overflow(padded, reach, &span))
+    return std::nullopt;
+  return span;
 }
 
 }  // namespace
@@ -176,11 +189,15 @@ Var conv2d(const Var& x, const Var& w, int64_t stride, int64_t padding, int64_t 
   if (w.shape()[1] != C)
     throw ShapeError("conv2d: " + shapes() + ": input channels " + std::to_string(C) +
                      " != weight channels " + std::to_string(w.shape()[1]));
-  int64_t oh = (H + 2 * padding - dilation * (kh - 1) - 1) / stride + 1;
-  int64_t ow = (W + 2 * padding - dilation * (kw - 1) - 1) / stride + 1;
-  if (H + 2 * padding - dilation * (kh - 1) - 1 < 0 ||
-      W + 2 * padding - dilation * (kw - 1) - 1 < 0)
+  const std::optional<int64_t> span_h = window_span(H, padding, dilation, kh),
+                               span_w = window_span(W, padding, dilation, kw);
+  if (!span_h || !span_w)
+    throw ShapeError("conv2d: " + shapes() + " with padding " + std::to_string(padding) +
+                     " and dilation " + std::to_string(dilation) +
+                     ": the window arithmetic overflows int64");
+  if (*span_h < 0 || *span_w < 0)
     throw ShapeError("conv2d: " + shapes() + ": the kernel is larger than the padded input");
+  const int64_t oh = *span_h / stride + 1, ow = *span_w / stride + 1;
   Shape big = {N, O, C, oh, ow, kh, kw};
   // out[n,o,h,w] = sum_{c,r,s} x[n, c, h*stride - pad + r*dil, w*stride - pad + s*dil] * w[o,c,r,s]
   auto tap = [&](int out_axis, int k_axis) {
@@ -202,11 +219,15 @@ Var max_pool2d(const Var& x, int64_t kernel, int64_t stride, int64_t padding) {
                      std::to_string(stride) + ", padding " + std::to_string(padding) +
                      " not valid; expected kernel >= 1, stride >= 1, 0 <= padding <= kernel/2");
   int64_t N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
-  if (H + 2 * padding < kernel || W + 2 * padding < kernel)
+  const std::optional<int64_t> span_h = window_span(H, padding, 1, kernel),
+                               span_w = window_span(W, padding, 1, kernel);
+  if (!span_h || !span_w)
+    throw ShapeError("max_pool2d: input " + shape_str(x.shape()) + " with padding " +
+                     std::to_string(padding) + ": the window arithmetic overflows int64");
+  if (*span_h < 0 || *span_w < 0)
     throw ShapeError("max_pool2d: input " + shape_str(x.shape()) + " is smaller than the kernel " +
                      std::to_string(kernel) + " with padding " + std::to_string(padding));
-  int64_t oh = (H + 2 * padding - kernel) / stride + 1;  // floor mode
-  int64_t ow = (W + 2 * padding - kernel) / stride + 1;
+  const int64_t oh = *span_h / stride + 1, ow = *span_w / stride + 1;  // floor mode
   auto tap = [&](int out_axis, int k_axis) {
     return add(add(mul(ix_var(out_axis), stride), ix_const(-padding)), ix_var(k_axis));
   };

@@ -148,6 +148,21 @@ TEST_CASE("shapes too large for memory are ShapeErrors when built", "[errors]") 
              Contains("reshape") && Contains("[6]") && Contains("overflows int64"));
   // mean's count of reduced elements, likewise (UBSan in make test-asan): the result is empty.
   CHECK(mean(zeros({INT64_MAX, 7, 0}), {0, 1}).shape() == Shape{0});
+  // conv2d's and max_pool2d's window arithmetic (fuzz_api_sequence): padding, dilation or a
+  // kernel near int64's limit.
+  CHECK_THAT(message_of<ShapeError>([] {
+               conv2d(zeros({1, 1, 6, 6}), zeros({1, 1, 4, 4}), 1, 1, INT64_MAX / 2);
+             }),
+             Contains("conv2d") && Contains("overflows int64"));
+  CHECK_THAT(message_of<ShapeError>([] {
+               conv2d(zeros({1, 1, 6, 6}), zeros({1, 1, 1, 1}), 1, INT64_MAX / 2 + 1);
+             }),
+             Contains("conv2d") && Contains("overflows int64"));
+  CHECK_THAT(message_of<ShapeError>([] {
+               max_pool2d(zeros({1, 1, 6, 6}), INT64_MAX, 1, INT64_MAX / 2);
+             }),
+             Contains("max_pool2d") && Contains("overflows int64"));
+  CHECK(conv2d(zeros({1, 1, 6, 6}), zeros({1, 1, 3, 3}), 2, 1, 2).shape() == Shape{1, 1, 2, 2});
   CHECK(zeros({int64_t(1) << 59}, DType::Float64).numel() == int64_t(1) << 59);
   CHECK_THROWS_AS(zeros({int64_t(1) << 60}, DType::Float64), ShapeError);
   // A derived shape is checked too: the outer product of two large vectors.
