@@ -137,7 +137,9 @@ TEST_CASE("shapes too large for memory are ShapeErrors when built", "[errors]") 
   // multiplied 2^40 by 2^63-1 first, signed overflow that make test-asan's UBSan reports).
   const Shape empty_huge = {int64_t(1) << 40, INT64_MAX, 0};
   CHECK(zeros(empty_huge).numel() == 0);
-  CHECK_THAT(message_of<ShapeError>([&] { array(std::vector<float>{1, 2}, empty_huge); }),
+  CHECK_THAT(message_of<ShapeError>([&] {
+               array(std::vector<float>{1, 2}, empty_huge);
+             }),
              Contains("which needs 0"));
   CHECK(sum(zeros({3, 0, int64_t(1) << 40})).item<float>() == 0);
   // reshape's known extents multiplied past int64 (fuzz_api_sequence; signed overflow, and a
@@ -276,14 +278,17 @@ namespace {
 std::filesystem::path shared_object(const std::filesystem::path& dir, const std::string& source) {
   const std::filesystem::path src = dir / "lib.cc", so = dir / "lib.so";
   std::ofstream(src) << source;
-  const std::string cmd = "g++ -std=c++17 -shared -fPIC -o '" + so.string() + "' '" + src.string() + "'";
+  const std::string cmd =
+      "g++ -std=c++17 -shared -fPIC -o '" + so.string() + "' '" + src.string() + "'";
   REQUIRE(std::system(cmd.c_str()) == 0);
   return so;
 }
 }  // namespace
 
-TEST_CASE("an emulated kernel library gets the scheduler when loaded, or is refused for another "
-          "version of it", "[errors][cuda-emulation]") {
+TEST_CASE(
+    "an emulated kernel library gets the scheduler when loaded, or is refused for another "
+    "version of it",
+    "[errors][cuda-emulation]") {
   metajit_test::TempDir dir;
   // Binds like codegen/cuda_emulation_prelude.h; the kernel reports the version it was handed.
   const std::string kernel = R"(
@@ -305,7 +310,8 @@ extern "C" void metajit_kernel(void* const* b, const long long*, const double*) 
   CHECK(version == MJEMU_ABI_VERSION);
 
   std::filesystem::create_directories(dir.path() / "old");
-  const std::filesystem::path old = shared_object(dir.path() / "old", "#define ACCEPT 0\n" + kernel);
+  const std::filesystem::path old =
+      shared_object(dir.path() / "old", "#define ACCEPT 0\n" + kernel);
   const std::string m = message_of<Error>([&] { load_kernel(old); });
   CHECK_THAT(m, Contains(old.string()) && Contains("another version of the CUDA host emulation") &&
                     Contains("version " + std::to_string(MJEMU_ABI_VERSION)));
