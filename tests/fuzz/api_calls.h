@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "fuzz/api_program.h"
+#include "support/random_graph.h"
 
 namespace metajit_test {
 namespace api_calls_detail {
@@ -26,16 +27,12 @@ void put(P& p, const std::string& text, F value) {
   p.at(out) = value();
 }
 
+// The C++ text of a shape, axes or index expressions: the random-graph generator's listing helpers.
 inline std::string list(const std::vector<int64_t>& xs) {
-  std::string s = "{";
-  for (size_t k = 0; k < xs.size(); ++k) s += (k ? ", " : "") + std::to_string(xs[k]);
-  return s + "}";
+  return random_graph_detail::shape_cpp(xs);
 }
-
 inline std::string list(const std::vector<std::string>& xs) {
-  std::string s = "{";
-  for (size_t k = 0; k < xs.size(); ++k) s += (k ? ", \"" : "\"") + xs[k] + "\"";
-  return s + "}";
+  return random_graph_detail::strings_cpp(xs);
 }
 
 inline std::string dt(DType d) {

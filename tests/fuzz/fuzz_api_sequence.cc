@@ -7,21 +7,13 @@
 // As in fuzz_graph_eval.cc, kernels are compiled by g++ without sanitizers under libFuzzer; make
 // test-asan replays the corpus with ASan and UBSan in the kernels too.
 #include <cstdint>
-#include <cstdlib>
-#include <filesystem>
-#include <string>
 
 #include "fuzz/api_calls.h"
 #include "fuzz/api_program.h"
+#include "fuzz/kernel_fuzz_env.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  const std::string cache =
-      (std::filesystem::temp_directory_path() / "metajit-fuzz-cache").string();
-  ::setenv("METAJIT_CACHE_DIR", cache.c_str(), 0);
-#ifdef METAJIT_LIBFUZZER
-  ::unsetenv("METAJIT_CXXFLAGS");
-#endif
-  ::setenv("METAJIT_LOG", "quiet", 1);
+  metajit_test::set_kernel_fuzz_env();
   return 0;
 }
 

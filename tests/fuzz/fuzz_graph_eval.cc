@@ -8,28 +8,19 @@
 // clang's ASan runtime, which a GCC-instrumented kernel cannot use. make test-asan replays this
 // target's corpus with ASan and UBSan in the kernels too.
 #include <metajit/error.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "fuzz/kernel_fuzz_env.h"
 #include "support/random_graph.h"
 #include "support/reference_compare.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  // A cache of its own unless the caller chose one (make fuzz keeps it between runs).
-  const std::string cache =
-      (std::filesystem::temp_directory_path() / "metajit-fuzz-cache").string();
-  ::setenv("METAJIT_CACHE_DIR", cache.c_str(), 0);
-#ifdef METAJIT_LIBFUZZER
-  // See the file comment. The replay of this target in a GCC sanitizer build (make test-asan)
-  // keeps the sanitizer flags, so its kernels are checked there.
-  ::unsetenv("METAJIT_CXXFLAGS");
-#endif
-  ::setenv("METAJIT_LOG", "quiet", 1);
+  metajit_test::set_kernel_fuzz_env();
   return 0;
 }
 
