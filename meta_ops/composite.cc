@@ -50,12 +50,15 @@ Var reshape(const Var& x, Shape shape) {
       infer = int64_t(k);
     } else if (shape[k] < 0) {
       throw ShapeError("reshape: negative dimension in " + shape_str(shape));
-    } else if (__builtin_mul_overflow(known, shape[k], &known)) {  // no such Var can exist
+    } else if (__builtin_mul_overflow(known, shape[k], &known) &&
+               std::find(shape.begin(), shape.end(), int64_t(0)) == shape.end()) {
+      // No Var has that many elements; with a 0 among the extents the shape is empty instead.
       throw ShapeError("reshape: cannot reshape " + shape_str(x.shape()) + " (" +
                        std::to_string(x.numel()) + " elements) to " + shape_str(shape) +
                        ", whose element count overflows int64");
     }
   }
+  if (std::find(shape.begin(), shape.end(), int64_t(0)) != shape.end()) known = 0;
   if (infer >= 0) {
     if (known == 0 || x.numel() % known != 0)
       throw ShapeError("reshape: cannot infer -1 in " + shape_str(shape) + " for " +

@@ -148,6 +148,7 @@ TEST_CASE("shapes too large for memory are ShapeErrors when built", "[errors]") 
                reshape(zeros({6}), {int64_t(1) << 40, -1, int64_t(1) << 40});
              }),
              Contains("reshape") && Contains("[6]") && Contains("overflows int64"));
+  CHECK(reshape(zeros({0}), {int64_t(1) << 40, int64_t(1) << 40, 0}).numel() == 0);  // empty
   // mean's count of reduced elements, likewise (UBSan in make test-asan): the result is empty.
   CHECK(mean(zeros({INT64_MAX, 7, 0}), {0, 1}).shape() == Shape{0});
   // conv2d's and max_pool2d's window arithmetic (fuzz_api_sequence): padding, dilation or a
