@@ -172,6 +172,8 @@ std::string CFamilyEmitter::ix(const IndexExpr& e) const {
       return "i" + std::to_string(e.value);
     case IxKind::Param:
       return "p" + std::to_string(e.value);
+    case IxKind::Extent:  // lowering made it a parameter (codegen/lowering.cc)
+      throw std::logic_error("emit: an extent leaf reached the kernel IR");
     case IxKind::Neg:
       return "(-" + ix(*e.a) + ")";
     case IxKind::Not:

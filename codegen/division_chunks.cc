@@ -83,7 +83,8 @@ IndexExprPtr rewrite(const IndexExprPtr& e, const DivisionChunks& ch, const Chun
     case IxKind::Const:
     case IxKind::Var:
     case IxKind::Param:
-    case IxKind::Extra:  // not reached: find_division_chunks refuses extras
+    case IxKind::Extra:   // not reached: find_division_chunks refuses extras
+    case IxKind::Extent:  // not reached: lowering made it a parameter
       return e;
     case IxKind::Neg:
     case IxKind::Not:

@@ -70,10 +70,15 @@ class Lowerer {
   // `own` is the expression as the node holds it and `idx` its variables' values here: the
   // bounds test is built before substituting, because substitution folds (0 * @e0(i) is 0)
   // and a read folded away must still be in bounds (docs/design.md §3).
-  IndexExprPtr extra_reads(int node, const IndexExprPtr& own, const std::vector<IndexExprPtr>& idx,
-                           IndexExprPtr& valid) {
-    if (!ix_reads_extras(*own)) return ix_substitute(own, idx);
+  // Extent leaves (the indexed array's extents: a Reindex's input, a ReindexReduce's output)
+  // become shape parameters here, before anything else reads `own`.
+  IndexExprPtr extra_reads(int node, const IndexExprPtr& own_expr,
+                           const std::vector<IndexExprPtr>& idx, IndexExprPtr& valid) {
     const GNode& n = g_.nodes[node];
+    const int indexed = n.kind == OpKind::ReindexReduce ? node : n.inputs[0];
+    const IndexExprPtr own =
+        ix_replace_extents(own_expr, [&](int axis) { return dim(indexed, axis); });
+    if (!ix_reads_extras(*own)) return ix_substitute(own, idx);
     auto extra_node = [&](int64_t k) { return n.inputs.at(size_t(k) + 1); };
     // The node's own reads become buffer reads before `idx` is substituted: `idx` may hold a
     // consumer's reads (already buffer reads), which must not be taken for this node's @eK.

@@ -1,7 +1,8 @@
-// reshape, transpose, matmul, conv2d, max_pool2d and softmax, each written with meta-ops only
-// (reindex, broadcast_to, reduce, element-wise), so the fusion planner sees one pattern and
-// never a special node. matmul and conv2d become broadcast/reindex-multiply-reduce groups that
-// fuse into one kernel without materialising the [n,k,m] / 7-D product.
+// reshape, transpose, matmul, softmax, log_softmax, argmax and argmin, each written with meta-ops
+// only (reindex, broadcast_to, reduce, element-wise), so the fusion planner sees one pattern and
+// never a special node. matmul becomes a broadcast-multiply-reduce group that fuses into one
+// kernel without materialising the [n,k,m] product. Convolutions and pooling are in
+// meta_ops/convolution.cc.
 #include <metajit/composite.h>
 #include <metajit/error.h>
 
@@ -24,18 +25,6 @@ IndexExprPtr add(IndexExprPtr a, IndexExprPtr b) {
 }
 IndexExprPtr mul(IndexExprPtr a, int64_t c) {
   return ix_binary(IxKind::Mul, a, ix_const(c));
-}
-
-// How far the first window may move along an input axis: in + 2 * pad - dil * (k - 1) - 1
-// (negative: the window does not fit), or nothing where a step overflows int64 (padding,
-// dilation or kernel near the limit: found by fuzz_api_sequence as signed overflow).
-std::optional<int64_t> window_span(int64_t in, int64_t pad, int64_t dil, int64_t k) {
-  int64_t padded = 0, reach = 0, span = 0;
-  if (__builtin_mul_overflow(pad, 2, &padded) || __builtin_add_overflow(in, padded, &padded) ||
-      __builtin_mul_overflow(dil, k - 1, &reach) || __builtin_add_overflow(reach, 1, &reach) ||
-      __builtin_sub_overflow(padded, reach, &span))
-    return std::nullopt;
-  return span;
 }
 
 }  // namespace
@@ -173,75 +162,6 @@ Var matmul(const Var& a, const Var& b) {
   Var pa = broadcast_to(cast(a, dt), full, da);
   Var pb = broadcast_to(cast(b, dt), full, db);
   return sum(pa * pb, {nb + 1});
-}
-
-Var conv2d(const Var& x, const Var& w, int64_t stride, int64_t padding, int64_t dilation) {
-  need(x, "conv2d");
-  need(w, "conv2d");
-  auto shapes = [&] {
-    return "input " + shape_str(x.shape()) + " (NCHW), weight " + shape_str(w.shape()) + " (OIHW)";
-  };
-  if (x.ndim() != 4 || w.ndim() != 4)
-    throw ShapeError("conv2d: " + shapes() + ": both must have 4 axes");
-  if (stride < 1 || dilation < 1 || padding < 0)
-    throw ShapeError("conv2d: stride " + std::to_string(stride) + ", padding " +
-                     std::to_string(padding) + ", dilation " + std::to_string(dilation) +
-                     " not valid; expected stride >= 1, padding >= 0, dilation >= 1");
-  int64_t N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
-  int64_t O = w.shape()[0], kh = w.shape()[2], kw = w.shape()[3];
-  if (w.shape()[1] != C)
-    throw ShapeError("conv2d: " + shapes() + ": input channels " + std::to_string(C) +
-                     " != weight channels " + std::to_string(w.shape()[1]));
-  const std::optional<int64_t> span_h = window_span(H, padding, dilation, kh),
-                               span_w = window_span(W, padding, dilation, kw);
-  if (!span_h || !span_w)
-    throw ShapeError("conv2d: " + shapes() + " with padding " + std::to_string(padding) +
-                     " and dilation " + std::to_string(dilation) +
-                     ": the window arithmetic overflows int64");
-  if (*span_h < 0 || *span_w < 0)
-    throw ShapeError("conv2d: " + shapes() + ": the kernel is larger than the padded input");
-  const int64_t oh = *span_h / stride + 1, ow = *span_w / stride + 1;
-  Shape big = {N, O, C, oh, ow, kh, kw};
-  // out[n,o,h,w] = sum_{c,r,s} x[n, c, h*stride - pad + r*dil, w*stride - pad + s*dil] * w[o,c,r,s]
-  auto tap = [&](int out_axis, int k_axis) {
-    return add(add(mul(ix_var(out_axis), stride), ix_const(-padding)),
-               mul(ix_var(k_axis), dilation));
-  };
-  DType dt = promote(x.dtype(), w.dtype());
-  Var xr = reindex_tree(cast(x, dt), big, {ix_var(0), ix_var(2), tap(3, 5), tap(4, 6)}, 0, {});
-  Var wb = broadcast_to(cast(w, dt), big, {0, 3, 4});
-  return sum(xr * wb, {2, 5, 6});
-}
-
-Var max_pool2d(const Var& x, int64_t kernel, int64_t stride, int64_t padding) {
-  need(x, "max_pool2d");
-  if (x.ndim() != 4)
-    throw ShapeError("max_pool2d: input " + shape_str(x.shape()) + " must have 4 axes (NCHW)");
-  if (kernel < 1 || stride < 1 || padding < 0 || padding > kernel / 2)
-    throw ShapeError("max_pool2d: kernel " + std::to_string(kernel) + ", stride " +
-                     std::to_string(stride) + ", padding " + std::to_string(padding) +
-                     " not valid; expected kernel >= 1, stride >= 1, 0 <= padding <= kernel/2");
-  int64_t N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
-  const std::optional<int64_t> span_h = window_span(H, padding, 1, kernel),
-                               span_w = window_span(W, padding, 1, kernel);
-  if (!span_h || !span_w)
-    throw ShapeError("max_pool2d: input " + shape_str(x.shape()) + " with padding " +
-                     std::to_string(padding) + ": the window arithmetic overflows int64");
-  if (*span_h < 0 || *span_w < 0)
-    throw ShapeError("max_pool2d: input " + shape_str(x.shape()) + " is smaller than the kernel " +
-                     std::to_string(kernel) + " with padding " + std::to_string(padding));
-  const int64_t oh = *span_h / stride + 1, ow = *span_w / stride + 1;  // floor mode
-  auto tap = [&](int out_axis, int k_axis) {
-    return add(add(mul(ix_var(out_axis), stride), ix_const(-padding)), ix_var(k_axis));
-  };
-  // Padded cells read the lowest value of the dtype, so they never win.
-  double lowest = is_float(x.dtype())         ? -std::numeric_limits<double>::infinity()
-                  : x.dtype() == DType::Int32 ? double(std::numeric_limits<int32_t>::lowest())
-                  : x.dtype() == DType::Int64 ? double(std::numeric_limits<int64_t>::lowest())
-                                              : 0.0;
-  Var r = reindex_tree(x, {N, C, oh, ow, kernel, kernel},
-                       {ix_var(0), ix_var(1), tap(2, 4), tap(3, 5)}, lowest, {});
-  return max(r, {4, 5});
 }
 
 Var softmax(const Var& x, int64_t dim) {

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <limits>
 #include <optional>
+#include <stdexcept>
 
 namespace metajit {
 namespace {
@@ -398,6 +399,42 @@ IndexExprPtr ix_extra(int k, std::vector<IndexExprPtr> args) {
   return e;
 }
 
+IndexExprPtr ix_extent(int axis) {
+  return make(IxKind::Extent, axis);
+}
+
+bool ix_reads_extents(const IndexExpr& e) {
+  if (e.kind == IxKind::Extent) return true;
+  for (const IndexExpr* c : {e.a.get(), e.b.get(), e.c.get()})
+    if (c && ix_reads_extents(*c)) return true;
+  for (const IndexExprPtr& c : e.args)
+    if (ix_reads_extents(*c)) return true;
+  return false;
+}
+
+IndexExprPtr ix_replace_extents(const IndexExprPtr& e,
+                                const std::function<IndexExprPtr(int axis)>& extent) {
+  if (!ix_reads_extents(*e)) return e;
+  // Rebuilt through the builders, so that constants fold once extents are known.
+  switch (e->kind) {
+    case IxKind::Extent:
+      return extent(int(e->value));
+    case IxKind::Extra: {
+      std::vector<IndexExprPtr> args;
+      for (const IndexExprPtr& a : e->args) args.push_back(ix_replace_extents(a, extent));
+      return ix_extra(int(e->value), std::move(args));
+    }
+    case IxKind::Neg:
+    case IxKind::Not:
+      return ix_unary(e->kind, ix_replace_extents(e->a, extent));
+    case IxKind::Select:
+      return ix_select(ix_replace_extents(e->a, extent), ix_replace_extents(e->b, extent),
+                       ix_replace_extents(e->c, extent));
+    default:
+      return ix_binary(e->kind, ix_replace_extents(e->a, extent), ix_replace_extents(e->b, extent));
+  }
+}
+
 IndexExprPtr ix_substitute(const IndexExprPtr& e, const std::vector<IndexExprPtr>& vars) {
   switch (e->kind) {
     case IxKind::Extra: {
@@ -407,6 +444,7 @@ IndexExprPtr ix_substitute(const IndexExprPtr& e, const std::vector<IndexExprPtr
     }
     case IxKind::Const:
     case IxKind::Param:
+    case IxKind::Extent:
       return e;
     case IxKind::Var:
       return vars.at(static_cast<size_t>(e->value));
@@ -452,6 +490,8 @@ int64_t ix_eval(const IndexExpr& e, const int64_t* vars, const int64_t* params,
       return vars[e.value];
     case IxKind::Param:
       return params[e.value];
+    case IxKind::Extent:
+      throw std::logic_error("ix_eval: an extent leaf not replaced (ix_replace_extents)");
     case IxKind::Neg:
       return wrap(0ULL - uint64_t(A()));
     case IxKind::Not:
@@ -572,6 +612,8 @@ std::string ix_to_string(const IndexExpr& e) {
       return "i" + std::to_string(e.value);
     case IxKind::Param:
       return "p" + std::to_string(e.value);
+    case IxKind::Extent:
+      return "n" + std::to_string(e.value);
     case IxKind::Neg:
       return "(-" + ix_to_string(*e.a) + ")";
     case IxKind::Not:

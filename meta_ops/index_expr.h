@@ -43,7 +43,13 @@ enum class IxKind : uint8_t {
   // extra's number; in kernel IR it is the input buffer slot. Arguments are in `args`. A read
   // outside the array yields 0 and never touches memory; whoever evaluates the expression
   // also tests ix_extra_reads_valid() and applies the overflow rule.
-  Extra
+  Extra,
+  // The extent of axis `value` of the array the expression indexes: a Reindex's input, a
+  // ReindexReduce's output (gather, index_select, embedding and one_hot count a negative index
+  // from the end with it). A leaf of node expressions only: lowering turns it into a shape
+  // parameter (codegen/lowering.cc), so a key never holds the extent; the parser never makes
+  // one and ix_eval refuses it (ix_replace_extents first).
+  Extent
 };
 
 struct IndexExpr;
@@ -82,6 +88,11 @@ IndexExprPtr ix_unary(IxKind k, IndexExprPtr a);
 IndexExprPtr ix_binary(IxKind k, IndexExprPtr a, IndexExprPtr b);
 IndexExprPtr ix_select(IndexExprPtr cond, IndexExprPtr a, IndexExprPtr b);
 IndexExprPtr ix_extra(int k, std::vector<IndexExprPtr> args);
+IndexExprPtr ix_extent(int axis);
+// `e` with every Extent leaf replaced by extent(axis); `e` itself when it has none.
+IndexExprPtr ix_replace_extents(const IndexExprPtr& e,
+                                const std::function<IndexExprPtr(int axis)>& extent);
+bool ix_reads_extents(const IndexExpr& e);
 
 // Replaces every Var(k) by vars[k].
 IndexExprPtr ix_substitute(const IndexExprPtr& e, const std::vector<IndexExprPtr>& vars);

@@ -3,9 +3,11 @@
 // add no node kind; their gradients are those of the meta-ops (a gather's is a scatter-add with
 // the same extras, and the reverse), docs/design.md "Data-dependent indexing".
 //
-// An index outside its axis follows the overflow rule instead of raising: it cannot be checked
-// without reading the data, and nothing is read before a value is needed. gather, index_select
-// and embedding read 0 there; scatter_add drops the element; one_hot gives a row of zeros.
+// gather, index_select, embedding and one_hot count a negative index from the end (numpy's rule,
+// shared/api.md). An index still outside its axis follows the overflow rule instead of raising:
+// it cannot be checked without reading the data, and nothing is read before a value is needed.
+// gather, index_select and embedding read 0 there; scatter_add drops the element (negative
+// indices included: torch refuses them); one_hot gives a row of zeros.
 #include <metajit/composite.h>
 #include <metajit/error.h>
 
@@ -55,6 +57,17 @@ void check_index_shape(const Var& index, const Shape& bound, int64_t dim, const 
                      bound_name + ".shape[d] for every d != dim");
 }
 
+// The position `e` reads along axis `axis` of the indexed array, a negative one counted from the
+// end as numpy does (-1 is the last). One still outside the axis keeps the overflow rule. The
+// extent is an Extent leaf, a shape parameter of the kernel: keys keep no shape.
+IndexExprPtr from_end(IndexExprPtr e, int axis) {
+  // e + n * (e < 0), not a select: arithmetic that g++ sees as invariant in the inner loops, so
+  // a gathered row is still copied with vector loads (a select made them gathers: a plain
+  // embedding ran 4x slower).
+  return ix_binary(IxKind::Add, e,
+                   ix_binary(IxKind::Mul, ix_extent(axis), ix_binary(IxKind::Lt, e, ix_const(0))));
+}
+
 }  // namespace
 
 Var gather(const Var& x, int64_t dim, const Var& index) {
@@ -64,7 +77,7 @@ Var gather(const Var& x, int64_t dim, const Var& index) {
   const int64_t d = axis_of(dim, x, "gather");
   check_index_shape(index, x.shape(), d, "gather", "x");
   std::vector<IndexExprPtr> idx = vars(0, size_t(x.ndim()));
-  idx[size_t(d)] = ix_extra(0, vars(0, size_t(x.ndim())));
+  idx[size_t(d)] = from_end(ix_extra(0, vars(0, size_t(x.ndim()))), int(d));
   return reindex_tree(x, index.shape(), std::move(idx), 0, {}, {index});
 }
 
@@ -104,7 +117,7 @@ Var index_select(const Var& x, int64_t dim, const Var& index) {
   Shape shape = x.shape();
   shape[size_t(d)] = index.shape()[0];
   std::vector<IndexExprPtr> idx = vars(0, size_t(x.ndim()));
-  idx[size_t(d)] = ix_extra(0, {ix_var(int(d))});
+  idx[size_t(d)] = from_end(ix_extra(0, {ix_var(int(d))}), int(d));
   return reindex_tree(x, std::move(shape), std::move(idx), 0, {}, {index});
 }
 
@@ -118,8 +131,8 @@ Var embedding(const Var& weight, const Var& ids) {
   Shape shape = ids.shape();
   shape.push_back(weight.shape()[1]);
   const size_t n = size_t(ids.ndim());
-  return reindex_tree(weight, std::move(shape), {ix_extra(0, vars(0, n)), ix_var(int(n))}, 0, {},
-                      {ids});
+  return reindex_tree(weight, std::move(shape),
+                      {from_end(ix_extra(0, vars(0, n)), 0), ix_var(int(n))}, 0, {}, {ids});
 }
 
 Var one_hot(const Var& ids, int64_t num_classes, DType dtype) {
@@ -131,10 +144,13 @@ Var one_hot(const Var& ids, int64_t num_classes, DType dtype) {
   Shape shape = ids.shape();
   shape.push_back(num_classes);
   const size_t n = size_t(ids.ndim());
-  // A constant 1 read where the class index equals the id at the same position, the overflow
-  // value 0 elsewhere: one kernel, no comparison array.
-  IndexExprPtr differs = ix_binary(IxKind::Ne, ix_extra(0, vars(0, n)), ix_var(int(n)));
-  return reindex_tree(scalar(1.0, dtype), std::move(shape), {}, 0, {differs}, {ids});
+  // A 1 (of a broadcast constant, whose extent is the class count) read where the class index
+  // equals the id at the same position, the overflow value 0 elsewhere: one kernel, no
+  // comparison array.
+  IndexExprPtr differs =
+      ix_binary(IxKind::Ne, from_end(ix_extra(0, vars(0, n)), 0), ix_var(int(n)));
+  return reindex_tree(broadcast_to(scalar(1.0, dtype), {num_classes}), std::move(shape),
+                      {ix_var(int(n))}, 0, {differs}, {ids});
 }
 
 }  // namespace metajit

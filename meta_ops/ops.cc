@@ -23,7 +23,8 @@ void check_shape(const Shape& s, const char* op, DType dtype) {
   check_shape_fits(op, dtype, s);
 }
 
-// Normalises a possibly negative axis against `ndim`, or throws naming `op`.
+}  // namespace
+
 int64_t norm_axis(int64_t axis, int64_t ndim, const char* op, const Shape& shape) {
   int64_t a = axis < 0 ? axis + ndim : axis;
   if (a < 0 || a >= ndim)
@@ -34,6 +35,13 @@ int64_t norm_axis(int64_t axis, int64_t ndim, const char* op, const Shape& shape
                      ")");
   return a;
 }
+
+void require_defined(const Var& x, const char* op, const char* what) {
+  if (!x.defined())
+    throw Error(std::string(op) + ": " + what + " is undefined (default-constructed)");
+}
+
+namespace {
 
 Var make(OpKind kind, DType dtype, Shape shape, std::vector<NodePtr> inputs, int op = 0) {
   NodePtr n = new_node(kind, dtype, std::move(shape), std::move(inputs));

@@ -38,6 +38,12 @@ Var identity_without_gradient(const Var& x);
 // recognises a reshape by them (its gradient is the reverse reshape, a gather).
 std::vector<IndexExprPtr> reshape_indexes(const Shape& from, const Shape& to);
 
+// A possibly negative axis counted from the end of `ndim` axes, or ShapeError naming `op`,
+// `shape` and the valid range.
+int64_t norm_axis(int64_t axis, int64_t ndim, const char* op, const Shape& shape);
+// Error naming `op` and `what` (e.g. "the Var", "weight") when x is undefined.
+void require_defined(const Var& x, const char* op, const char* what = "the Var");
+
 // Shape of numpy broadcasting of a and b, or ShapeError naming `op`.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 

@@ -223,11 +223,14 @@ TEST_CASE("SELU's exp is vectorised on every width that has vector variants", "[
 // must come with a new kCodegenVersion, or caches keep serving kernels built from the old
 // source (tests included). This digest of the emitter's output for a fixed set of graphs, on
 // every target, is recorded next to the version it belongs to; when the output changes, bump
-// kCodegenVersion in codegen/kernel_key.h and record the new pair here.
+// kCodegenVersion in codegen/kernel_key.h and record the new pair here. When it changes because
+// an op builds a different graph (the keys, which hash the graph, change with it), only the
+// digest is recorded again: gather, index_select, embedding and one_hot counting a negative
+// index from the end changed their index expressions under cpp-26.
 TEST_CASE("the C++ emitter's output is pinned to the codegen version", "[targets]") {
   ScopedEnv fused("METAJIT_OPT_LEVEL", "1"), generic("METAJIT_SPECIALIZE_SHAPES", "0");
   const char* kRecordedVersion = "cpp-26";
-  const char* kRecordedDigest = "ec306a9a8269394a42df9a000754613c";
+  const char* kRecordedDigest = "dd9169cf149f0d52238b23b6fac7d8db";
   Var a = rand({5, 7}, 1), b = rand({7, 3}, 2), x = rand({2, 3, 9, 9}, 3),
       w = rand({4, 3, 3, 3}, 4);
   Var ids = array(std::vector<int32_t>{4, 0, 2, 4}, {4}), rows = rand({4, 7}, 5),

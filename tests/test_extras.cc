@@ -542,11 +542,12 @@ TEST_CASE("jittor: embedding as weight.reindex(ids.shape+[D], [@e0(i0,i1), i2])"
 
 // ================================================================ 3. composites
 
-TEST_CASE("gather: torch semantics, index smaller than x, negative dim, out-of-range reads 0",
-          "[extras][composite]") {
+TEST_CASE(
+    "gather: torch semantics, index smaller than x, negative dim and index, out-of-range reads 0",
+    "[extras][composite]") {
   Var x = grid(3, 4);
-  // dim 1, index [2, 3]: smaller than x in both axes.
-  Var idx1 = i64({3, 0, 0, 1, -1, 4}, {2, 3});
+  // dim 1, index [2, 3]: smaller than x in both axes. -1 is the last column, -5 before the first.
+  Var idx1 = i64({3, 0, -5, 1, -1, 4}, {2, 3});
   Var g1 = gather(x, 1, idx1);
   Var g_neg = gather(x, -1, idx1);
   // dim 0, Int32 index [2, 2].
@@ -559,7 +560,7 @@ TEST_CASE("gather: torch semantics, index smaller than x, negative dim, out-of-r
   Var g3 = gather(x3, 1, idx3);
   Var g_1d = gather(tens(), 0, i64({4, 4, 0}));
   check_against_reference({g1, g_neg, g0, g_neg2, g3, g_1d});
-  check_values(g1, {2, 3}, {3, 0, 0, 11, 0, 0});
+  check_values(g1, {2, 3}, {3, 0, 0, 11, 13, 0});
   CHECK(g_neg.to_vector<float>() == g1.to_vector<float>());
   check_values(g0, {2, 2}, {20, 1, 10, 0});
   CHECK(g_neg2.to_vector<float>() == g0.to_vector<float>());
@@ -588,12 +589,13 @@ TEST_CASE(
 TEST_CASE("index_select: rows and columns, repeated and out-of-range positions",
           "[extras][composite]") {
   Var x = grid(3, 4);
-  Var rows = index_select(x, 0, i32({2, 0, 2, -1, 3}));
+  Var rows = index_select(x, 0, i32({2, 0, 2, -1, 3, -3, -4}));
   Var cols = index_select(x, -1, i64({3, 1}));
   Var x3 = make_array(DType::Int32, grid_values(6, 4), {2, 3, 4});
   Var mid = index_select(x3, 1, i32({2, 2, 0}));
   check_against_reference({rows, cols, mid});
-  check_values(rows, {5, 4}, {20, 21, 22, 23, 0, 1, 2, 3, 20, 21, 22, 23, 0, 0, 0, 0, 0, 0, 0, 0});
+  check_values(rows, {7, 4}, {20, 21, 22, 23, 0, 1, 2, 3, 20, 21, 22, 23, 20, 21,
+                              22, 23, 0,  0,  0, 0, 0, 1, 2,  3,  0,  0,  0,  0});
   check_values(cols, {3, 2}, {3, 1, 13, 11, 23, 21});
   CHECK(mid.dtype() == DType::Int32);
   // x3[a, b, c] = 30 a + 10 b + c
@@ -601,23 +603,25 @@ TEST_CASE("index_select: rows and columns, repeated and out-of-range positions",
                                 50, 51, 52, 53, 50, 51, 52, 53, 30, 31, 32, 33});
 }
 
-TEST_CASE("embedding: ids of rank 0 to 3, Int32 and Int64, out-of-range ids read zeros",
-          "[extras][composite]") {
+TEST_CASE(
+    "embedding: ids of rank 0 to 3, Int32 and Int64, negative ids from the end, out-of-range ids "
+    "read zeros",
+    "[extras][composite]") {
   Var w = grid(4, 3);
   Var e0 = embedding(w, i32({2}, {}));
-  Var e1 = embedding(w, i32({3, 0, -1, 4}));
+  Var e1 = embedding(w, i32({3, 0, -1, 4, -4, -5}));
   Var e2 = embedding(w, i64({1, 1, 0, 2}, {2, 2}));
   Var e3 = embedding(w, i64({3, 2, 1, 0}, {2, 1, 2}));
   check_against_reference({e0, e1, e2, e3});
   check_values(e0, {3}, {20, 21, 22});
-  check_values(e1, {4, 3}, {30, 31, 32, 0, 1, 2, 0, 0, 0, 0, 0, 0});
+  check_values(e1, {6, 3}, {30, 31, 32, 0, 1, 2, 30, 31, 32, 0, 0, 0, 0, 1, 2, 0, 0, 0});
   check_values(e2, {2, 2, 3}, {10, 11, 12, 10, 11, 12, 0, 1, 2, 20, 21, 22});
   check_values(e3, {2, 1, 2, 3}, {30, 31, 32, 20, 21, 22, 10, 11, 12, 0, 1, 2});
 }
 
 TEST_CASE("one_hot: dtypes, out-of-range ids give zero rows, ids of rank 0 and 2",
           "[extras][composite]") {
-  Var ids = i32({2, 0, -1, 3, 1});
+  Var ids = i32({2, 0, -4, 3, 1});  // -4 is before the first class, -1 would be the last
   const std::vector<double> rows = {0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0};
   std::vector<Var> hots;
   const std::vector<DType> dtypes = {DType::Float32, DType::Float64, DType::Int32, DType::Int64,
@@ -903,7 +907,7 @@ TEST_CASE("element-wise work on an embedding fuses into its kernel, the ids read
 TEST_CASE("gathered values feed reductions over the ids axis, max along a dim and a matmul",
           "[extras][fusion]") {
   Var w = grid(4, 3);
-  Var ids = i64({3, 0, 3, 1, -2, 2}, {6});
+  Var ids = i64({3, 0, 3, 1, -5, 2}, {6});  // -5: before the first of 4 rows
   eval({w, ids});
   Var e = embedding(w, ids);   // [6, 3]
   Var over_ids = sum(e, {0});  // the reduced axis is the one the ids are read along

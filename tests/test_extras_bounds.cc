@@ -207,12 +207,14 @@ TEST_CASE("gather, scatter_add, index_select, embedding, one_hot with far indice
     return out;
   });
   // The values the overflow rule gives: 0 for a gather / index_select / embedding outside, a
-  // dropped element for scatter_add, a row of zeros for one_hot.
+  // dropped element for scatter_add, a row of zeros for one_hot; the first three and one_hot
+  // count -4..-1 from the end first (numpy's rule), scatter_add does not.
   const std::vector<int64_t> pos = far_positions(4);
   std::vector<float> sel, hot;
   for (int64_t p : pos) {
-    for (int64_t j = 0; j < 3; ++j) sel.push_back(p >= 0 && p < 4 ? float(p * 3 + j + 1) : 0.f);
-    for (int64_t c = 0; c < 4; ++c) hot.push_back(p == c ? 1.f : 0.f);
+    const int64_t q = p < 0 && p >= -4 ? p + 4 : p;
+    for (int64_t j = 0; j < 3; ++j) sel.push_back(q >= 0 && q < 4 ? float(q * 3 + j + 1) : 0.f);
+    for (int64_t c = 0; c < 4; ++c) hot.push_back(q == c ? 1.f : 0.f);
   }
   CHECK(index_select(x, 0, idx64).to_vector<float>() == sel);
   CHECK(embedding(x, idx64).to_vector<float>() == sel);

@@ -291,6 +291,98 @@ inline void indexing_op(P& p) {
   }
 }
 
+// The composites of meta_ops/shaping.cc, statistics.cc and convolution.cc, with the program's
+// numbers: odd axes, sizes, bounds and paddings are the point.
+inline void joining_op(P& p) {
+  const size_t a = p.pick(), b = p.pick();
+  const int64_t dim = p.axis();
+  const std::string d = std::to_string(dim);
+  switch (p.byte() % 5) {
+    case 0:
+      return put(p, "concat({" + v(a) + ", " + v(b) + "}, " + d + ")", [&] {
+        return Var(concat({p.at(a), p.at(b)}, dim));
+      });
+    case 1:
+      return put(p, "stack({" + v(a) + ", " + v(b) + "}, " + d + ")", [&] {
+        return Var(stack({p.at(a), p.at(b)}, dim));
+      });
+    case 2: {
+      const int64_t start = p.extent() - p.extent(), stop = p.extent(), step = p.extent();
+      return put(p,
+                 "slice(" + v(a) + ", " + d + ", " + std::to_string(start) + ", " +
+                     std::to_string(stop) + ", " + std::to_string(step) + ")",
+                 [&] { return Var(slice(p.at(a), dim, start, stop, step)); });
+    }
+    case 3: {
+      const std::vector<int64_t> sizes = {p.extent(), p.extent()};
+      p.log("split(" + v(a) + ", " + list(sizes) + ", " + d + ")");
+      const std::vector<Var> parts = split(p.at(a), sizes, dim);
+      for (const Var& part : parts) put(p, "<a piece>", [&] { return part; });
+      return;
+    }
+    default: {
+      const size_t rank = p.at(a).defined() ? size_t(p.at(a).ndim()) : p.byte() % 3;
+      std::vector<int64_t> before(rank), after(rank + (p.byte() % 8 == 0));
+      for (int64_t& e : before) e = p.byte() % 3 == 0 ? -p.extent() : p.extent();
+      for (int64_t& e : after) e = p.byte() % 3 == 0 ? -p.extent() : p.extent();
+      const double fill = p.number();
+      return put(p,
+                 "pad(" + v(a) + ", " + list(before) + ", " + list(after) + ", " +
+                     std::to_string(fill) + ")",
+                 [&] { return Var(pad(p.at(a), before, after, fill)); });
+    }
+  }
+}
+
+inline void statistics_op(P& p) {
+  const size_t a = p.pick(), b = p.pick(), c = p.pick();
+  const int64_t k = p.extent(), s = p.extent(), pad = p.byte() % 4 == 0 ? p.extent() : 0;
+  switch (p.byte() % 6) {
+    case 0: {
+      const int64_t dim = p.axis();
+      return put(p, "cumsum(" + v(a) + ", " + std::to_string(dim) + ")",
+                 [&] { return Var(cumsum(p.at(a), dim)); });
+    }
+    case 1: {
+      const std::vector<int64_t> dims = p.axes();
+      const int64_t correction = int64_t(p.byte() % 4) - 1;
+      return put(p,
+                 "var(" + v(a) + ", " + list(dims) + ", false, " + std::to_string(correction) + ")",
+                 [&] { return Var(var(p.at(a), dims, false, correction)); });
+    }
+    case 2: {
+      const int64_t nd = int64_t(p.byte() % 4);
+      return put(p,
+                 "layer_norm(" + v(a) + ", " + std::to_string(nd) + ", " + v(b) + ", " + v(c) + ")",
+                 [&] { return Var(layer_norm(p.at(a), nd, p.at(b), p.at(c))); });
+    }
+    case 3:
+      return put(p,
+                 "avg_pool2d(" + v(a) + ", " + std::to_string(k) + ", " + std::to_string(s) + ", " +
+                     std::to_string(pad) + ")",
+                 [&] { return Var(avg_pool2d(p.at(a), k, s, pad)); });
+    case 4: {
+      const int64_t groups = p.extent();
+      return put(p,
+                 "conv2d(" + v(a) + ", " + v(b) + ", " + std::to_string(s) + ", " +
+                     std::to_string(pad) + ", 1, " + std::to_string(groups) + ")",
+                 [&] { return Var(conv2d(p.at(a), p.at(b), s, pad, 1, groups)); });
+    }
+    default: {
+      const int64_t out_pad = p.byte() % 3;
+      return put(p,
+                 "conv_transpose2d(" + v(a) + ", " + v(b) + ", " + std::to_string(s) + ", " +
+                     std::to_string(pad) + ", " + std::to_string(out_pad) + ")",
+                 [&] { return Var(conv_transpose2d(p.at(a), p.at(b), s, pad, out_pad)); });
+    }
+  }
+}
+
+// Sixteen rows, so that a byte picks each equally often; the composites share one.
+inline void composite_op(P& p) {
+  return p.byte() % 2 ? joining_op(p) : statistics_op(p);
+}
+
 inline void gradient(P& p) {
   const size_t loss = p.pick(), a = p.pick(), b = p.pick();
   p.log("grad(" + v(loss) + ", {" + v(a) + ", " + v(b) + "})");
@@ -381,12 +473,22 @@ inline void evaluate(P& p) {
 inline const std::vector<ApiCall>& api_calls() {
   using namespace api_calls_detail;
   static const std::vector<ApiCall> calls = {
-      {"create", create},           {"undefine", undefine},       {"unary", unary},
-      {"binary", binary},           {"with_number", with_number}, {"where_cast", where_cast},
-      {"shape_op", shape_op},       {"reindex_op", reindex_op},   {"nn_op", nn_op},
-      {"indexing_op", indexing_op}, {"gradient", gradient},       {"jit_call", jit_call},
-      {"assign_to", assign_to},     {"inspect", inspect},         {"evaluate", evaluate},
       {"create", create},
+      {"undefine", undefine},
+      {"unary", unary},
+      {"binary", binary},
+      {"with_number", with_number},
+      {"where_cast", where_cast},
+      {"shape_op", shape_op},
+      {"reindex_op", reindex_op},
+      {"nn_op", nn_op},
+      {"indexing_op", indexing_op},
+      {"gradient", gradient},
+      {"jit_call", jit_call},
+      {"assign_to", assign_to},
+      {"inspect", inspect},
+      {"evaluate", evaluate},
+      {"composite_op", composite_op},
   };
   return calls;
 }

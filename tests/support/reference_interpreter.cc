@@ -560,8 +560,23 @@ class HostExtras : public IxExtras {
   std::vector<const HostTensor*> extras_;
 };
 
+// A Reindex/ReindexReduce node's expressions with their Extent leaves replaced by the extents
+// of the indexed array `shape` (the Reindex's input, the ReindexReduce's output).
+struct NodeExprs {
+  std::vector<IndexExprPtr> indexes, conditions;
+  NodeExprs(const Node& n, const Shape& shape) {
+    auto extent = [&](int axis) {
+      if (axis < 0 || size_t(axis) >= shape.size())
+        fail(n, "extent of axis " + std::to_string(axis) + " of " + shape_str(shape));
+      return ix_const(shape[size_t(axis)]);
+    };
+    for (const IndexExprPtr& e : n.indexes) indexes.push_back(ix_replace_extents(e, extent));
+    for (const IndexExprPtr& e : n.conditions) conditions.push_back(ix_replace_extents(e, extent));
+  }
+};
+
 // Every @e read of the node's expressions, at `idx`, is inside its extra.
-bool extra_reads_in_range(const Node& n, const int64_t* idx, const HostExtras& extras) {
+bool extra_reads_in_range(const NodeExprs& n, const int64_t* idx, const HostExtras& extras) {
   if (extras.size() == 0) return true;
   for (const auto* list : {&n.indexes, &n.conditions})
     for (const IndexExprPtr& e : *list)
@@ -579,6 +594,7 @@ HostTensor eval_reindex(const Node& n, const HostTensor& in, const HostExtras& e
   HostTensor scratch;
   const HostTensor& x = as_dtype(in, n.dtype, scratch);
   const Shape x_strides = strides_of(x.shape);
+  const NodeExprs exprs(n, x.shape);
   HostTensor out = make_tensor(n.dtype, n.shape);
   visit_dtype(n.dtype, [&]<class T>() {
     const T overflow = convert<T>(n.scalar);
@@ -586,15 +602,15 @@ HostTensor eval_reindex(const Node& n, const HostTensor& in, const HostExtras& e
     T* dst = elems<T>(out);
     std::vector<int64_t> idx(nd, 0);
     for (int64_t i = 0; i < count(out); ++i, next_index(idx, n.shape)) {
-      bool inside = extra_reads_in_range(n, idx.data(), extras);
+      bool inside = extra_reads_in_range(exprs, idx.data(), extras);
       int64_t off = 0;
       for (size_t k = 0; k < nx && inside; ++k) {
-        const int64_t v = ix_eval(*n.indexes[k], idx.data(), nullptr, &extras);
+        const int64_t v = ix_eval(*exprs.indexes[k], idx.data(), nullptr, &extras);
         inside = v >= 0 && v < x.shape[k];
         if (inside) off += v * x_strides[k];  // a far index would overflow the product
       }
-      for (size_t c = 0; c < n.conditions.size() && inside; ++c)
-        inside = ix_eval(*n.conditions[c], idx.data(), nullptr, &extras) == 0;
+      for (size_t c = 0; c < exprs.conditions.size() && inside; ++c)
+        inside = ix_eval(*exprs.conditions[c], idx.data(), nullptr, &extras) == 0;
       dst[i] = inside ? src[off] : overflow;
     }
   });
@@ -612,6 +628,7 @@ HostTensor eval_reindex_reduce(const Node& n, const HostTensor& in, const HostEx
   HostTensor scratch;
   const HostTensor& y = as_dtype(in, n.dtype, scratch);
   const Shape out_strides = strides_of(n.shape);
+  const NodeExprs exprs(n, n.shape);
   HostTensor out = make_tensor(n.dtype, n.shape);
   visit_dtype(n.dtype, [&]<class T>() {
     const T* src = elems<T>(y);
@@ -621,15 +638,15 @@ HostTensor eval_reindex_reduce(const Node& n, const HostTensor& in, const HostEx
     // Sequential, in row-major order of y: the order of accumulation into each target.
     std::vector<int64_t> idx(ny, 0);
     for (int64_t i = 0; i < count(y); ++i, next_index(idx, y.shape)) {
-      bool inside = extra_reads_in_range(n, idx.data(), extras);
+      bool inside = extra_reads_in_range(exprs, idx.data(), extras);
       int64_t off = 0;
       for (size_t k = 0; k < nd && inside; ++k) {
-        const int64_t t = ix_eval(*n.indexes[k], idx.data(), nullptr, &extras);
+        const int64_t t = ix_eval(*exprs.indexes[k], idx.data(), nullptr, &extras);
         inside = t >= 0 && t < n.shape[k];
         if (inside) off += t * out_strides[k];
       }
-      for (size_t c = 0; c < n.conditions.size() && inside; ++c)
-        inside = ix_eval(*n.conditions[c], idx.data(), nullptr, &extras) == 0;
+      for (size_t c = 0; c < exprs.conditions.size() && inside; ++c)
+        inside = ix_eval(*exprs.conditions[c], idx.data(), nullptr, &extras) == 0;
       if (inside) dst[off] = reduce_combine(op, dst[off], src[i]);
     }
   });
