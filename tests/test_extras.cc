@@ -32,6 +32,7 @@
 #include "support/capture_stderr.h"
 #include "support/distinct_values.h"
 #include "support/exceptions.h"
+#include "support/gradient_check.h"
 #include "support/reference_check.h"
 #include "support/text.h"
 #include "support/typed_arrays.h"
@@ -121,79 +122,15 @@ uint64_t built_by(const std::vector<Var>& vars) {
 }
 
 // ---------------------------------------------------------------- finite differences
-// As tests/test_autograd.cc does: central differences of metajit's own float64 forward, each
-// perturbed point evaluated with the same graph as the gradient (the loss and its gradients
-// together), so the program cache replays the compiled plan and perturbations compile nothing.
+// support/gradient_check.h, with this suite's tighter tolerance (float64 throughout).
 
 using metajit_test::distinct;
+using metajit_test::In;
 using metajit_test::Lcg;
+using metajit_test::LossFn;
 
-struct In {
-  Shape shape;
-  std::vector<double> values;
-};
-
-Var leaf(const In& in) {
-  REQUIRE(int64_t(in.values.size()) == numel_of(in.shape));
-  return array(in.values, in.shape);
-}
-
-using LossFn = std::function<Var(const std::vector<Var>&)>;
-
-void check_gradients_or_throw(const std::string& name, const LossFn& f,
-                              const std::vector<In>& inputs) {
-  const double h = 1e-6, tol = 1e-6;
-  std::vector<Var> xs;
-  for (const In& in : inputs) xs.push_back(leaf(in));
-  Var loss = f(xs);
-  REQUIRE(loss.dtype() == DType::Float64);
-  std::vector<Var> g = grad(loss, xs);
-  REQUIRE(g.size() == xs.size());
-  std::vector<Var> all{loss};
-  all.insert(all.end(), g.begin(), g.end());
-  eval(all);
-  for (double l : values_of(loss)) REQUIRE(std::isfinite(l));
-  auto sum_at = [&](size_t i, size_t j, double value) {
-    std::vector<Var> p = xs;
-    In moved = inputs[i];
-    moved.values[j] = value;
-    p[i] = leaf(moved);
-    Var l = f(p);
-    std::vector<Var> pg = grad(l, p);
-    std::vector<Var> outs{l};
-    outs.insert(outs.end(), pg.begin(), pg.end());
-    eval(outs);
-    double s = 0;
-    for (double v : values_of(l)) s += v;
-    return s;
-  };
-  int failures = 0;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    INFO("input " << i << " " << shape_str(inputs[i].shape));
-    CHECK(g[i].shape() == xs[i].shape());
-    CHECK(g[i].dtype() == DType::Float64);
-    const std::vector<double> got = values_of(g[i]);
-    REQUIRE(got.size() == inputs[i].values.size());
-    for (size_t j = 0; j < got.size(); ++j) {
-      const double x = inputs[i].values[j];
-      const double fd = (sum_at(i, j, x + h) - sum_at(i, j, x - h)) / (2 * h);
-      const bool ok = std::isfinite(got[j]) && std::fabs(got[j] - fd) <= tol * (1 + std::fabs(fd));
-      if (!ok && ++failures <= 8)
-        FAIL_CHECK(name << ": d sum(loss) / d input" << i << "[" << j << "] (x = " << x
-                        << "): grad " << got[j] << ", central difference " << fd);
-    }
-  }
-  CHECK(failures == 0);
-}
-
-// check_gradients_or_throw, where an exception fails this check only.
 void check_gradients(const std::string& name, const LossFn& f, const std::vector<In>& inputs) {
-  INFO("gradient check: " << name);
-  try {
-    check_gradients_or_throw(name, f, inputs);
-  } catch (const std::exception& e) {
-    FAIL_CHECK(name << ": threw " << e.what());
-  }
+  metajit_test::check_gradients(name, f, inputs, {1e-6, 1e-6});
 }
 
 }  // namespace
