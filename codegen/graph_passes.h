@@ -12,6 +12,9 @@ void fold_constants(Graph& g);
 // Merges structurally identical nodes (same op, attributes and inputs). Scalars and reindex
 // nodes (which carry values) are merged only with themselves.
 void eliminate_common_subexpressions(Graph& g);
+// A reduction of an input with no elements becomes a reindex that reads nothing and gives the
+// identity everywhere, so its kernel loops over the output only (codegen/empty_reductions.cc).
+void fill_empty_reductions(Graph& g);
 // Drops nodes no output depends on and renumbers the rest (keeping topological order).
 void eliminate_dead_code(Graph& g);
 // A softmax (e / sum(e), e = exp(x - max)) that a contraction reads becomes exp(x - lse),

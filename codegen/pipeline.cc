@@ -25,6 +25,8 @@ PipelinePlan build_pipeline(Graph captured) {
   dump("capture", p.graph);
   fold_constants(p.graph);
   dump("fold_constants", p.graph);
+  fill_empty_reductions(p.graph);
+  dump("fill_empty_reductions", p.graph);
   eliminate_common_subexpressions(p.graph);
   dump("eliminate_common_subexpressions", p.graph);
   eliminate_dead_code(p.graph);

@@ -595,6 +595,36 @@ TEST_CASE("reshape and transpose feeding reductions (non-contiguous reads)", "[o
   CHECK(r3v[4] == 12);  // transposed [0, 1, 0] = x[1, 0, 0]
 }
 
+// A reduction of an input with no elements is its identity everywhere, computed without looping
+// over the extents beside the empty one (codegen/empty_reductions.cc): before, sum over
+// [2^40, 2^22, 0] ran 2^62 empty iterations (found by tests/fuzz/fuzz_api_sequence.cc). The
+// huge cases are checked by value (the reference interpreter would loop too), the small ones
+// against it as well.
+TEST_CASE("reductions of empty inputs give the identity without looping", "[ops][reduce]") {
+  const double inf = std::numeric_limits<double>::infinity();
+  Var huge = zeros({int64_t(1) << 40, int64_t(1) << 22, 0});
+  Var huge_i32 = zeros({int64_t(1) << 40, 0, 3}, DType::Int32);
+  Var huge_i64 = zeros({int64_t(1) << 40, 0}, DType::Int64);
+  Var s = sum(huge), m = mean(huge), p = prod(huge), mx = max(huge), mn = min(huge);
+  Var kept = sum(zeros({int64_t(1) << 40, 5, 0}), {0, 2}, true);
+  Var imax = max(huge_i32, {0, 1}), imin = min(huge_i32, {0, 1}), lmax = max(huge_i64);
+  eval({s, m, p, mx, mn, kept, imax, imin, lmax});
+  CHECK(s.item<float>() == 0);
+  CHECK(std::isnan(m.item<float>()));  // 0 / 0, as numpy
+  CHECK(p.item<float>() == 1);
+  CHECK(mx.item<float>() == -inf);
+  CHECK(mn.item<float>() == inf);
+  CHECK(kept.shape() == Shape{1, 5, 1});
+  CHECK(values_of<float>(kept) == std::vector<float>(5, 0.f));
+  CHECK(values_of<int32_t>(imax) == std::vector<int32_t>(3, std::numeric_limits<int32_t>::min()));
+  CHECK(values_of<int32_t>(imin) == std::vector<int32_t>(3, std::numeric_limits<int32_t>::max()));
+  CHECK(lmax.item<int64_t>() == std::numeric_limits<int64_t>::min());
+  // Small empty inputs, fused with element-wise work around them, against the reference.
+  Var e = zeros({3, 0, 2});
+  check_against_reference({sum(e, {1}) + 1.0, max(e * 2.0, {1}), prod(exp(e), {0, 1}),
+                           min(cast(e, DType::Bool), {1}), sum(cast(e, DType::Int64))});
+}
+
 // reshape matches dims in groups of equal size (meta_ops/composite.cc reshape_indexes): the
 // innermost dim a reshape keeps is read as it is, only merged or split dims divide. Every
 // element must still land where row-major order puts it, for groups, size-1 dims, shapes that
