@@ -38,8 +38,11 @@ SAN_CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEB
 # ASan); test_remote_fleet coordinates fleets of processes through a redis-server (194 s under
 # ASan; the remote tier's parsing of what it reads runs under ASan in test_remote_envelope,
 # test_remote_faults, test_remote_poisoning and the envelope fuzzer); layering only compiles
-# headers with -fsyntax-only.
-ASAN_TESTS ?= -L '^(unit|slow|process|remote)$$' -E '^(test_autograd_random:|test_remote_fleet:|layering$$)'
+# headers with -fsyntax-only; test_model_ops checks the composites' values and finite
+# differences (39 CPU-s under ASan, 2026-11-29), while their host code runs under ASan and UBSan
+# in the API fuzzer (its composite_op row), and its corpus's composites_* inputs run with
+# ASan-compiled kernels in fuzz-replay:api_sequence here.
+ASAN_TESTS ?= -L '^(unit|slow|process|remote)$$' -E '^(test_autograd_random:|test_remote_fleet:|test_model_ops:|layering$$)'
 # The differential batches under ASan: 20 random graphs each (make test runs 50), each of whose
 # kernels is compiled with the sanitizers; kernel compiles are most of the ASan run's time.
 ASAN_DIFF_GRAPHS ?= 20
