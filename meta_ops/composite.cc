@@ -16,10 +16,6 @@
 namespace metajit {
 namespace {
 
-void need(const Var& x, const char* op) {
-  if (!x.defined()) throw Error(std::string(op) + ": the Var is undefined (default-constructed)");
-}
-
 IndexExprPtr add(IndexExprPtr a, IndexExprPtr b) {
   return ix_binary(IxKind::Add, a, b);
 }
@@ -30,7 +26,7 @@ IndexExprPtr mul(IndexExprPtr a, int64_t c) {
 }  // namespace
 
 Var reshape(const Var& x, Shape shape) {
-  need(x, "reshape");
+  require_defined(x, "reshape");
   int64_t known = 1, infer = -1;
   for (size_t k = 0; k < shape.size(); ++k) {
     if (shape[k] == -1) {
@@ -107,7 +103,7 @@ std::vector<IndexExprPtr> reshape_indexes(const Shape& from, const Shape& to) {
 }
 
 Var transpose(const Var& x, std::vector<int64_t> perm) {
-  need(x, "transpose");
+  require_defined(x, "transpose");
   const int64_t nd = x.ndim();
   auto bad = [&](const std::string& why) {
     std::string p = "[";
@@ -136,8 +132,8 @@ Var transpose(const Var& x, std::vector<int64_t> perm) {
 }
 
 Var matmul(const Var& a, const Var& b) {
-  need(a, "matmul");
-  need(b, "matmul");
+  require_defined(a, "matmul");
+  require_defined(b, "matmul");
   if (a.ndim() < 2 || b.ndim() < 2)
     throw ShapeError("matmul: shapes " + shape_str(a.shape()) + " and " + shape_str(b.shape()) +
                      ": both operands need at least 2 axes ([.., n, k] x [.., k, m])");
@@ -165,7 +161,7 @@ Var matmul(const Var& a, const Var& b) {
 }
 
 Var softmax(const Var& x, int64_t dim) {
-  need(x, "softmax");
+  require_defined(x, "softmax");
   if (x.ndim() == 0) throw ShapeError("softmax: the input is 0-d; it needs at least one axis");
   if (dim < -x.ndim() || dim >= x.ndim())  // named here, not by the reduction inside
     throw ShapeError("softmax: dim " + std::to_string(dim) + " out of range for shape " +
@@ -180,7 +176,7 @@ Var softmax(const Var& x, int64_t dim) {
 }
 
 Var log_softmax(const Var& x, int64_t dim) {
-  need(x, "log_softmax");
+  require_defined(x, "log_softmax");
   if (x.ndim() == 0) throw ShapeError("log_softmax: the input is 0-d; it needs at least one axis");
   if (dim < -x.ndim() || dim >= x.ndim())  // named here, not by the reduction inside
     throw ShapeError("log_softmax: dim " + std::to_string(dim) + " out of range for shape " +
@@ -217,13 +213,13 @@ Var first_index_of(const Var& x, const Var& ext, int64_t dim, const char* op) {
 }  // namespace
 
 Var argmax(const Var& x, int64_t dim) {
-  need(x, "argmax");
+  require_defined(x, "argmax");
   if (x.ndim() == 0) throw ShapeError("argmax: the input is 0-d; it needs at least one axis");
   return first_index_of(x, max(x, {dim}, true), dim, "argmax");
 }
 
 Var argmin(const Var& x, int64_t dim) {
-  need(x, "argmin");
+  require_defined(x, "argmin");
   if (x.ndim() == 0) throw ShapeError("argmin: the input is 0-d; it needs at least one axis");
   return first_index_of(x, min(x, {dim}, true), dim, "argmin");
 }

@@ -13,10 +13,6 @@
 namespace metajit {
 namespace {
 
-void need(const Var& x, const char* op) {
-  if (!x.defined()) throw Error(std::string(op) + ": the Var is undefined (default-constructed)");
-}
-
 // Negative extents and shapes too large for memory, named after the public op (new_node checks
 // again, naming the meta-op, for shapes ops derive).
 void check_shape(const Shape& s, const char* op, DType dtype) {
@@ -223,27 +219,27 @@ std::vector<Var> extras_of(const Node& n) {
 }
 
 Var identity_without_gradient(const Var& x) {
-  need(x, "stop_grad");
+  require_defined(x, "stop_grad");
   NodePtr n = new_node(OpKind::Cast, x.dtype(), x.shape(), {x.node()});
   n->stops_gradient = true;
   return Var(std::move(n));
 }
 
 Var fusion_barrier(const Var& x) {
-  need(x, "fusion_barrier");
+  require_defined(x, "fusion_barrier");
   NodePtr n = new_node(OpKind::Cast, x.dtype(), x.shape(), {x.node()});
   n->fusion_barrier = true;
   return Var(std::move(n));
 }
 
 Var cast(const Var& x, DType dtype) {
-  need(x, "cast");
+  require_defined(x, "cast");
   if (x.dtype() == dtype) return x;
   return make(OpKind::Cast, dtype, x.shape(), {x.node()});
 }
 
 Var unary(UnaryOp op, const Var& x) {
-  need(x, unary_op_name(op));
+  require_defined(x, unary_op_name(op));
   switch (op) {
     case UnaryOp::LogicalNot:
       return make(OpKind::Unary, DType::Bool, x.shape(), {cast(x, DType::Bool).node()}, int(op));
@@ -266,8 +262,8 @@ Var unary(UnaryOp op, const Var& x) {
 
 Var binary(BinaryOp op, const Var& a, const Var& b) {
   const char* name = binary_op_name(op);
-  need(a, name);
-  need(b, name);
+  require_defined(a, name);
+  require_defined(b, name);
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   DType operand;
   if (is_logical(op)) {
@@ -285,11 +281,11 @@ Var binary(BinaryOp op, const Var& a, const Var& b) {
 }
 
 Var binary(BinaryOp op, const Var& a, double b) {
-  need(a, binary_op_name(op));
+  require_defined(a, binary_op_name(op));
   return binary(op, a, scalar(b, a.dtype()));
 }
 Var binary(BinaryOp op, double a, const Var& b) {
-  need(b, binary_op_name(op));
+  require_defined(b, binary_op_name(op));
   return binary(op, scalar(a, b.dtype()), b);
 }
 
@@ -377,9 +373,9 @@ Var logical_or(const Var& a, const Var& b) {
 }
 
 Var where(const Var& cond, const Var& a, const Var& b) {
-  need(cond, "where");
-  need(a, "where");
-  need(b, "where");
+  require_defined(cond, "where");
+  require_defined(a, "where");
+  require_defined(b, "where");
   Shape shape =
       broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   DType dt = promote(a.dtype(), b.dtype());
@@ -392,7 +388,7 @@ Var where(const Var& cond, const Var& a, const Var& b) {
 // ---------------------------------------------------------------- meta-ops
 
 Var broadcast_to(const Var& x, Shape shape, std::vector<int64_t> dims) {
-  need(x, "broadcast_to");
+  require_defined(x, "broadcast_to");
   check_shape(shape, "broadcast_to", x.dtype());
   const int64_t out_nd = int64_t(shape.size());
   std::vector<bool> is_new(shape.size(), false);
@@ -443,7 +439,7 @@ Var broadcast_to(const Var& x, Shape shape, std::vector<int64_t> dims) {
 Var reindex_tree(const Var& x, Shape shape, std::vector<IndexExprPtr> indexes,
                  double overflow_value, std::vector<IndexExprPtr> overflow_conditions,
                  const std::vector<Var>& extras) {
-  need(x, "reindex");
+  require_defined(x, "reindex");
   check_shape(shape, "reindex", x.dtype());
   if (int64_t(indexes.size()) != x.ndim())
     throw IndexExprError("reindex: " + std::to_string(indexes.size()) +
@@ -463,7 +459,7 @@ Var reindex_tree(const Var& x, Shape shape, std::vector<IndexExprPtr> indexes,
 
 Var reindex(const Var& x, Shape shape, std::vector<std::string> indexes, double overflow_value,
             std::vector<std::string> overflow_conditions, std::vector<Var> extras) {
-  need(x, "reindex");
+  require_defined(x, "reindex");
   check_shape(shape, "reindex", x.dtype());
   int nv = int(shape.size());
   if (int64_t(indexes.size()) != x.ndim())
@@ -478,7 +474,7 @@ Var reindex(const Var& x, Shape shape, std::vector<std::string> indexes, double 
 Var reindex_reduce_tree(const Var& y, ReduceOp op, Shape shape, std::vector<IndexExprPtr> indexes,
                         std::vector<IndexExprPtr> overflow_conditions,
                         const std::vector<Var>& extras) {
-  need(y, "reindex_reduce");
+  require_defined(y, "reindex_reduce");
   check_shape(shape, "reindex_reduce", y.dtype());
   if (op == ReduceOp::Mean)
     throw Error("reindex_reduce: op mean is not supported; expected add, mul, max or min");
@@ -502,7 +498,7 @@ Var reindex_reduce_tree(const Var& y, ReduceOp op, Shape shape, std::vector<Inde
 
 Var reindex_reduce(const Var& y, ReduceOp op, Shape shape, std::vector<std::string> indexes,
                    std::vector<std::string> overflow_conditions, std::vector<Var> extras) {
-  need(y, "reindex_reduce");
+  require_defined(y, "reindex_reduce");
   check_shape(shape, "reindex_reduce", y.dtype());
   int nv = int(y.ndim());
   if (indexes.size() != shape.size())
@@ -516,7 +512,7 @@ Var reindex_reduce(const Var& y, ReduceOp op, Shape shape, std::vector<std::stri
 }
 
 Var reduce(const Var& x, ReduceOp op, std::vector<int64_t> dims, bool keepdims) {
-  need(x, "reduce");
+  require_defined(x, "reduce");
   const int64_t nd = x.ndim();
   std::vector<bool> reduced(size_t(nd), dims.empty());
   for (int64_t d : dims) {
