@@ -3,7 +3,9 @@
 #include <metajit/composite.h>
 #include <metajit/error.h>
 
+#include <cmath>
 #include <limits>
+#include <numbers>
 #include <optional>
 #include <string>
 
@@ -61,6 +63,20 @@ Var unary_backward(UnaryOp op, const Var& x, const Var& y, const Var& g) {
       return g * y * (1.0 - y);
     case UnaryOp::Relu:  // relu'(0) = 0
       return where(x > 0.0, g, zero(g));
+    case UnaryOp::Erf:  // 2 / sqrt(pi) * exp(-x^2)
+      return g * (exp(-(x * x)) * (2.0 / std::sqrt(std::numbers::pi)));
+    case UnaryOp::Log1p:
+      return g / (x + 1.0);
+    case UnaryOp::Expm1:
+      return g * (y + 1.0);
+    case UnaryOp::Tan:
+      return g * (y * y + 1.0);
+    case UnaryOp::Atan:
+      return g / (x * x + 1.0);
+    case UnaryOp::Asin:  // inf at |x| = 1, NaN outside, as in PyTorch
+      return g / sqrt(1.0 - x * x);
+    case UnaryOp::Acos:
+      return -(g / sqrt(1.0 - x * x));
     default:
       throw std::logic_error(std::string("autograd: no gradient for ") + unary_op_name(op));
   }
@@ -236,7 +252,9 @@ std::string cut_reason(const Node& n, size_t k) {
   if (n.kind == OpKind::Unary) return unary_op_name(UnaryOp(n.op));
   if (n.kind == OpKind::Binary) {
     BinaryOp op = BinaryOp(n.op);
-    return (is_comparison(op) ? "a comparison (" : "a logical op (") +
+    return (is_comparison(op) ? "a comparison ("
+            : is_bitwise(op)  ? "a bitwise op ("
+                              : "a logical op (") +
            std::string(binary_op_name(op)) + ")";
   }
   if (n.kind == OpKind::Where) return "where's condition";

@@ -328,6 +328,22 @@ std::string CFamilyEmitter::unary(UnaryOp op, DType t, const std::string& x) con
         return "(" + x + " > 0 ? " + x + " : (" + T + ")0)";
       case UnaryOp::LogicalNot:
         return "(!" + x + ")";
+      case UnaryOp::Erf:
+        return fn("erf");
+      case UnaryOp::Log1p:
+        return fn("log1p");
+      case UnaryOp::Expm1:
+        return fn("expm1");
+      case UnaryOp::Tan:
+        return fn("tan");
+      case UnaryOp::Atan:
+        return fn("atan");
+      case UnaryOp::Asin:
+        return fn("asin");
+      case UnaryOp::Acos:
+        return fn("acos");
+      case UnaryOp::BitwiseNot:
+        break;  // integers only (meta_ops/ops.cc): the switch below throws
     }
   }
   switch (op) {
@@ -344,6 +360,9 @@ std::string CFamilyEmitter::unary(UnaryOp op, DType t, const std::string& x) con
       return "(!" + x + ")";
     case UnaryOp::Floor:
       return x;
+    case UnaryOp::BitwiseNot:
+      if (t == DType::Bool) return "(!" + x + ")";
+      return "(" + T + ")(~" + x + ")";
     default:
       throw std::logic_error(std::string("emit: unary ") + unary_op_name(op) + " on " +
                              dtype_name(t));
@@ -396,8 +415,29 @@ std::string CFamilyEmitter::binary(BinaryOp op, DType operand, const std::string
       return "(" + a + " && " + b + ")";
     case BinaryOp::LogicalOr:
       return "(" + a + " || " + b + ")";
+    case BinaryOp::BitwiseAnd:
+      return "(" + T + ")(" + a + " & " + b + ")";
+    case BinaryOp::BitwiseOr:
+      return "(" + T + ")(" + a + " | " + b + ")";
+    case BinaryOp::BitwiseXor:
+      return "(" + T + ")(" + a + " ^ " + b + ")";
+    case BinaryOp::ShiftLeft:
+    case BinaryOp::ShiftRight:
+      return shift(op == BinaryOp::ShiftLeft, operand, a, b);
   }
   return "0";
+}
+
+// Shifts without undefined behaviour: the amount is tested as unsigned against the width (a
+// negative amount is huge), the left shift is done on u64 and wraps to T, and a shift by the
+// width or more gives 0, or the sign for a right shift (numpy's rule; meta_ops/node.h).
+std::string CFamilyEmitter::shift(bool left, DType t, const std::string& a, const std::string& b) {
+  const std::string T = ctype(t);
+  const std::string bits = t == DType::Int64 ? "64" : "32";
+  const std::string in_range = "(u64)" + b + " < " + bits + "ULL";
+  if (left) return "(" + in_range + " ? (" + T + ")((u64)" + a + " << " + b + ") : (" + T + ")0)";
+  return "(" + in_range + " ? (" + T + ")(" + a + " >> " + b + ") : (" + T + ")(" + a +
+         " < 0 ? -1 : 0))";
 }
 
 std::string CFamilyEmitter::scalar_arg(DType t, int slot) const {

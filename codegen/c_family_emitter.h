@@ -71,6 +71,8 @@ class CFamilyEmitter {
   std::string combine(ReduceOp op, DType t, const std::string& acc, const std::string& x) const;
   std::string unary(UnaryOp op, DType t, const std::string& x) const;
   std::string binary(BinaryOp op, DType operand, const std::string& a, const std::string& b) const;
+  // shift_left / shift_right of `t` values, defined for every amount (meta_ops/node.h).
+  static std::string shift(bool left, DType t, const std::string& a, const std::string& b);
   std::string scalar_arg(DType t, int slot) const;
   static std::string scalar_local(int slot, DType t);  // its name once in scalar_locals_
 

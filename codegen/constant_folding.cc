@@ -31,6 +31,13 @@ int64_t wrap_mul(int64_t a, int64_t b) {
   return int64_t(uint64_t(a) * uint64_t(b));
 }
 
+// shift_left / shift_right as the kernels compute them (CFamilyEmitter::shift).
+int64_t shifted(bool left, int64_t x, int64_t s, DType t) {
+  const uint64_t bits = t == DType::Int64 ? 64 : 32;
+  if (uint64_t(s) >= bits) return left ? 0 : (x < 0 ? -1 : 0);
+  return left ? int64_t(uint64_t(x) << s) : x >> s;
+}
+
 std::optional<double> fold_unary(UnaryOp op, DType t, double x) {
   if (!is_float(t)) {
     int64_t v = int64_t(x);
@@ -45,6 +52,8 @@ std::optional<double> fold_unary(UnaryOp op, DType t, double x) {
         return integral_result(v == 0, t);
       case UnaryOp::Floor:
         return integral_result(v, t);
+      case UnaryOp::BitwiseNot:
+        return integral_result(t == DType::Bool ? v == 0 : ~v, t);
       default:
         return std::nullopt;  // transcendentals of integers never reach here
     }
@@ -86,6 +95,29 @@ std::optional<double> fold_unary(UnaryOp op, DType t, double x) {
       break;
     case UnaryOp::LogicalNot:
       return x == 0 ? 1.0 : 0.0;
+    case UnaryOp::Erf:
+      r = std::erf(x);
+      break;
+    case UnaryOp::Log1p:
+      r = std::log1p(x);
+      break;
+    case UnaryOp::Expm1:
+      r = std::expm1(x);
+      break;
+    case UnaryOp::Tan:
+      r = std::tan(x);
+      break;
+    case UnaryOp::Atan:
+      r = std::atan(x);
+      break;
+    case UnaryOp::Asin:
+      r = std::asin(x);
+      break;
+    case UnaryOp::Acos:
+      r = std::acos(x);
+      break;
+    case UnaryOp::BitwiseNot:
+      return std::nullopt;  // integers only: handled above
   }
   return to_dtype_value(r, t);
 }
@@ -126,6 +158,15 @@ std::optional<double> fold_binary(BinaryOp op, DType operand, DType out, double 
         return integral_result(x > y ? x : y, out);
       case BinaryOp::Minimum:
         return integral_result(x < y ? x : y, out);
+      case BinaryOp::BitwiseAnd:
+        return integral_result(x & y, out);
+      case BinaryOp::BitwiseOr:
+        return integral_result(x | y, out);
+      case BinaryOp::BitwiseXor:
+        return integral_result(x ^ y, out);
+      case BinaryOp::ShiftLeft:
+      case BinaryOp::ShiftRight:
+        return integral_result(shifted(op == BinaryOp::ShiftLeft, x, y, out), out);
       case BinaryOp::Pow: {
         double r = std::pow(a, b);  // out of range or NaN gives 0, as in the kernels
         bool fits = out == DType::Int32

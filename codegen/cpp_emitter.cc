@@ -36,6 +36,20 @@ float tanhf(float);
 #pragma omp declare simd notinbranch
 float powf(float, float);
 #pragma omp declare simd notinbranch
+float erff(float);
+#pragma omp declare simd notinbranch
+float log1pf(float);
+#pragma omp declare simd notinbranch
+float expm1f(float);
+#pragma omp declare simd notinbranch
+float tanf(float);
+#pragma omp declare simd notinbranch
+float atanf(float);
+#pragma omp declare simd notinbranch
+float asinf(float);
+#pragma omp declare simd notinbranch
+float acosf(float);
+#pragma omp declare simd notinbranch
 double exp(double);
 #pragma omp declare simd notinbranch
 double log(double);
@@ -47,6 +61,20 @@ double cos(double);
 double tanh(double);
 #pragma omp declare simd notinbranch
 double pow(double, double);
+#pragma omp declare simd notinbranch
+double erf(double);
+#pragma omp declare simd notinbranch
+double log1p(double);
+#pragma omp declare simd notinbranch
+double expm1(double);
+#pragma omp declare simd notinbranch
+double tan(double);
+#pragma omp declare simd notinbranch
+double atan(double);
+#pragma omp declare simd notinbranch
+double asin(double);
+#pragma omp declare simd notinbranch
+double acos(double);
 }
 // exp that never hands libmvec an argument far below the underflow threshold: glibc's vector
 // exp computes a whole vector with scalar calls when one lane is outside its fast range, and

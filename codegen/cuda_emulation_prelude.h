@@ -84,6 +84,13 @@ float powf(float, float) noexcept;
 float sqrtf(float) noexcept;
 float fabsf(float) noexcept;
 float floorf(float) noexcept;
+float erff(float) noexcept;
+float log1pf(float) noexcept;
+float expm1f(float) noexcept;
+float tanf(float) noexcept;
+float atanf(float) noexcept;
+float asinf(float) noexcept;
+float acosf(float) noexcept;
 double exp(double) noexcept;
 double log(double) noexcept;
 double sin(double) noexcept;
@@ -93,6 +100,13 @@ double pow(double, double) noexcept;
 double sqrt(double) noexcept;
 double fabs(double) noexcept;
 double floor(double) noexcept;
+double erf(double) noexcept;
+double log1p(double) noexcept;
+double expm1(double) noexcept;
+double tan(double) noexcept;
+double atan(double) noexcept;
+double asin(double) noexcept;
+double acos(double) noexcept;
 }
 
 namespace {

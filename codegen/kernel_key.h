@@ -22,8 +22,9 @@ namespace metajit {
 // per launch only when several blocks use them, the micro-kernel's loop unrolled by 4, the
 // innermost loop run in chunks of a constant divisor of its index (codegen/division_chunks.h)
 // 26: whole panels of unguarded operands packed with plain (not masked) loads, operands along
-// memory packed once per launch in groups of panels
-inline constexpr const char* kCodegenVersion = "cpp-26";
+// memory packed once per launch in groups of panels; 27: the prelude declares erf, log1p,
+// expm1, tan, atan, asin and acos SIMD-callable (libmvec)
+inline constexpr const char* kCodegenVersion = "cpp-27";
 
 class KernelKeyBuilder {
  public:

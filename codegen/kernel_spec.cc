@@ -26,8 +26,8 @@ constexpr size_t kMaxOpText = 1024;
 
 constexpr const char* kKindNames[] = {"load",  "scalar", "iota",  "unary", "binary",
                                       "where", "cast",   "guard", "reduce"};
-constexpr int kNumUnary = int(UnaryOp::LogicalNot) + 1;
-constexpr int kNumBinary = int(BinaryOp::LogicalOr) + 1;
+constexpr int kNumUnary = int(UnaryOp::BitwiseNot) + 1;
+constexpr int kNumBinary = int(BinaryOp::ShiftRight) + 1;
 constexpr int kNumReduce = int(ReduceOp::Mean) + 1;
 constexpr DType kDTypes[] = {DType::Bool, DType::Int32, DType::Int64, DType::Float32,
                              DType::Float64};
@@ -583,11 +583,14 @@ class Reader {
             named_op<UnaryOp>(field(j, p, "op"), p / "op", kNumUnary, unary_op_name, "unary op");
         // Mirrors the emitter, which has integer forms of these only.
         const UnaryOp op = UnaryOp(st.op);
-        if (!is_float(st.dtype) && op != UnaryOp::Neg && op != UnaryOp::Abs &&
-            op != UnaryOp::Relu && op != UnaryOp::Floor && op != UnaryOp::LogicalNot)
+        if (!is_float(st.dtype) && !has_integer_form(op))
           fail(p / "dtype", std::string("unary ") + unary_op_name(op) + " needs float32 or " +
                                 "float64, got " + dtype_name(st.dtype) +
-                                " (neg, abs, relu, floor and logical_not take any dtype)");
+                                " (neg, abs, relu, floor, logical_not and bitwise_not take any "
+                                "dtype)");
+        if (is_float(st.dtype) && op == UnaryOp::BitwiseNot)
+          fail(p / "dtype", std::string("unary bitwise_not needs bool, int32 or int64, got ") +
+                                dtype_name(st.dtype));
         st.args = args(j, p, 1);
         break;
       }
@@ -595,6 +598,9 @@ class Reader {
         check_keys(j, p, {"kind", "id", "dtype", "op", "args"});
         st.op = named_op<BinaryOp>(field(j, p, "op"), p / "op", kNumBinary, binary_op_name,
                                    "binary op");
+        if (is_bitwise(BinaryOp(st.op)) && is_float(st.dtype))
+          fail(p / "dtype", std::string("binary ") + binary_op_name(BinaryOp(st.op)) +
+                                " needs bool, int32 or int64, got " + dtype_name(st.dtype));
         st.args = args(j, p, 2);
         break;
       case KOp::Where:

@@ -35,14 +35,19 @@ const char* op_kind_name(OpKind k) {
 }
 
 const char* unary_op_name(UnaryOp op) {
-  static const char* names[] = {"neg", "abs",  "exp",     "log",  "sqrt",  "sin",
-                                "cos", "tanh", "sigmoid", "relu", "floor", "logical_not"};
+  static const char* names[] = {"neg",   "abs",         "exp",  "log",     "sqrt",
+                                "sin",   "cos",         "tanh", "sigmoid", "relu",
+                                "floor", "logical_not", "erf",  "log1p",   "expm1",
+                                "tan",   "atan",        "asin", "acos",    "bitwise_not"};
   return names[int(op)];
 }
 
 const char* binary_op_name(BinaryOp op) {
-  static const char* names[] = {"add", "sub", "mul", "div", "pow", "maximum",     "minimum",   "eq",
-                                "ne",  "lt",  "le",  "gt",  "ge",  "logical_and", "logical_or"};
+  static const char* names[] = {"add",        "sub",         "mul",        "div",
+                                "pow",        "maximum",     "minimum",    "eq",
+                                "ne",         "lt",          "le",         "gt",
+                                "ge",         "logical_and", "logical_or", "bitwise_and",
+                                "bitwise_or", "bitwise_xor", "shift_left", "shift_right"};
   return names[int(op)];
 }
 

@@ -41,13 +41,28 @@ enum class UnaryOp : uint8_t {
   Sigmoid,
   Relu,
   Floor,
-  LogicalNot
+  LogicalNot,
+  // Appended (kernel specs name ops by name; graph code keeps the numbers above).
+  Erf,
+  Log1p,
+  Expm1,
+  Tan,
+  Atan,
+  Asin,
+  Acos,
+  BitwiseNot,  // integers; on Bool it is logical not
 };
-// exp, log, sqrt, sin, cos, tanh, sigmoid: a library call's work per element, which the
-// fusion cost model (codegen/fusion_cost.cc) prices at 4 simple ops and packing computes in
-// full vector loops (codegen/cpp_emitter.cc).
+// exp, log, sqrt, sin, cos, tanh, sigmoid, erf, log1p, expm1, tan, atan, asin, acos: a library
+// call's work per element, which the fusion cost model (codegen/fusion_cost.cc) prices at 4
+// simple ops and packing computes in full vector loops (codegen/cpp_emitter.cc).
 inline bool is_transcendental(UnaryOp op) {
-  return op >= UnaryOp::Exp && op <= UnaryOp::Sigmoid;
+  return (op >= UnaryOp::Exp && op <= UnaryOp::Sigmoid) ||
+         (op >= UnaryOp::Erf && op <= UnaryOp::Acos);
+}
+// The unary ops that have integer forms in generated code (the rest compute in a float type).
+inline bool has_integer_form(UnaryOp op) {
+  return op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu || op == UnaryOp::Floor ||
+         op == UnaryOp::LogicalNot || op == UnaryOp::BitwiseNot;
 }
 enum class BinaryOp : uint8_t {
   Add,
@@ -64,8 +79,18 @@ enum class BinaryOp : uint8_t {
   Gt,
   Ge,
   LogicalAnd,
-  LogicalOr
+  LogicalOr,
+  // Appended; integer (and, or, xor: Bool too) operands only.
+  BitwiseAnd,
+  BitwiseOr,
+  BitwiseXor,
+  ShiftLeft,   // a shift by a negative amount or by the width or more gives 0
+  ShiftRight,  // arithmetic; such a shift gives -1 for negative a, else 0 (numpy's rule)
 };
+// BitwiseAnd..ShiftRight: defined on integers only (floats are a TypeError in ops.cc).
+inline bool is_bitwise(BinaryOp op) {
+  return op >= BinaryOp::BitwiseAnd;
+}
 // How each output axis of broadcast_to reads its input.
 enum class BroadcastAxis : uint8_t {
   Keep,    // input axis of the same extent: index passes through

@@ -49,6 +49,19 @@ bool is_logical(BinaryOp op) {
   return op == BinaryOp::LogicalAnd || op == BinaryOp::LogicalOr;
 }
 
+// The dtype bitwise ops compute in: the promotion of two integer (or Bool) operands; shifts
+// of Bools count in Int32, as arithmetic does. Floats are a DTypeError.
+DType bitwise_operand(BinaryOp op, const Var& a, const Var& b) {
+  if (is_float(a.dtype()) || is_float(b.dtype()))
+    throw DTypeError(std::string(binary_op_name(op)) + ": operands have dtypes " +
+                     dtype_name(a.dtype()) + " " + shape_str(a.shape()) + " and " +
+                     dtype_name(b.dtype()) + " " + shape_str(b.shape()) +
+                     "; bitwise ops take bool, int32 or int64");
+  const DType t = promote(a.dtype(), b.dtype());
+  const bool shift = op == BinaryOp::ShiftLeft || op == BinaryOp::ShiftRight;
+  return shift && t == DType::Bool ? DType::Int32 : t;
+}
+
 // splitmix64: a small, well-mixed generator so rand() is the same on every platform.
 uint64_t splitmix64(uint64_t& s) {
   uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
@@ -252,6 +265,12 @@ Var unary(UnaryOp op, const Var& x) {
     case UnaryOp::Floor:
       if (!is_float(x.dtype())) return x.dtype() == DType::Bool ? cast(x, DType::Int32) : x;
       return make(OpKind::Unary, x.dtype(), x.shape(), {x.node()}, int(op));
+    case UnaryOp::BitwiseNot:
+      if (is_float(x.dtype()))
+        throw DTypeError(std::string("bitwise_not: x has dtype ") + dtype_name(x.dtype()) +
+                         " and shape " + shape_str(x.shape()) +
+                         "; bitwise ops take bool, int32 or int64");
+      return make(OpKind::Unary, x.dtype(), x.shape(), {x.node()}, int(op));
     default: {
       // Transcendentals of integers compute in float32 (JAX's convention).
       Var in = is_float(x.dtype()) ? x : cast(x, DType::Float32);
@@ -268,6 +287,8 @@ Var binary(BinaryOp op, const Var& a, const Var& b) {
   DType operand;
   if (is_logical(op)) {
     operand = DType::Bool;
+  } else if (is_bitwise(op)) {
+    operand = bitwise_operand(op, a, b);
   } else {
     operand = promote(a.dtype(), b.dtype());
     if (operand == DType::Bool && !is_comparison(op) && op != BinaryOp::Maximum &&
@@ -370,6 +391,45 @@ Var logical_and(const Var& a, const Var& b) {
 }
 Var logical_or(const Var& a, const Var& b) {
   return binary(BinaryOp::LogicalOr, a, b);
+}
+Var erf(const Var& x) {
+  return unary(UnaryOp::Erf, x);
+}
+Var log1p(const Var& x) {
+  return unary(UnaryOp::Log1p, x);
+}
+Var expm1(const Var& x) {
+  return unary(UnaryOp::Expm1, x);
+}
+Var tan(const Var& x) {
+  return unary(UnaryOp::Tan, x);
+}
+Var atan(const Var& x) {
+  return unary(UnaryOp::Atan, x);
+}
+Var asin(const Var& x) {
+  return unary(UnaryOp::Asin, x);
+}
+Var acos(const Var& x) {
+  return unary(UnaryOp::Acos, x);
+}
+Var bitwise_not(const Var& x) {
+  return unary(UnaryOp::BitwiseNot, x);
+}
+Var bitwise_and(const Var& a, const Var& b) {
+  return binary(BinaryOp::BitwiseAnd, a, b);
+}
+Var bitwise_or(const Var& a, const Var& b) {
+  return binary(BinaryOp::BitwiseOr, a, b);
+}
+Var bitwise_xor(const Var& a, const Var& b) {
+  return binary(BinaryOp::BitwiseXor, a, b);
+}
+Var shift_left(const Var& a, const Var& b) {
+  return binary(BinaryOp::ShiftLeft, a, b);
+}
+Var shift_right(const Var& a, const Var& b) {
+  return binary(BinaryOp::ShiftRight, a, b);
 }
 
 Var where(const Var& cond, const Var& a, const Var& b) {

@@ -313,7 +313,7 @@ class SmoothGraph {
     auto unary = [&](Var (*f)(const Var&), const std::string& fname, double bound) {
       add([=](const std::vector<Var>& v) { return f(v[x]); }, fname + "(" + n + ")", bound, {x});
     };
-    switch (uniform(0, 13)) {
+    switch (uniform(0, 19)) {
       case 0:
         add([=](const std::vector<Var>& v) { return -v[x]; }, "-" + n, b, {x});
         return;
@@ -362,6 +362,34 @@ class SmoothGraph {
       case 12:  // zero gradient, jumps at integers
         if (!chance(0.3)) throw Rejected{};
         return unary(floor, "floor", b + 1);
+      case 13:
+        return unary(erf, "erf", 1);
+      case 14:
+        return unary(atan, "atan", 2);
+      case 15:
+        if (b > 3) throw Rejected{};
+        return unary(expm1, "expm1", std::exp(b));
+      case 16: {  // log1p of a value at least c > -1
+        const double c = pick(std::vector<double>{-0.5, 0, 1});
+        add([=](const std::vector<Var>& v) { return log1p(v[x] * v[x] + c); },
+            "log1p(" + n + " * " + n + " + " + num(c) + ")",
+            std::max(std::fabs(std::log1p(c)), std::log1p(b * b + c)), {x});
+        return;
+      }
+      case 17: {  // asin, acos and tan inside their domains: of 0.9 tanh(x), |.| < 0.9
+        static Var (*const f[])(const Var&) = {asin, acos, tan};
+        static const char* names[] = {"asin", "acos", "tan"};
+        const int k = uniform(0, 2);
+        add([=](const std::vector<Var>& v) { return f[k](tanh(v[x]) * 0.9); },
+            std::string(names[k]) + "(tanh(" + n + ") * 0.9)", 3.2, {x});
+        return;
+      }
+      case 18: {
+        const bool approx = chance(0.5);
+        add([=](const std::vector<Var>& v) { return gelu(v[x], approx); },
+            "gelu(" + n + ", " + (approx ? "true" : "false") + ")", b, {x});
+        return;
+      }
       default: {  // a composite the rules see often: x * sigmoid(x) (SiLU)
         add([=](const std::vector<Var>& v) { return v[x] * sigmoid(v[x]); },
             n + " * sigmoid(" + n + ")", b, {x});
@@ -949,6 +977,9 @@ TEST_CASE("autograd: the gradient graph generator is deterministic and covers it
                          "floor(",
                          "sigmoid(",
                          "tanh(",
+                         "erf(",
+                         "log1p(",
+                         "gelu(",
                          "%",
                          "*2",
                          "grad(output"}) {

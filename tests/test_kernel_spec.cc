@@ -55,14 +55,16 @@ std::vector<Case> graphs() {
   std::vector<Case> c;
   Var x = rand({3, 4}, 1), y = rand({3, 4}, 2), v = rand({4}, 3);
   Var xi = cast(x * 10.0, DType::Int32), yi = cast(y * 10.0, DType::Int32);
-  for (int op = 0; op <= int(UnaryOp::LogicalNot); ++op) {
-    c.push_back(
-        {std::string("unary ") + unary_op_name(UnaryOp(op)), {unary(UnaryOp(op), x * 2.0 + 1.0)}});
+  for (int op = 0; op <= int(UnaryOp::BitwiseNot); ++op) {
+    if (UnaryOp(op) != UnaryOp::BitwiseNot)  // integers only
+      c.push_back({std::string("unary ") + unary_op_name(UnaryOp(op)),
+                   {unary(UnaryOp(op), x * 2.0 + 1.0)}});
     c.push_back({std::string("int unary ") + unary_op_name(UnaryOp(op)), {unary(UnaryOp(op), xi)}});
   }
-  for (int op = 0; op <= int(BinaryOp::LogicalOr); ++op) {
-    c.push_back({std::string("binary ") + binary_op_name(BinaryOp(op)),
-                 {binary(BinaryOp(op), exp(x), y - 0.5)}});
+  for (int op = 0; op <= int(BinaryOp::ShiftRight); ++op) {
+    if (!is_bitwise(BinaryOp(op)))  // integers only
+      c.push_back({std::string("binary ") + binary_op_name(BinaryOp(op)),
+                   {binary(BinaryOp(op), exp(x), y - 0.5)}});
     c.push_back({std::string("int binary ") + binary_op_name(BinaryOp(op)),
                  {binary(BinaryOp(op), xi, yi)}});
   }
@@ -456,12 +458,14 @@ TEST_CASE("malformed specs are refused with the offending path", "[kernel_spec]"
       // (cache/untrusted_json.h), so a deeper document never becomes a json value at all.
       {"expression depth 1000", set("/body/stmts/3/cond", nested(1000, 1)), "body.stmts[3].cond",
        "nested deeper than 256"},
-      {"unary op unknown", set("/body/stmts/3/body/stmts/0/op", "erf"),
+      {"unary op unknown", set("/body/stmts/3/body/stmts/0/op", "erfc"),
        "body.stmts[3].body.stmts[0].op", "valid: neg, abs, exp"},
       {"unary op on int", set("/body/stmts/3/body/stmts/0/dtype", "int32"),
        "body.stmts[3].body.stmts[0].dtype", "needs float32 or float64"},
       {"binary op unknown", set("/body/stmts/2/op", "xor"), "body.stmts[2].op",
        "valid: add, sub, mul"},
+      {"bitwise op on float", set("/body/stmts/2/op", "shift_left"), "body.stmts[2].dtype",
+       "needs bool, int32 or int64"},
       {"binary op missing", erase("/body/stmts/2", "op"), "body.stmts[2].op", "missing field"},
       {"args count", set("/body/stmts/2/args", json::array({2})), "body.stmts[2].args",
        "expected 2 argument(s), got 1"},

@@ -34,8 +34,17 @@ Var full(Shape shape, double value, DType dtype = DType::Float32);
 Var zeros(Shape shape, DType dtype = DType::Float32);
 Var ones(Shape shape, DType dtype = DType::Float32);
 Var arange(int64_t n, DType dtype = DType::Int32);
-Var rand(Shape shape, uint64_t seed = 0, DType dtype = DType::Float32);
-Var randn(Shape shape, uint64_t seed = 0, DType dtype = DType::Float32);
+// With a seed: fixed values, computed on the host (the same on every machine). Without one: a
+// draw from the random stream (Philox4x32-10 in the kernels; meta_ops/random_stream.h): new
+// numbers on every call and every jit replay, reproducible from manual_seed (the stream starts
+// at seed 0). rand is uniform in [0, 1); randn standard normal (Box-Muller).
+Var rand(Shape shape, uint64_t seed, DType dtype = DType::Float32);
+Var randn(Shape shape, uint64_t seed, DType dtype = DType::Float32);
+Var rand(Shape shape, DType dtype = DType::Float32);
+Var randn(Shape shape, DType dtype = DType::Float32);
+// Restarts the random stream: the draws after it are the same as after any other
+// manual_seed(seed) with this seed. Seed and counter are kernel inputs, never part of a key.
+void manual_seed(uint64_t seed);
 Var scalar(double value, DType dtype);  // 0-d constant
 
 // ---- element-wise ----
@@ -94,6 +103,33 @@ Var cast(const Var& x, DType dtype);
 Var logical_and(const Var& a, const Var& b);
 Var logical_or(const Var& a, const Var& b);
 Var logical_not(const Var& x);
+
+// ---- the element-wise ops models need (models issue) ----
+// Library functions (libmvec-vectorised on the CPU); integers compute them in Float32.
+Var erf(const Var& x);
+Var log1p(const Var& x);
+Var expm1(const Var& x);
+Var tan(const Var& x);
+Var atan(const Var& x);
+Var asin(const Var& x);
+Var acos(const Var& x);
+// Composites of the ops above (meta_ops/activations.cc).
+Var rsqrt(const Var& x);  // 1 / sqrt(x)
+Var sign(const Var& x);   // 1, -1 or 0 in x's dtype; NaN stays NaN; gradient 0
+// lo where x < lo, hi where x > hi, else x (torch.clamp: NaN stays NaN, lo > hi gives hi);
+// the bounds take x's dtype; a NaN bound is an Error.
+Var clamp(const Var& x, double lo, double hi);
+Var gelu(const Var& x, bool tanh_approx = false);  // exact (erf) or torch's tanh approximation
+Var silu(const Var& x);                            // x * sigmoid(x)
+// Bitwise ops on Bool, Int32 and Int64 (promoted as arithmetic is; a float is a DTypeError).
+// bitwise_not of a Bool is logical not. Shifts count Bools in Int32; a shift by a negative
+// amount or by the width or more gives 0 (left) or the sign, -1 or 0 (right, arithmetic).
+Var bitwise_and(const Var& a, const Var& b);
+Var bitwise_or(const Var& a, const Var& b);
+Var bitwise_xor(const Var& a, const Var& b);
+Var bitwise_not(const Var& x);
+Var shift_left(const Var& a, const Var& b);
+Var shift_right(const Var& a, const Var& b);
 
 // ---- fusion ----
 // The same value, kept in memory: the planner never fuses x's computation into the kernels

@@ -112,8 +112,8 @@ inline void unary(P& p) {
                                                     {"stop_grad", stop_grad},
                                                     {"fusion_barrier", fusion_barrier},
                                                     {"neg", [](const Var& x) { return -x; }},
-                                                    {"exp", exp},
-                                                    {"tanh", tanh}};
+                                                    {"gelu", [](const Var& x) { return gelu(x); }},
+                                                    {"log1p", log1p}};
   const auto& [name, fn_entry] = kOps[p.byte() % 16];
   const auto fn = fn_entry;
   const size_t a = p.pick();
@@ -138,7 +138,7 @@ inline void binary(P& p) {
       {"matmul", matmul},
       {"mse_loss", mse_loss},
       {"cross_entropy", cross_entropy},
-      {"*", [](const Var& a, const Var& b) { return a * b; }}};
+      {"shift_left", shift_left}};
   const auto& [name, fn_entry] = kOps[p.byte() % 16];
   const auto fn = fn_entry;
   const size_t a = p.pick(), b = p.pick();

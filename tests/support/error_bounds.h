@@ -198,7 +198,21 @@ inline double ErrorBounds::bound_unary(const metajit::Node* n, NodeRange& r) {
       return a.error + u + unit(n->dtype);
     case UnaryOp::Tanh:
     case UnaryOp::Sigmoid:
-      return a.error + u + unit(n->dtype);
+    case UnaryOp::Erf:   // |erf'| <= 1.13
+    case UnaryOp::Atan:  // |atan'| <= 1
+      return 1.2 * a.error + u + unit(n->dtype);
+    case UnaryOp::Expm1:  // |expm1'| = expm1 + 1
+      return (r.max_abs + 1) * a.error + u + unit(n->dtype);
+    case UnaryOp::Log1p:
+      if (a.error > 0 && a.max_abs >= 0.5) mark(n, "log1p of inexact values near -1");
+      return 2 * a.error + u + unit(n->dtype);
+    case UnaryOp::Tan:
+    case UnaryOp::Asin:
+    case UnaryOp::Acos:  // unbounded derivatives (near pi/2, near +-1)
+      if (a.error > 0) mark(n, "tan/asin/acos of inexact values");
+      return u + unit(n->dtype);
+    case UnaryOp::BitwiseNot:
+      return 0;
     case UnaryOp::Log:
       if (a.error > 0 && a.min_abs <= 4 * a.error) mark(n, "log of inexact values near zero");
       return (a.error > 0 ? a.error / a.min_abs : 0) + u + unit(n->dtype);

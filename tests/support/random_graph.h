@@ -641,10 +641,11 @@ class GraphGenerator {
 
   void op_unary() {
     const Value x = pick_value();
-    const int op = uniform(0, 11);
+    const int op = uniform(0, 18);
     const bool xf = is_float(x.var.dtype());
-    static const char* names[] = {"-",   "abs",  "exp",     "log",  "sqrt",  "sin",
-                                  "cos", "tanh", "sigmoid", "relu", "floor", "logical_not"};
+    static const char* names[] = {"-",     "abs",     "exp",  "log",   "sqrt",        "sin", "cos",
+                                  "tanh",  "sigmoid", "relu", "floor", "logical_not", "erf", "atan",
+                                  "expm1", "log1p",   "tan",  "asin",  "acos"};
     Var r;
     double bound = x.bound;
     bool nan = x.may_nan, fragile = x.fragile;
@@ -689,14 +690,44 @@ class GraphGenerator {
         if (x.fragile) throw Rejected{};  // one ulp below an integer floors one lower
         r = floor(x.var);
         break;
-      default:
+      case 12:
+      case 13:
+        r = op == 12 ? erf(x.var) : atan(x.var);
+        bound = 2;
+        fragile = true;
+        break;
+      case 14:
+        r = expm1(x.var);
+        bound = x.bound > 700 ? kInf : std::exp(x.bound);
+        fragile = true;
+        break;
+      case 15:
+        r = log1p(x.var);
+        bound = kInf;  // log1p(-1) = -inf; below -1 NaN
+        nan = true;
+        fragile = true;
+        break;
+      case 16:
+        r = tan(x.var);
+        bound = kInf;
+        nan = x.may_nan || std::isinf(x.bound);
+        fragile = true;
+        break;
+      case 17:
+      case 18:
+        r = op == 17 ? asin(x.var) : acos(x.var);
+        bound = 4;
+        nan = true;  // outside [-1, 1]
+        fragile = true;
+        break;
+      case 11:
         if (x.fragile) throw Rejected{};
         r = logical_not(x.var);
         bound = 1;
         nan = false;
         break;
     }
-    if (!xf && op >= 2 && op <= 8) fragile = true;  // integers go through float32
+    if (!xf && ((op >= 2 && op <= 8) || op >= 12)) fragile = true;  // integers go through float32
     add_value(r, std::string(op == 0 ? "-" : names[op]) + "(" + x.name + ")", bound, nan, fragile,
               op <= 1);
   }

@@ -125,6 +125,22 @@ T unary_value(UnaryOp op, T x) {
         return std::floor(x);
       case UnaryOp::LogicalNot:
         return x == T(0) ? T(1) : T(0);
+      case UnaryOp::Erf:
+        return std::erf(x);
+      case UnaryOp::Log1p:
+        return std::log1p(x);
+      case UnaryOp::Expm1:
+        return std::expm1(x);
+      case UnaryOp::Tan:
+        return std::tan(x);
+      case UnaryOp::Atan:
+        return std::atan(x);
+      case UnaryOp::Asin:
+        return std::asin(x);
+      case UnaryOp::Acos:
+        return std::acos(x);
+      case UnaryOp::BitwiseNot:
+        break;  // integers only
     }
   } else {
     using A = Arith<T>;
@@ -140,6 +156,8 @@ T unary_value(UnaryOp op, T x) {
         return x;
       case UnaryOp::LogicalNot:
         return convert<T>(a == 0);
+      case UnaryOp::BitwiseNot:  // on Bool: logical not
+        return std::is_same_v<T, bool> ? convert<T>(a == 0) : convert<T>(A(~a));
       default:
         return convert<T>(unary_value<double>(op, static_cast<double>(a)));
     }
@@ -190,6 +208,16 @@ T arith_value(BinaryOp op, T x, T y) {
         return max_value(x, y);
       case BinaryOp::Minimum:
         return min_value(x, y);
+      case BinaryOp::BitwiseAnd:
+        return convert<T>(A(a & b));
+      case BinaryOp::BitwiseOr:
+        return convert<T>(A(a | b));
+      case BinaryOp::BitwiseXor:
+        return convert<T>(A(a ^ b));
+      case BinaryOp::ShiftLeft:  // by the width or more, or by a negative amount: 0
+        return convert<T>(U(b) < U(8 * sizeof(A)) ? A(U(a) << b) : A(0));
+      case BinaryOp::ShiftRight:  // arithmetic; out of range: the sign
+        return convert<T>(U(b) < U(8 * sizeof(A)) ? A(a >> b) : A(a < 0 ? -1 : 0));
       default:
         break;
     }
