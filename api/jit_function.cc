@@ -27,6 +27,7 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "codegen/pipeline.h"
+#include "meta_ops/random_stream.h"
 #include "runtime/executor.h"
 #include "runtime/kernel_library.h"
 #include "runtime/residency.h"
@@ -39,18 +40,24 @@ namespace {
 // function called while fn is traced is inlined into that trace, jit_trace_depth() > 1).
 thread_local const JitCore* tracing_core = nullptr;
 
+// While fn is traced: this thread's trace, and its draws from the random stream read `random`'s
+// placeholder instead of taking counters (meta_ops/random_stream.h).
 struct TracingScope {
-  explicit TracingScope(const JitCore& c) : saved(tracing_core) {
+  TracingScope(const JitCore& c, RandomTrace& random)
+      : saved(tracing_core), saved_random(random_trace()) {
     ++jit_trace_depth();
     tracing_core = &c;
+    set_random_trace(&random);
   }
   ~TracingScope() {
     --jit_trace_depth();
     tracing_core = saved;
+    set_random_trace(saved_random);
   }
   TracingScope(const TracingScope&) = delete;
   TracingScope& operator=(const TracingScope&) = delete;
   const JitCore* saved;
+  RandomTrace* saved_random;
 };
 
 // Scratch sizes that keep a replay of a small function free of mallocs but its outputs'.
@@ -82,6 +89,10 @@ struct JitPlan {
     Shape shape;
   };
   std::vector<Output> outputs;
+  // Draws from the random stream (meta_ops/random_stream.h): the graph leaf of the trace's
+  // source placeholder (-1: none) and how many counters each call takes from the stream.
+  int32_t random_leaf = -1;
+  uint64_t random_counters = 0;
   const JitPlan* next = nullptr;  // the previously traced signature
 };
 
@@ -327,9 +338,12 @@ const JitPlan& trace(JitCore& c, const Var* const* args) {
     if (!c.is_static[i]) ph->jit_argument = int32_t(i);  // its value may not be read
     placeholders.emplace_back(std::move(ph));
   }
+  // The random stream's source, as a placeholder the replays fill with counters taken per call.
+  RandomTrace random;
+  random.source = array(std::vector<int64_t>(4, 0), {4});
   std::vector<Var> outs;
   {
-    TracingScope scope(c);
+    TracingScope scope(c, random);
     outs = c.trace_fn(placeholders.data());
   }
   check_outputs(c, outs);
@@ -351,7 +365,11 @@ const JitPlan& trace(JitCore& c, const Var* const* args) {
   for (size_t l = 0; l < g.leaves.size(); ++l) {
     for (size_t i = 0; i < c.num_args; ++i)
       if (g.leaves[l] == placeholders[i].node()) plan->leaf_arg[l] = int32_t(i);
-    if (plan->leaf_arg[l] >= 0)
+    if (g.leaves[l] == random.source.node()) {
+      plan->random_leaf = int32_t(l);
+      plan->random_counters = random.used;
+      g.leaves[l].reset();
+    } else if (plan->leaf_arg[l] >= 0)
       g.leaves[l].reset();  // the plan must not keep the first call's arguments alive
     else
       plan->leaf_data[l] = buffer_on(*g.leaves[l], dev)->data();  // the node keeps a copy alive
@@ -390,6 +408,12 @@ void replay(const JitPlan& p, const Var* const* args, Var* out) {
   for (size_t l = 0; l < p.leaf_data.size(); ++l)
     leaf_data[l] = p.leaf_arg[l] >= 0 ? arg_data(*args[p.leaf_arg[l]]->node(), p.program.device)
                                       : p.leaf_data[l];
+  Var random_source;  // this call's counters, held while the program runs
+  if (p.random_leaf >= 0) {
+    const RandomWords w = take_random_counters(p.random_counters);
+    random_source = array(std::vector<int64_t>(w.begin(), w.end()), {4});
+    leaf_data[size_t(p.random_leaf)] = arg_data(*random_source.node(), p.program.device);
+  }
   SmallBuffer<BufferPtr, kInlineArgs> results(p.outputs.size());
   run_program(p.program, leaf_data.data(), results.data());
   for (size_t k = 0; k < p.outputs.size(); ++k) {

@@ -23,7 +23,7 @@
 # differ and it is free.
 set -u
 SUITES_DEFAULT="test_differential test_autograd_random test_cuda_codegen test_train \
-test_ops_correctness test_autograd test_extras test_cuda_runtime test_dynamic_shapes"
+test_ops_correctness test_autograd test_extras test_cuda_runtime test_dynamic_shapes test_random"
 
 bundle() {
   local dir=$1
@@ -86,7 +86,7 @@ run() {
   local s
   for s in ${GPU_CHECK_SUITES:-$SUITES_DEFAULT}; do
     local filter=""
-    [ "$s" = test_train ] && filter="[cuda-emu]"  # as CTest's cuda:test_train
+    case "$s" in test_train | test_random) filter="[cuda-emu]" ;; esac  # as CTest's cuda:*
     "$BIN/$s" $filter --list-test-names-only | grep . | sed "s/^/$s\t/"
   done > "$LOGS/cases"
   END=$(($(date +%s) + ${GPU_CHECK_DEADLINE:-300}))

@@ -114,12 +114,26 @@ Var problem_loss(const Var& a, const Var& b, const Var& t, const Var& c) {
 }
 
 // torch.optim.SGD / torch.optim.Adam on the host, in double.
+// AdamW (decoupled decay) and global-norm clipping (torch.nn.utils.clip_grad_norm_) too.
 struct Hyper {
   bool adam = false;
   double lr = 0.1, momentum = 0, weight_decay = 0;
   bool nesterov = false;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  bool adamw = false;   // with adam: torch.optim.AdamW
+  double max_norm = 0;  // set_max_grad_norm
 };
+
+// clip_grad_norm_: the raw gradients times min(1, max_norm / (total 2-norm + 1e-6)).
+std::vector<Vec> host_clip(std::vector<Vec> grads, double max_norm) {
+  double total = 0;
+  for (const Vec& g : grads)
+    for (double x : g) total += x * x;
+  const double coef = std::min(1.0, max_norm / (std::sqrt(total) + 1e-6));
+  for (Vec& g : grads)
+    for (double& x : g) x *= coef;
+  return grads;
+}
 
 struct HostOptimizer {
   explicit HostOptimizer(const Hyper& hyper) : h(hyper) {}
@@ -127,8 +141,9 @@ struct HostOptimizer {
   std::vector<Vec> buf, m, v;  // per parameter
   int64_t t = 0;
 
-  void step(std::vector<Vec>& params, const std::vector<Vec>& grads, double lr) {
+  void step(std::vector<Vec>& params, std::vector<Vec> grads, double lr) {
     ++t;
+    if (h.max_norm > 0) grads = host_clip(std::move(grads), h.max_norm);
     if (buf.empty()) {
       for (const Vec& p : params) {
         buf.emplace_back(p.size(), 0.0);
@@ -139,7 +154,8 @@ struct HostOptimizer {
     for (size_t k = 0; k < params.size(); ++k) {
       Vec& p = params[k];
       for (size_t i = 0; i < p.size(); ++i) {
-        double g = grads[k][i] + h.weight_decay * p[i];
+        double g = grads[k][i] + (h.adamw ? 0.0 : h.weight_decay * p[i]);
+        if (h.adamw) p[i] *= 1 - lr * h.weight_decay;  // torch.optim.AdamW, before the update
         if (!h.adam) {
           if (h.momentum != 0) {
             buf[k][i] = t == 1 ? g : h.momentum * buf[k][i] + g;  // PyTorch: buf = g at first
@@ -184,9 +200,15 @@ double host_loss(const Vec& a, const Vec& b, const Vec& t, const Vec& c) {
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const Hyper& h, std::vector<Var> params) {
-  if (h.adam)
-    return std::make_unique<Adam>(std::move(params), h.lr, h.beta1, h.beta2, h.eps, h.weight_decay);
-  return std::make_unique<SGD>(std::move(params), h.lr, h.momentum, h.weight_decay, h.nesterov);
+  std::unique_ptr<Optimizer> o;
+  if (h.adamw)
+    o = std::make_unique<AdamW>(std::move(params), h.lr, h.beta1, h.beta2, h.eps, h.weight_decay);
+  else if (h.adam)
+    o = std::make_unique<Adam>(std::move(params), h.lr, h.beta1, h.beta2, h.eps, h.weight_decay);
+  else
+    o = std::make_unique<SGD>(std::move(params), h.lr, h.momentum, h.weight_decay, h.nesterov);
+  o->set_max_grad_norm(h.max_norm);
+  return o;
 }
 
 enum class Mode { Eager, JitStep, HandWrittenJit };
@@ -283,7 +305,8 @@ void check_optimizer(const Hyper& h, Mode mode, DType dt, double rel) {
     REQUIRE(opt->state().size() == hs.size());
     for (size_t j = 0; j < hs.size(); ++j)
       check_close(values_of(opt->state()[j]), hs[j], rel, "state " + std::to_string(j));
-    if (h.adam && k == 0) {  // bias correction: the first update is lr * g / (|g| + eps)
+    if (h.adam && !h.adamw && h.max_norm == 0 && k == 0) {
+      // bias correction: the first update is lr * g / (|g| + eps)
       const std::vector<Vec> g = {host_grad_a(before[0], ht), hc};
       for (size_t p = 0; p < 2; ++p) {
         Vec want;
@@ -300,7 +323,9 @@ void check_optimizer(const Hyper& h, Mode mode, DType dt, double rel) {
 }
 
 void check_optimizer_all_modes(const Hyper& h, DType dt = DType::Float32, double rel = 1e-5) {
-  for (Mode m : {Mode::Eager, Mode::JitStep, Mode::HandWrittenJit}) check_optimizer(h, m, dt, rel);
+  for (Mode m : {Mode::Eager, Mode::JitStep, Mode::HandWrittenJit})
+    if (m != Mode::HandWrittenJit || h.max_norm == 0)  // update() does not clip
+      check_optimizer(h, m, dt, rel);
 }
 
 }  // namespace
@@ -332,6 +357,77 @@ TEST_CASE("Adam with its defaults, bias correction visible at step 1", "[train][
 
 TEST_CASE("Adam with weight decay (L2 added to the gradient)", "[train][adam]") {
   check_optimizer_all_modes(Hyper{.adam = true, .weight_decay = 0.1});
+}
+
+TEST_CASE("AdamW decays the parameters before the update, not through the gradient",
+          "[train][adam]") {
+  Hyper h;
+  h.adam = h.adamw = true;
+  h.lr = 0.05;
+  h.weight_decay = 0.3;
+  check_optimizer_all_modes(h);
+  check_optimizer_all_modes(h, DType::Float64, 1e-12);
+  // torch's defaults: weight_decay 1e-2.
+  Var w = ones({2}, DType::Float64);
+  AdamW opt({w});
+  opt.step(sum(w * 0.0));  // zero gradient: only the decay moves w
+  CHECK(values_of(w) == Vec{1 - 1e-3 * 1e-2, 1 - 1e-3 * 1e-2});
+}
+
+TEST_CASE("set_max_grad_norm clips the raw gradients by their global norm", "[train][clip]") {
+  Hyper h;
+  h.adam = true;
+  h.weight_decay = 0.1;  // after clipping
+  h.max_norm = 0.5;      // the problem's gradients have norm ~2: clipped
+  check_optimizer_all_modes(h);
+  h.adam = false;
+  h.momentum = 0.9;
+  h.max_norm = 0.25;
+  check_optimizer_all_modes(h, DType::Float64, 1e-12);
+  h.max_norm = 100;  // larger than the norm: no change (the coefficient is clamped at 1)
+  check_optimizer_all_modes(h);
+}
+
+TEST_CASE("a new clipping norm compiles nothing, turning clipping on or off traces once more",
+          "[train][clip][counts]") {
+  Var a = make(kA0, {2, 3}, DType::Float32), b = make(kB0, {3}, DType::Float32);
+  const Var t = make(kT, {2, 3}, DType::Float32), c = make(kC, {3}, DType::Float32);
+  Adam opt({a, b}, 0.01);
+  auto step = opt.jit_step([&](const Var& target) { return problem_loss(a, b, target, c); },
+                           "clip_counts_step");
+  step(t);
+  opt.set_max_grad_norm(0.5);
+  step(t);
+  CHECK(step.traces() == 2);
+  const uint64_t compiles = stats().kernels_compiled;
+  for (double norm : {0.25, 1.0, 3.0}) {
+    opt.set_max_grad_norm(norm);
+    step(t);
+  }
+  CHECK(stats().kernels_compiled == compiles);
+  CHECK(step.traces() == 2);
+  opt.set_max_grad_norm(0);
+  step(t);
+  CHECK(step.traces() == 2);  // off again: the first call's trace is replayed
+  CHECK(opt.max_grad_norm() == 0);
+  CHECK_THROWS_WITH(opt.set_max_grad_norm(-1), Contains("Adam: max_grad_norm"));
+  CHECK_THROWS_WITH(opt.set_max_grad_norm(std::nan("")), Contains("max_grad_norm"));
+}
+
+TEST_CASE("cosine_lr: linear warmup, half cosine to min_lr, then min_lr", "[train][schedule]") {
+  CHECK(cosine_lr(0, 1.0, 10, 110) == 0);
+  CHECK(cosine_lr(5, 1.0, 10, 110) == 0.5);
+  CHECK(cosine_lr(10, 1.0, 10, 110) == 1.0);
+  CHECK(cosine_lr(60, 1.0, 10, 110, 0.2) == Approx(0.6).epsilon(1e-15));  // halfway
+  CHECK(cosine_lr(35, 2.0, 10, 110) == Approx(1 + std::cos(M_PI / 4)).epsilon(1e-15));
+  CHECK(cosine_lr(110, 1.0, 10, 110, 0.1) == 0.1);
+  CHECK(cosine_lr(500, 1.0, 10, 110, 0.1) == 0.1);
+  CHECK(cosine_lr(0, 3e-4, 0, 100) == 3e-4);  // no warmup
+  CHECK(cosine_lr(7, 3e-4, 0, 0, 1e-5) == 1e-5);
+  CHECK_THROWS_WITH(cosine_lr(-1, 1.0, 10, 110), Contains("cosine_lr") && Contains("step -1"));
+  CHECK_THROWS_WITH(cosine_lr(0, 1.0, 20, 10), Contains("warmup_steps <= total_steps"));
+  CHECK_THROWS_AS(cosine_lr(0, -1.0, 0, 10), Error);
+  CHECK_THROWS_AS(cosine_lr(0, 1.0, 0, 10, std::nan("")), Error);
 }
 
 TEST_CASE("Adam and SGD on float64 parameters agree with the host to 1e-12", "[train][adam]") {

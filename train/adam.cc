@@ -1,5 +1,5 @@
-// Adam with bias correction and L2 weight decay, as torch.optim.Adam computes it (no amsgrad;
-// include/metajit/train.h).
+// Adam with bias correction and L2 weight decay, as torch.optim.Adam computes it, and AdamW, its
+// decoupled weight decay, as torch.optim.AdamW does (no amsgrad; include/metajit/train.h).
 #include <metajit/composite.h>
 #include <metajit/train.h>
 
@@ -10,6 +10,7 @@ namespace {
 
 struct AdamCore : detail::OptimizerCore {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  bool decoupled = false;  // AdamW: p *= 1 - lr * weight_decay before the step, no L2 term
 
   OptimizerUpdate update(const std::vector<Var>& params, const std::vector<Var>& grads,
                          const std::vector<Var>& state, const Var& lr,
@@ -26,11 +27,15 @@ struct AdamCore : detail::OptimizerCore {
       const Var& p = params[i];
       const DType dt = p.dtype();
       Var g = grads[i];
-      if (weight_decay != 0) g = g + p * weight_decay;
+      Var decayed = p;
+      if (weight_decay != 0 && decoupled)
+        decayed = p * (1.0 - cast(lr, dt) * weight_decay);
+      else if (weight_decay != 0)
+        g = g + p * weight_decay;
       Var m = state[i] * beta1 + g * (1 - beta1);
       Var v = state[n + i] * beta2 + g * g * (1 - beta2);
       Var denom = sqrt(v) / cast(correction2_sqrt, dt) + eps;
-      u.params.push_back(p - cast(step_size, dt) * m / denom);
+      u.params.push_back(decayed - cast(step_size, dt) * m / denom);
       u.state[i] = m;
       u.state[n + i] = v;
     }
@@ -38,13 +43,10 @@ struct AdamCore : detail::OptimizerCore {
   }
 };
 
-}  // namespace
-
-Adam::Adam(std::vector<Var> params, double lr, double beta1, double beta2, double eps,
-           double weight_decay)
-    : Optimizer(std::make_shared<AdamCore>()) {
-  auto& c = static_cast<AdamCore&>(*core_);
-  c.kind = "Adam";
+// Both constructors: the checks (naming `kind`), the hyperparameters and zeroed moments.
+void init_adam(AdamCore& c, const char* kind, bool decoupled, std::vector<Var> params, double lr,
+               double beta1, double beta2, double eps, double weight_decay) {
+  c.kind = kind;
   detail::check_params(params, c.kind);
   detail::check_hyperparameter(c.kind, "lr", lr, 0);
   detail::check_hyperparameter(c.kind, "beta1", beta1, 0, 1, true);
@@ -55,10 +57,27 @@ Adam::Adam(std::vector<Var> params, double lr, double beta1, double beta2, doubl
   c.beta2 = beta2;
   c.eps = eps;
   c.weight_decay = weight_decay;
+  c.decoupled = decoupled;
   c.lr = lr;
   c.params = std::move(params);
   for (const Var& p : c.params) c.state.push_back(zeros(p.shape(), p.dtype()));
   for (const Var& p : c.params) c.state.push_back(zeros(p.shape(), p.dtype()));
+}
+
+}  // namespace
+
+Adam::Adam(std::vector<Var> params, double lr, double beta1, double beta2, double eps,
+           double weight_decay)
+    : Optimizer(std::make_shared<AdamCore>()) {
+  init_adam(static_cast<AdamCore&>(*core_), "Adam", false, std::move(params), lr, beta1, beta2, eps,
+            weight_decay);
+}
+
+AdamW::AdamW(std::vector<Var> params, double lr, double beta1, double beta2, double eps,
+             double weight_decay)
+    : Optimizer(std::make_shared<AdamCore>()) {
+  init_adam(static_cast<AdamCore&>(*core_), "AdamW", true, std::move(params), lr, beta1, beta2, eps,
+            weight_decay);
 }
 
 }  // namespace metajit

@@ -70,6 +70,24 @@ Var scalar_arg(double v) {
   return array<double>({v}, {});
 }
 
+std::vector<Var> clip_grad_norm(const std::vector<Var>& grads, const Var& max_norm) {
+  Var total_sq = scalar(0, DType::Float64);
+  for (const Var& g : grads) total_sq = total_sq + cast(sum(g * g), DType::Float64);
+  const Var coef = minimum(cast(max_norm, DType::Float64) / (sqrt(total_sq) + 1e-6), 1.0);
+  std::vector<Var> clipped;
+  for (const Var& g : grads) clipped.push_back(g * cast(coef, g.dtype()));
+  return clipped;
+}
+
+// The clipping argument of a jit train step: the norm as a 0-d Float64 when clipping is on, an
+// empty [0] array when off. Its rank is part of the step's signature, so turning clipping on or
+// off traces the step again, while a new norm replays it.
+Var clip_arg(const OptimizerCore& core) {
+  // A leaf, not zeros(): a lazy argument would be evaluated (a kernel looked up) every call.
+  return core.max_grad_norm > 0 ? scalar_arg(core.max_grad_norm)
+                                : array(std::vector<double>{}, {0});
+}
+
 std::shared_ptr<JitCore> make_train_jit(const std::shared_ptr<OptimizerCore>& core,
                                         JitTraceFn loss_fn, size_t num_user_args, std::string name,
                                         std::string identity) {
@@ -82,6 +100,7 @@ std::shared_ptr<JitCore> make_train_jit(const std::shared_ptr<OptimizerCore>& co
     std::vector<Var> state(args + num_user_args + np, args + num_user_args + np + ns);
     const Var& lr = args[num_user_args + np + ns];
     const Var& step = args[num_user_args + np + ns + 1];
+    const Var& clip = args[num_user_args + np + ns + 2];
     Var loss;
     {
       // The model's parameter Vars (copies of opt->params) stand for the placeholders, so the
@@ -93,6 +112,7 @@ std::shared_ptr<JitCore> make_train_jit(const std::shared_ptr<OptimizerCore>& co
     if (!loss.defined())
       throw Error(opt->kind + " jit_step: the loss function returned an undefined Var");
     std::vector<Var> grads = grad(loss, params);
+    if (clip.ndim() == 0) grads = clip_grad_norm(grads, clip);
     OptimizerUpdate u = opt->update(params, grads, state, lr, step);
     std::vector<Var> out{loss};
     out.insert(out.end(), u.params.begin(), u.params.end());
@@ -109,9 +129,12 @@ std::shared_ptr<JitCore> make_train_jit(const std::shared_ptr<OptimizerCore>& co
     if (i < np) return "parameter " + std::to_string(i) + " of the " + kind + " optimizer";
     i -= np;
     if (i < ns) return "state Var " + std::to_string(i) + " of the " + kind + " optimizer";
-    return i == ns ? "the learning rate" : "the step number";
+    if (i == ns) return "the learning rate";
+    return i == ns + 1
+               ? "the step number"
+               : "the gradient clipping norm (0-d when set_max_grad_norm is on, [0] when off)";
   };
-  return make_jit_core(std::move(trace), num_user_args + np + ns + 2, std::move(name), nullptr,
+  return make_jit_core(std::move(trace), num_user_args + np + ns + 3, std::move(name), nullptr,
                        std::move(identity), {}, std::move(describe));
 }
 
@@ -121,9 +144,10 @@ Var call_train_jit(OptimizerCore& core, JitCore& jit, const Var* const* user_arg
   std::vector<const Var*> args(user_args, user_args + num_user_args);
   for (const Var& p : core.params) args.push_back(&p);
   for (const Var& s : core.state) args.push_back(&s);
-  Var lr = scalar_arg(core.lr), step = scalar_arg(double(core.steps + 1));
+  Var lr = scalar_arg(core.lr), step = scalar_arg(double(core.steps + 1)), clip = clip_arg(core);
   args.push_back(&lr);
   args.push_back(&step);
+  args.push_back(&clip);
   std::vector<Var> out = jit_call_many(jit, args.data());
   for (size_t i = 0; i < np; ++i) core.params[i].assign(out[1 + i]);
   for (size_t j = 0; j < ns; ++j) core.state[j].assign(out[1 + np + j]);
@@ -139,6 +163,8 @@ void Optimizer::step(const Var& loss) {
   detail::OptimizerCore& c = *core_;
   if (!loss.defined()) throw Error(c.kind + ".step: the loss is undefined (default-constructed)");
   std::vector<Var> grads = grad(loss, c.params);
+  if (c.max_grad_norm > 0)
+    grads = detail::clip_grad_norm(grads, detail::scalar_arg(c.max_grad_norm));
   // lr and the step number as 0-d leaves, not scalar constants: scalars are part of the
   // structure eval() remembers programs by (README "Repeated evaluation"), leaves are not, so
   // every step reuses the first step's program.
@@ -173,6 +199,13 @@ void Optimizer::set_lr(double lr) {
 }
 double Optimizer::lr() const {
   return core_->lr;
+}
+void Optimizer::set_max_grad_norm(double max_norm) {
+  detail::check_hyperparameter(core_->kind, "max_grad_norm", max_norm, 0);
+  core_->max_grad_norm = max_norm;
+}
+double Optimizer::max_grad_norm() const {
+  return core_->max_grad_norm;
 }
 int64_t Optimizer::steps() const {
   return core_->steps;

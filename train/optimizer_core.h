@@ -21,6 +21,7 @@ struct OptimizerCore {
   std::vector<Var> state;
   double lr = 0;
   int64_t steps = 0;
+  double max_grad_norm = 0;  // set_max_grad_norm: 0 = off
   // Unique per optimizer in the process: jit steps of one optimizer are "the same function" for
   // the compiled-again warning, those of another are not (an address could be reused).
   uint64_t number = 0;
@@ -34,5 +35,9 @@ void check_hyperparameter(const std::string& kind, const char* what, double valu
 
 // A 0-d Float64 leaf holding v: how the learning rate and the step number reach the kernels.
 Var scalar_arg(double v);
+
+// torch.nn.utils.clip_grad_norm_ as a graph: every gradient times min(1, max_norm / (total +
+// 1e-6)), total the 2-norm of all of them together (summed in float64); max_norm a 0-d float Var.
+std::vector<Var> clip_grad_norm(const std::vector<Var>& grads, const Var& max_norm);
 
 }  // namespace metajit::detail

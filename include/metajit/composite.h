@@ -51,6 +51,10 @@ Var var(const Var& x, std::vector<int64_t> dims = {}, bool keepdims = false,
 // scales by weight and shifts by bias where they are defined (shape: those trailing axes).
 Var layer_norm(const Var& x, int64_t normalized_dims, const Var& weight = {}, const Var& bias = {},
                double eps = 1e-5);
+// Inverted dropout (torch.nn.functional.dropout): in training, each element is zeroed with
+// probability p and the others scaled by 1 / (1 - p), the mask drawn from the random stream
+// (new on every call and jit replay); not training, or p = 0, x itself. Error outside 0..1.
+Var dropout(const Var& x, double p, bool training = true);
 Var softmax(const Var& x, int64_t dim);
 // log(softmax(x, dim)), computed as (x - max) - log(sum(exp(x - max))): finite for any finite
 // logits, however extreme.

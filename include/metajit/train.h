@@ -100,6 +100,12 @@ class Optimizer {
   void step(const Var& loss);
   void set_lr(double lr);  // compiles nothing
   double lr() const;
+  // Global-norm gradient clipping in every step (torch.nn.utils.clip_grad_norm_): the raw
+  // gradients, before weight decay, times min(1, max_norm / (total norm + 1e-6)); 0 = off (the
+  // default). Inside the step's one plan. A new norm compiles nothing; turning clipping on or
+  // off traces a jit step once more (its signature changes). update() does not clip.
+  void set_max_grad_norm(double max_norm);
+  double max_grad_norm() const;
   // Steps taken so far (the next one is number steps() + 1 in the bias corrections).
   int64_t steps() const;
   const std::vector<Var>& params() const;
@@ -143,6 +149,21 @@ class Adam : public Optimizer {
   Adam(std::vector<Var> params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
        double eps = 1e-8, double weight_decay = 0);
 };
+
+// torch.optim.AdamW: Adam without the L2 term, and the decoupled decay p *= 1 - lr * weight_decay
+// applied before each step's update.
+class AdamW : public Optimizer {
+ public:
+  AdamW(std::vector<Var> params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
+        double eps = 1e-8, double weight_decay = 1e-2);
+};
+
+// The learning rate of step `step` (0-based): linear from 0 at step 0 to base_lr at
+// warmup_steps, then a half cosine from base_lr down to min_lr at total_steps, and min_lr after.
+// For set_lr() before each step: it compiles nothing. Error for negative arguments or
+// total_steps < warmup_steps.
+double cosine_lr(int64_t step, double base_lr, int64_t warmup_steps, int64_t total_steps,
+                 double min_lr = 0);
 
 }  // namespace metajit
 #pragma GCC visibility pop
