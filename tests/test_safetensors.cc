@@ -10,6 +10,8 @@
 // tests/safetensors_python_check.py checks the same against Python's own package.
 #include <metajit/metajit.h>
 
+#include <sys/stat.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -166,6 +168,11 @@ TEST_CASE("safetensors: a failing save leaves the old file, and no temporary fil
   save_safetensors(path, {{"w", array<float>({1.f, 2.f}, {2})}});
   const std::string before = read_file(path);
   CHECK(entries_of(dir.path()) == std::vector<std::string>{"keep.safetensors"});
+  // The mode open(..., 0666) would give, not mkstemp's 0600 (this test runs single-threaded, so
+  // reading the umask by setting it is safe here).
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  CHECK((fs::status(path).permissions() & fs::perms::all) == fs::perms(0666 & ~mask));
 
   std::string what = message_of<Error>(
       [&] { save_safetensors(path, {{"ok", ones({2})}, {"missing", Var()}}); });
