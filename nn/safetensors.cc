@@ -3,10 +3,11 @@
 //
 // Loading copies: each tensor's bytes are read (pread) straight into a new 64-byte aligned
 // buffer from the allocator, one copy and no intermediate vector. Mapping the file instead
-// (zero-copy) would need a Buffer that adopts memory it did not allocate and gives it back
-// through a callback; base/buffer.h's Buffer always returns its memory to the free lists, and
-// the kernels assume 64-byte alignment that a tensor's file offset rarely has, so that is left
-// for later.
+// (zero-copy) is not done, for three reasons: base/buffer.h's Buffer always returns its memory
+// to the allocator's free lists, so it would need an owner/release path of its own; the kernels
+// assume 64-byte aligned buffers, and the files Python writes align tensors to 8 bytes only, so
+// few tensors would qualify; and a mapped file that another process truncates turns a later
+// read of the tensor into SIGBUS, a crash on untrusted input, where pread gives an Error now.
 #include <fcntl.h>
 #include <metajit/error.h>
 #include <metajit/eval.h>
