@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 
-.PHONY: all deps bench-deps fuzz-deps build run test test-asan test-tsan fuzz bench bench-cuda bench-remote \
+.PHONY: all deps bench-deps fuzz-deps test-deps build run test test-asan test-tsan fuzz bench bench-cuda bench-remote \
         install format clean
 
 all: build
@@ -20,7 +20,11 @@ build: deps $(BUILD)/CMakeCache.txt
 run: build
 	./$(BUILD)/samples/pipeline_tour
 
-test: build
+# The Python packages the safetensors interop test compares with (best effort; it skips without).
+test-deps:
+	@bash scripts/install_test_deps.sh
+
+test: build test-deps
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
 # `make test-asan`: the library, tests and the kernels they compile built with AddressSanitizer

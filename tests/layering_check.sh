@@ -66,7 +66,16 @@ expect_ok api '#include <metajit/jit.h>'
 expect_refused api '#include <metajit/train.h>'
 expect_refused api '#include "train/optimizer_core.h"'
 
+expect_ok nn '#include "nn/safetensors_format.h"'
+expect_ok nn '#include <metajit/nn.h>'
+expect_ok nn '#include "api/program_cache.h"'
+expect_refused nn '#include <metajit/train.h>'
+expect_refused nn '#include "train/optimizer_core.h"'
+expect_refused api '#include <metajit/nn.h>'
+expect_refused api '#include "nn/safetensors_format.h"'
+
 expect_ok train '#include "train/optimizer_core.h"'
+expect_ok train '#include <metajit/nn.h>'
 expect_ok train '#include <metajit/metajit.h>'
 expect_ok train '#include "api/program_cache.h"'
 

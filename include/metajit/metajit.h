@@ -9,6 +9,7 @@
 #include "error.h"
 #include "eval.h"
 #include "jit.h"
+#include "nn.h"
 #include "ops.h"
 #include "runtime.h"
 #include "train.h"

@@ -1,0 +1,81 @@
+// Helper of tests/safetensors_python_check.py: metajit's side of the Python interop check.
+//   safetensors_tool read FILE         prints the file's tensors and metadata as JSON
+//                                      {"tensors": {name: {dtype, shape, values}}, "metadata": {}}
+//   safetensors_tool write SPEC FILE   saves the tensors SPEC (the same JSON) describes
+// Values travel as JSON numbers: float32 values widen to double exactly and back, and doubles
+// are printed with enough digits to read back the same bits.
+#include <metajit/metajit.h>
+
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+using namespace metajit;
+using json = nlohmann::json;
+
+namespace {
+
+const char* code_of(DType t) {
+  switch (t) {
+    case DType::Float32: return "F32";
+    case DType::Float64: return "F64";
+    case DType::Int32: return "I32";
+    case DType::Int64: return "I64";
+    case DType::Bool: return "BOOL";
+  }
+  return "?";
+}
+
+json values_of(const Var& v) {
+  switch (v.dtype()) {
+    case DType::Float32: return v.to_vector<float>();
+    case DType::Float64: return v.to_vector<double>();
+    case DType::Int32: return v.to_vector<int32_t>();
+    case DType::Int64: return v.to_vector<int64_t>();
+    case DType::Bool: return v.to_vector<bool>();
+  }
+  return nullptr;
+}
+
+Var var_of(const json& t) {
+  const std::string code = t.at("dtype");
+  const Shape shape = t.at("shape").get<Shape>();
+  const json& vals = t.at("values");
+  if (code == "F32") return array<float>(vals.get<std::vector<float>>(), shape);
+  if (code == "F64") return array<double>(vals.get<std::vector<double>>(), shape);
+  if (code == "I32") return array<int32_t>(vals.get<std::vector<int32_t>>(), shape);
+  if (code == "I64") return array<int64_t>(vals.get<std::vector<int64_t>>(), shape);
+  if (code == "BOOL") return array<bool>(vals.get<std::vector<bool>>(), shape);
+  throw std::runtime_error("safetensors_tool: unknown dtype " + code);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string cmd = argc > 1 ? argv[1] : "";
+  try {
+    if (cmd == "read" && argc == 3) {
+      std::map<std::string, std::string> meta;
+      json out{{"tensors", json::object()}, {"metadata", json::object()}};
+      for (const auto& [name, v] : load_safetensors(argv[2], &meta))
+        out["tensors"][name] = {{"dtype", code_of(v.dtype())}, {"shape", v.shape()}, {"values", values_of(v)}};
+      for (const auto& [k, v] : meta) out["metadata"][k] = v;
+      std::cout << out.dump() << "\n";
+      return 0;
+    }
+    if (cmd == "write" && argc == 4) {
+      std::ifstream in(argv[2]);
+      const json spec = json::parse(in);
+      nn::StateDict state;
+      for (const auto& [name, t] : spec.at("tensors").items()) state[name] = var_of(t);
+      save_safetensors(argv[3], state, spec.at("metadata").get<std::map<std::string, std::string>>());
+      return 0;
+    }
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << "\n";
+    return 1;
+  }
+  std::cerr << "usage: safetensors_tool read FILE | write SPEC FILE\n";
+  return 2;
+}
