@@ -60,7 +60,8 @@ void pread_all(int fd, void* dst, uint64_t n, uint64_t offset, const std::string
     if (got < 0 && errno == EINTR) continue;
     if (got < 0) throw Error(sys_error("load_safetensors", path, "read failed"));
     if (got == 0)
-      throw Error("load_safetensors: " + path + ": the file ended early (was it changed while "
+      throw Error("load_safetensors: " + path +
+                  ": the file ended early (was it changed while "
                   "being read?)");
     p += got;
     n -= uint64_t(got);
@@ -69,15 +70,16 @@ void pread_all(int fd, void* dst, uint64_t n, uint64_t offset, const std::string
 }
 
 // A Var holding tensor `e`'s bytes, read from the data buffer at `data_start`.
-Var read_tensor(int fd, const safetensors::TensorEntry& e, uint64_t data_start, const std::string& path) {
+Var read_tensor(int fd, const safetensors::TensorEntry& e, uint64_t data_start,
+                const std::string& path) {
   BufferPtr buf = allocate_buffer(size_t(e.bytes()));
   pread_all(fd, buf->data(), e.bytes(), data_start + e.begin, path);
   if (e.dtype == DType::Bool) {  // metajit's bools are bytes holding 0 or 1, nothing else
     const auto* b = static_cast<const unsigned char*>(buf->data());
     for (uint64_t i = 0; i < e.bytes(); ++i)
       if (b[i] > 1)
-        throw Error("load_safetensors: " + path + ": tensor " + safetensors::quoted_name(e.name) + ": BOOL element " +
-                    std::to_string(i) + " is the byte " + std::to_string(b[i]) +
+        throw Error("load_safetensors: " + path + ": tensor " + safetensors::quoted_name(e.name) +
+                    ": BOOL element " + std::to_string(i) + " is the byte " + std::to_string(b[i]) +
                     "; a BOOL byte must be 0 or 1");
   }
   NodePtr node = new_node(OpKind::Leaf, e.dtype, e.shape);
@@ -87,13 +89,13 @@ Var read_tensor(int fd, const safetensors::TensorEntry& e, uint64_t data_start, 
 
 }  // namespace
 
-nn::StateDict load_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
+nn::StateDict load_safetensors(const std::string& path,
+                               std::map<std::string, std::string>* metadata) {
   Fd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (f.fd < 0) throw Error(sys_error("load_safetensors", path, "cannot open"));
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) throw Error(sys_error("load_safetensors", path, "cannot stat"));
-  if (!S_ISREG(st.st_mode))
-    throw Error("load_safetensors: " + path + ": not a regular file");
+  if (!S_ISREG(st.st_mode)) throw Error("load_safetensors: " + path + ": not a regular file");
   const uint64_t size = uint64_t(st.st_size);
   unsigned char prefix[8] = {};
   pread_all(f.fd, prefix, std::min<uint64_t>(8, size), 0, path);
@@ -178,14 +180,15 @@ void save_safetensors(const std::string& path, const nn::StateDict& tensors,
   std::vector<Var> vars;
   for (const auto& [name, v] : tensors) {
     if (!v.defined())
-      throw Error("save_safetensors: " + path + ": tensor \"" + name + "\" is an undefined Var "
+      throw Error("save_safetensors: " + path + ": tensor \"" + name +
+                  "\" is an undefined Var "
                   "(default-constructed); every value in the map must be defined");
     entries.push_back({name, v.dtype(), v.shape()});
     vars.push_back(v);
   }
   // Checked before anything is computed or written.
   safetensors::Layout layout = safetensors::plan_layout(std::move(entries), metadata, path);
-  eval(vars);  // one evaluation for all the lazy ones
+  eval(vars);                   // one evaluation for all the lazy ones
   std::vector<BufferPtr> data;  // in the layout's order, held while written
   for (const safetensors::TensorEntry& e : layout.tensors)
     data.push_back(buffer_on(*tensors.at(e.name).node(), Device::CPU));

@@ -23,7 +23,9 @@ std::string quoted_name(const std::string& name) {
 
 namespace {
 
-std::string where(const std::string& path) { return "load_safetensors: " + path + ": "; }
+std::string where(const std::string& path) {
+  return "load_safetensors: " + path + ": ";
+}
 std::string where(const std::string& path, const std::string& tensor) {
   return where(path) + "tensor " + quoted_name(tensor) + ": ";
 }
@@ -32,23 +34,28 @@ constexpr const char* kSupported = "F32, F64, I32, I64 and BOOL";
 
 // The file's dtype name, as a metajit dtype.
 DType parse_dtype(const json& code, const std::string& path, const std::string& tensor) {
-  static const std::map<std::string, DType> known = {{"F32", DType::Float32}, {"F64", DType::Float64},
-                                                      {"I32", DType::Int32},   {"I64", DType::Int64},
-                                                      {"BOOL", DType::Bool}};
+  static const std::map<std::string, DType> known = {{"F32", DType::Float32},
+                                                     {"F64", DType::Float64},
+                                                     {"I32", DType::Int32},
+                                                     {"I64", DType::Int64},
+                                                     {"BOOL", DType::Bool}};
   // The format's other dtypes: valid files metajit cannot hold (yet), told apart from typos.
-  static const std::set<std::string> later = {"F16", "BF16", "I8", "U8", "I16", "U16", "U32",
-                                              "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4",
-                                              "F6_E2M3", "F6_E3M2", "C64"};
+  static const std::set<std::string> later = {"F16",     "BF16", "I8",      "U8",      "I16",
+                                              "U16",     "U32",  "U64",     "F8_E4M3", "F8_E5M2",
+                                              "F8_E8M0", "F4",   "F6_E2M3", "F6_E3M2", "C64"};
   if (!code.is_string())
-    throw DTypeError(where(path, tensor) + "\"dtype\" is " + code.dump(-1, ' ', false,
-                     json::error_handler_t::replace).substr(0, 100) +
+    throw DTypeError(where(path, tensor) + "\"dtype\" is " +
+                     code.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 100) +
                      ", not a string; valid: " + kSupported);
   const std::string& s = code.get_ref<const std::string&>();
   if (auto it = known.find(s); it != known.end()) return it->second;
   if (later.count(s))
-    throw DTypeError(where(path, tensor) + "dtype " + s + " is valid safetensors, but metajit "
-                     "does not have that dtype yet; it reads " + kSupported);
-  throw DTypeError(where(path, tensor) + "unknown dtype " + quoted_name(s) + "; valid: " + kSupported);
+    throw DTypeError(where(path, tensor) + "dtype " + s +
+                     " is valid safetensors, but metajit "
+                     "does not have that dtype yet; it reads " +
+                     kSupported);
+  throw DTypeError(where(path, tensor) + "unknown dtype " + quoted_name(s) +
+                   "; valid: " + kSupported);
 }
 
 // The shape, and its element count times the item size, checked not to overflow int64.
@@ -64,9 +71,12 @@ Shape parse_shape(const json& j, DType dtype, uint64_t* bytes, const std::string
       throw ShapeError(where(path, tensor) + "\"shape\" holds " + d.dump().substr(0, 100) +
                        "; it must be a list of non-negative integers");
     const uint64_t v = d.get<uint64_t>();
-    if (v > uint64_t(std::numeric_limits<int64_t>::max())) overflow = true;
-    else if (v != 0 && n > uint64_t(std::numeric_limits<int64_t>::max()) / v) overflow = true;
-    else n *= v;
+    if (v > uint64_t(std::numeric_limits<int64_t>::max()))
+      overflow = true;
+    else if (v != 0 && n > uint64_t(std::numeric_limits<int64_t>::max()) / v)
+      overflow = true;
+    else
+      n *= v;
     shape.push_back(int64_t(std::min<uint64_t>(v, uint64_t(std::numeric_limits<int64_t>::max()))));
   }
   // A zero dimension makes any other size harmless (no elements); else the bytes must fit.
@@ -84,14 +94,17 @@ Shape parse_shape(const json& j, DType dtype, uint64_t* bytes, const std::string
 void parse_offsets(const json& j, TensorEntry& e, uint64_t need, uint64_t data_bytes,
                    const std::string& path) {
   if (!j.is_array() || j.size() != 2 || !j[0].is_number_unsigned() || !j[1].is_number_unsigned())
-    throw Error(where(path, e.name) + "\"data_offsets\" must be [begin, end], two non-negative "
+    throw Error(where(path, e.name) +
+                "\"data_offsets\" must be [begin, end], two non-negative "
                 "integers");
   e.begin = j[0].get<uint64_t>();
   e.end = j[1].get<uint64_t>();
   if (e.begin > e.end || e.end > data_bytes)
     throw Error(where(path, e.name) + "data_offsets [" + std::to_string(e.begin) + ", " +
-                std::to_string(e.end) + "] are not within the data buffer: it needs begin <= end "
-                "<= " + std::to_string(data_bytes) + " (the bytes after the header)");
+                std::to_string(e.end) +
+                "] are not within the data buffer: it needs begin <= end "
+                "<= " +
+                std::to_string(data_bytes) + " (the bytes after the header)");
   if (e.bytes() != need)
     throw Error(where(path, e.name) + "data_offsets [" + std::to_string(e.begin) + ", " +
                 std::to_string(e.end) + "] span " + std::to_string(e.bytes()) + " bytes, but " +
@@ -102,11 +115,13 @@ void parse_offsets(const json& j, TensorEntry& e, uint64_t need, uint64_t data_b
 TensorEntry parse_entry(const std::string& name, const json& j, uint64_t data_bytes,
                         const std::string& path) {
   if (!j.is_object())
-    throw Error(where(path, name) + "its entry must be an object {\"dtype\", \"shape\", "
+    throw Error(where(path, name) +
+                "its entry must be an object {\"dtype\", \"shape\", "
                 "\"data_offsets\"}");
   for (const char* field : {"dtype", "shape", "data_offsets"})
     if (!j.contains(field))
-      throw Error(where(path, name) + "its entry has no \"" + field + "\"; it needs \"dtype\", "
+      throw Error(where(path, name) + "its entry has no \"" + field +
+                  "\"; it needs \"dtype\", "
                   "\"shape\" and \"data_offsets\"");
   TensorEntry e;
   e.name = name;
@@ -118,12 +133,12 @@ TensorEntry parse_entry(const std::string& name, const json& j, uint64_t data_by
 }
 
 std::map<std::string, std::string> parse_metadata(const json& j, const std::string& path) {
-  if (!j.is_object())
-    throw Error(where(path) + "\"__metadata__\" must be an object of strings");
+  if (!j.is_object()) throw Error(where(path) + "\"__metadata__\" must be an object of strings");
   std::map<std::string, std::string> out;
   for (const auto& [k, v] : j.items()) {
     if (!v.is_string())
-      throw Error(where(path) + "\"__metadata__\" value of " + quoted_name(k) + " is not a string; "
+      throw Error(where(path) + "\"__metadata__\" value of " + quoted_name(k) +
+                  " is not a string; "
                   "metadata maps strings to strings");
     out[k] = v.get<std::string>();
   }
@@ -132,7 +147,8 @@ std::map<std::string, std::string> parse_metadata(const json& j, const std::stri
 
 // The tensors must tile the data buffer: sorted by offset, each starts where the one before
 // ends, and the last ends at its end (Python's rule; see the header).
-void check_coverage(std::vector<TensorEntry>& tensors, uint64_t data_bytes, const std::string& path) {
+void check_coverage(std::vector<TensorEntry>& tensors, uint64_t data_bytes,
+                    const std::string& path) {
   std::sort(tensors.begin(), tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
@@ -159,9 +175,11 @@ void check_coverage(std::vector<TensorEntry>& tensors, uint64_t data_bytes, cons
 
 }  // namespace
 
-uint64_t header_length(const unsigned char (&prefix)[8], uint64_t file_size, const std::string& path) {
+uint64_t header_length(const unsigned char (&prefix)[8], uint64_t file_size,
+                       const std::string& path) {
   if (file_size < 8)
-    throw Error(where(path) + "the file has " + std::to_string(file_size) + " bytes; a safetensors "
+    throw Error(where(path) + "the file has " + std::to_string(file_size) +
+                " bytes; a safetensors "
                 "file starts with an 8-byte header length");
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | prefix[i];  // little-endian on any host
@@ -169,8 +187,10 @@ uint64_t header_length(const unsigned char (&prefix)[8], uint64_t file_size, con
     throw Error(where(path) + "header length " + std::to_string(n) + " is over the limit of " +
                 std::to_string(kMaxHeaderBytes) + " bytes (Python's safetensors' too)");
   if (n > file_size - 8)
-    throw Error(where(path) + "header length " + std::to_string(n) + " runs past the end of the "
-                "file (" + std::to_string(file_size) + " bytes)");
+    throw Error(where(path) + "header length " + std::to_string(n) +
+                " runs past the end of the "
+                "file (" +
+                std::to_string(file_size) + " bytes)");
   return n;
 }
 
@@ -201,16 +221,17 @@ json parse_checked(std::string_view text, const std::string& path) {
   try {
     j = json::parse(text.begin(), text.end(), check, /*allow_exceptions=*/true);
   } catch (const json::exception& e) {
-    throw Error(where(path) + "the header is not valid JSON: " + std::string(e.what()).substr(0, 300));
+    throw Error(where(path) +
+                "the header is not valid JSON: " + std::string(e.what()).substr(0, 300));
   }
   if (too_deep)
     throw Error(where(path) + "the header nests deeper than " + std::to_string(kMaxHeaderDepth) +
                 " levels below its top object; a valid one nests name -> entry -> shape -> "
                 "dimension");
   if (!duplicate.empty())
-    throw Error(where(path) + (duplicate_depth == 1 ? "tensor name " : "key ") + quoted_name(duplicate) +
-                " appears twice" + (duplicate_depth == 1 ? "" : " in one object") +
-                "; names must be unique");
+    throw Error(where(path) + (duplicate_depth == 1 ? "tensor name " : "key ") +
+                quoted_name(duplicate) + " appears twice" +
+                (duplicate_depth == 1 ? "" : " in one object") + "; names must be unique");
   return j;
 }
 
@@ -243,11 +264,16 @@ Header parse_image(std::string_view image, const std::string& path) {
 
 const char* dtype_code(DType dtype) {
   switch (dtype) {
-    case DType::Bool: return "BOOL";
-    case DType::Int32: return "I32";
-    case DType::Int64: return "I64";
-    case DType::Float32: return "F32";
-    case DType::Float64: return "F64";
+    case DType::Bool:
+      return "BOOL";
+    case DType::Int32:
+      return "I32";
+    case DType::Int64:
+      return "I64";
+    case DType::Float32:
+      return "F32";
+    case DType::Float64:
+      return "F64";
   }
   return "?";
 }
@@ -258,11 +284,16 @@ namespace {
 // descending: the widest alignment first, so every tensor of a file it writes is aligned.
 int python_dtype_rank(DType t) {
   switch (t) {
-    case DType::Bool: return 0;
-    case DType::Int32: return 1;
-    case DType::Float32: return 2;
-    case DType::Float64: return 3;
-    case DType::Int64: return 4;
+    case DType::Bool:
+      return 0;
+    case DType::Int32:
+      return 1;
+    case DType::Float32:
+      return 2;
+    case DType::Float64:
+      return 3;
+    case DType::Int64:
+      return 4;
   }
   return 0;
 }
@@ -280,8 +311,8 @@ std::string json_string(const std::string& s, const std::string& path, const cha
 
 }  // namespace
 
-Layout plan_layout(std::vector<TensorEntry> tensors, const std::map<std::string, std::string>& metadata,
-                   const std::string& path) {
+Layout plan_layout(std::vector<TensorEntry> tensors,
+                   const std::map<std::string, std::string>& metadata, const std::string& path) {
   std::sort(tensors.begin(), tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
     const int ra = python_dtype_rank(a.dtype), rb = python_dtype_rank(b.dtype);
     return ra != rb ? ra > rb : a.name < b.name;  // std::string compares bytes as unsigned
@@ -290,14 +321,16 @@ Layout plan_layout(std::vector<TensorEntry> tensors, const std::map<std::string,
   if (!metadata.empty()) {
     h += "\"__metadata__\":{";
     for (const auto& [k, v] : metadata)
-      h += json_string(k, path, "metadata key") + ":" + json_string(v, path, "metadata value") + ",";
+      h +=
+          json_string(k, path, "metadata key") + ":" + json_string(v, path, "metadata value") + ",";
     h.back() = '}';
     h += ",";
   }
   uint64_t offset = 0;
   for (TensorEntry& e : tensors) {
     if (e.name == "__metadata__")
-      throw Error("save_safetensors: " + path + ": a tensor cannot be named \"__metadata__\"; the "
+      throw Error("save_safetensors: " + path +
+                  ": a tensor cannot be named \"__metadata__\"; the "
                   "format keeps that key for the metadata");
     e.begin = offset;
     e.end = offset + uint64_t(numel_of(e.shape)) * dtype_size(e.dtype);

@@ -47,7 +47,8 @@ struct Header {
 
 // The header length N that the file's first 8 bytes hold, checked: the file has them and the
 // header, and N <= kMaxHeaderBytes. Error naming `path` otherwise.
-uint64_t header_length(const unsigned char (&prefix)[8], uint64_t file_size, const std::string& path);
+uint64_t header_length(const unsigned char (&prefix)[8], uint64_t file_size,
+                       const std::string& path);
 
 // Parses and checks the N header bytes of a file whose data buffer has `data_bytes` bytes.
 // Error (DTypeError, ShapeError) naming `path`, the tensor and what is valid.
@@ -74,7 +75,7 @@ struct Layout {
 // does: by dtype, widest first (I64, F64, F32, I32, BOOL: its dtype enum order, descending),
 // then by name bytewise. Error naming `path` and the tensor for a name "__metadata__", or a
 // name or metadata string that is not valid UTF-8.
-Layout plan_layout(std::vector<TensorEntry> tensors, const std::map<std::string, std::string>& metadata,
-                   const std::string& path);
+Layout plan_layout(std::vector<TensorEntry> tensors,
+                   const std::map<std::string, std::string>& metadata, const std::string& path);
 
 }  // namespace metajit::safetensors

@@ -9,7 +9,6 @@
 //      Error, naming load_safetensors, the file and (where there is one) the tensor.
 // tests/safetensors_python_check.py checks the same against Python's own package.
 #include <metajit/metajit.h>
-
 #include <sys/stat.h>
 
 #include <catch2/catch.hpp>
@@ -126,8 +125,9 @@ TEST_CASE("safetensors round trip: every dtype, 0-d and empty tensors, lazy Vars
 TEST_CASE("safetensors metadata round trip, and an empty state dict") {
   TempDir dir;
   const std::string path = (dir.path() / "m.safetensors").string();
-  const std::map<std::string, std::string> meta{
-      {"format", "pt"}, {"quote\"back\\slash", "line\nbreak\ttab\x01"}, {"utf8", "\xc3\xa9t\xc3\xa9"}};
+  const std::map<std::string, std::string> meta{{"format", "pt"},
+                                                {"quote\"back\\slash", "line\nbreak\ttab\x01"},
+                                                {"utf8", "\xc3\xa9t\xc3\xa9"}};
   save_safetensors(path, {{"x", array<float>({1.f}, {1})}}, meta);
   std::map<std::string, std::string> got;
   load_safetensors(path, &got);
@@ -174,14 +174,16 @@ TEST_CASE("safetensors: a failing save leaves the old file, and no temporary fil
   ::umask(mask);
   CHECK((fs::status(path).permissions() & fs::perms::all) == fs::perms(0666 & ~mask));
 
-  std::string what = message_of<Error>(
-      [&] { save_safetensors(path, {{"ok", ones({2})}, {"missing", Var()}}); });
+  std::string what = message_of<Error>([&] {
+    save_safetensors(path, {{"ok", ones({2})}, {"missing", Var()}});
+  });
   CHECK_THAT(what, Contains("save_safetensors") && Contains(path) && Contains("\"missing\"") &&
                        Contains("undefined"));
   what = message_of<Error>([&] { save_safetensors(path, {{"__metadata__", ones({2})}}); });
   CHECK_THAT(what, Contains("__metadata__"));
-  what = message_of<Error>(
-      [&] { save_safetensors(path, {{"w", ones({2})}}, {{"bad", std::string("\xff\xfe")}}); });
+  what = message_of<Error>([&] {
+    save_safetensors(path, {{"w", ones({2})}}, {{"bad", std::string("\xff\xfe")}});
+  });
   CHECK_THAT(what, Contains("UTF-8"));
   CHECK(read_file(path) == before);
 
@@ -223,23 +225,25 @@ TEST_CASE("safetensors rejects: headers that are not JSON objects, or nest too d
   CHECK_THAT(load_error<Error>(dir, image("{\"\xff\":{}}", "")), Contains("not valid JSON"));
   // Half a million levels: refused while parsing, without recursing (ASan would catch that).
   const size_t deep = 500'000;
-  CHECK_THAT(load_error<Error>(dir, image("{\"a\":{\"dtype\":\"F32\",\"shape\":" +
-                                              std::string(deep, '[') + std::string(deep, ']') +
-                                              ",\"data_offsets\":[0,0]}}",
-                                          "")),
-             Contains("nests deeper than 3 levels"));
+  CHECK_THAT(
+      load_error<Error>(dir, image("{\"a\":{\"dtype\":\"F32\",\"shape\":" + std::string(deep, '[') +
+                                       std::string(deep, ']') + ",\"data_offsets\":[0,0]}}",
+                                   "")),
+      Contains("nests deeper than 3 levels"));
 }
 
 TEST_CASE("safetensors rejects: dtypes metajit does not have, and unknown ones") {
   TempDir dir;
   for (const char* code : {"F16", "BF16", "I8", "U8", "I16", "U64"}) {
     INFO(code);
-    CHECK_THAT(load_error<DTypeError>(dir, image("{" + entry("h", code, "[1]", "[0,2]") + "}", "..")),
-               Contains("tensor \"h\"") && Contains(std::string("dtype ") + code) &&
-                   Contains("does not have that dtype yet") && Contains("F32, F64, I32, I64 and BOOL"));
+    CHECK_THAT(
+        load_error<DTypeError>(dir, image("{" + entry("h", code, "[1]", "[0,2]") + "}", "..")),
+        Contains("tensor \"h\"") && Contains(std::string("dtype ") + code) &&
+            Contains("does not have that dtype yet") && Contains("F32, F64, I32, I64 and BOOL"));
   }
-  CHECK_THAT(load_error<DTypeError>(dir, image("{" + entry("t", "f32", "[1]", "[0,4]") + "}", "....")),
-             Contains("tensor \"t\"") && Contains("unknown dtype \"f32\""));
+  CHECK_THAT(
+      load_error<DTypeError>(dir, image("{" + entry("t", "f32", "[1]", "[0,4]") + "}", "....")),
+      Contains("tensor \"t\"") && Contains("unknown dtype \"f32\""));
   CHECK_THAT(load_error<DTypeError>(
                  dir, image("{\"t\":{\"dtype\":7,\"shape\":[],\"data_offsets\":[0,4]}}", "....")),
              Contains("tensor \"t\"") && Contains("not a string"));
@@ -261,7 +265,8 @@ TEST_CASE("safetensors rejects: shapes that are not lists of non-negative intege
              Contains("more bytes than fit in int64"));
   // A zero dimension makes the others harmless: no elements, no bytes.
   TempDir ok;
-  write_file(ok.path() / "z", image("{" + entry("z", "F64", "[0,18446744073709551615]", "[0,0]") + "}", ""));
+  write_file(ok.path() / "z",
+             image("{" + entry("z", "F64", "[0,18446744073709551615]", "[0,0]") + "}", ""));
   CHECK(load_safetensors((ok.path() / "z").string()).at("z").numel() == 0);
 }
 
@@ -300,10 +305,13 @@ TEST_CASE("safetensors rejects: overlaps, holes and bytes no tensor covers") {
                                               entry("a", "F32", "[1]", "[0,4]") + "}",
                                           "....")),
              Contains("tensor name \"a\" appears twice"));
-  CHECK_THAT(load_error<Error>(
-                 dir, image("{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,4]}}",
-                            "....")),
-             Contains("key \"dtype\" appears twice"));
+  CHECK_THAT(
+      load_error<Error>(
+          dir,
+          image(
+              "{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+              "....")),
+      Contains("key \"dtype\" appears twice"));
 }
 
 TEST_CASE("safetensors rejects: metadata that is not strings, and BOOL bytes other than 0 and 1") {

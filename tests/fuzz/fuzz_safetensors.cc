@@ -69,7 +69,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   check_loader_agrees(image, parsed);
   if (parsed) {
-    const st::Layout layout = st::plan_layout(parsed->tensors, parsed->metadata, "fuzz.safetensors");
+    const st::Layout layout =
+        st::plan_layout(parsed->tensors, parsed->metadata, "fuzz.safetensors");
     const std::string again = layout.prefix + std::string(size_t(layout.data_bytes), '\0');
     if (!same_entries(*parsed, st::parse_image(again, "fuzz-again.safetensors"))) std::abort();
   }

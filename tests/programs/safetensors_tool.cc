@@ -18,22 +18,32 @@ namespace {
 
 const char* code_of(DType t) {
   switch (t) {
-    case DType::Float32: return "F32";
-    case DType::Float64: return "F64";
-    case DType::Int32: return "I32";
-    case DType::Int64: return "I64";
-    case DType::Bool: return "BOOL";
+    case DType::Float32:
+      return "F32";
+    case DType::Float64:
+      return "F64";
+    case DType::Int32:
+      return "I32";
+    case DType::Int64:
+      return "I64";
+    case DType::Bool:
+      return "BOOL";
   }
   return "?";
 }
 
 json values_of(const Var& v) {
   switch (v.dtype()) {
-    case DType::Float32: return v.to_vector<float>();
-    case DType::Float64: return v.to_vector<double>();
-    case DType::Int32: return v.to_vector<int32_t>();
-    case DType::Int64: return v.to_vector<int64_t>();
-    case DType::Bool: return v.to_vector<bool>();
+    case DType::Float32:
+      return v.to_vector<float>();
+    case DType::Float64:
+      return v.to_vector<double>();
+    case DType::Int32:
+      return v.to_vector<int32_t>();
+    case DType::Int64:
+      return v.to_vector<int64_t>();
+    case DType::Bool:
+      return v.to_vector<bool>();
   }
   return nullptr;
 }
@@ -59,7 +69,8 @@ int main(int argc, char** argv) {
       std::map<std::string, std::string> meta;
       json out{{"tensors", json::object()}, {"metadata", json::object()}};
       for (const auto& [name, v] : load_safetensors(argv[2], &meta))
-        out["tensors"][name] = {{"dtype", code_of(v.dtype())}, {"shape", v.shape()}, {"values", values_of(v)}};
+        out["tensors"][name] = {
+            {"dtype", code_of(v.dtype())}, {"shape", v.shape()}, {"values", values_of(v)}};
       for (const auto& [k, v] : meta) out["metadata"][k] = v;
       std::cout << out.dump() << "\n";
       return 0;
@@ -69,7 +80,8 @@ int main(int argc, char** argv) {
       const json spec = json::parse(in);
       nn::StateDict state;
       for (const auto& [name, t] : spec.at("tensors").items()) state[name] = var_of(t);
-      save_safetensors(argv[3], state, spec.at("metadata").get<std::map<std::string, std::string>>());
+      save_safetensors(argv[3], state,
+                       spec.at("metadata").get<std::map<std::string, std::string>>());
       return 0;
     }
   } catch (const std::exception& e) {
