@@ -232,6 +232,22 @@ Workload selu(const std::string& name, metajit::Shape shape) {
   return w;
 }
 
+// An element-wise function of the models issue (gelu through erf, log1p, atan), judged as a
+// variant of selu (exp): its metajit/floor ratio within 20% of selu's, the copy floor's ratio
+// of the existing exp kernel (bench/README.md "Element-wise functions").
+Workload unary_function(const std::string& name, metajit::Shape shape, Var (*fn)(const Var&)) {
+  Input in = make_input(shape, 13);
+  const Var xv = in.var;
+  auto build = [xv, fn] { return fn(xv); };
+  Workload w;
+  w.name = name;
+  w.impls = {metajit_impl(build)};
+  w.compulsory_bytes = 2.0 * in.host.size() * sizeof(float);
+  w.floor_elems = in.host.size();
+  w.base = "selu 16M";
+  return w;
+}
+
 // Sums over the last axis of `shape` (row sums when 2-D), peers see [rows, cols].
 Workload row_sums(const std::string& name, metajit::Shape shape) {
   Input in = make_input(shape, 12);
@@ -530,6 +546,21 @@ void run_throughput(Report& report, const Options& opt) {
   // Each workload is made (inputs, peers' buffers, Halide compiles), run and dropped in turn.
   std::vector<std::pair<std::string, std::function<Workload()>>> all = {
       {"selu 16M", [] { return selu("selu 16M", {int64_t(1) << 24}); }},
+      {"gelu 16M",
+       [] {
+         return unary_function("gelu 16M", {int64_t(1) << 24},
+                               [](const Var& x) { return metajit::gelu(x); });
+       }},
+      {"log1p 16M",
+       [] {
+         return unary_function("log1p 16M", {int64_t(1) << 24},
+                               [](const Var& x) { return metajit::log1p(x); });
+       }},
+      {"atan 16M",
+       [] {
+         return unary_function("atan 16M", {int64_t(1) << 24},
+                               [](const Var& x) { return metajit::atan(x); });
+       }},
       {"row sums 4096x4096",
        [] {
          return row_sums("row sums 4096x4096", {4096, 4096});
