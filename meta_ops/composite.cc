@@ -131,12 +131,38 @@ Var transpose(const Var& x, std::vector<int64_t> perm) {
   return reindex_tree(x, std::move(out), std::move(idx), 0, {});
 }
 
+namespace {
+
+// numpy's rule for 1-D operands: a [k] is a row [1, k], b [k] a column [k, 1], and the axis
+// added is removed from the product (two vectors give their 0-d dot product).
+Var matmul_vectors(const Var& a, const Var& b) {
+  const bool va = a.ndim() == 1, vb = b.ndim() == 1;
+  const Var pa = va ? reshape(a, {1, a.shape()[0]}) : a;
+  const Var pb = vb ? reshape(b, {b.shape()[0], 1}) : b;
+  const Var y = matmul(pa, pb);
+  Shape s = y.shape();
+  if (vb) s.pop_back();
+  if (va) s.erase(s.end() - (vb ? 1 : 2));
+  return reshape(y, s);
+}
+
+}  // namespace
+
 Var matmul(const Var& a, const Var& b) {
   require_defined(a, "matmul");
   require_defined(b, "matmul");
-  if (a.ndim() < 2 || b.ndim() < 2)
+  if (a.ndim() == 0 || b.ndim() == 0)
     throw ShapeError("matmul: shapes " + shape_str(a.shape()) + " and " + shape_str(b.shape()) +
-                     ": both operands need at least 2 axes ([.., n, k] x [.., k, m])");
+                     ": a 0-d operand has no axis to multiply along; expected [.., n, k] x "
+                     "[.., k, m], or a vector [k] on either side");
+  if (a.ndim() == 1 || b.ndim() == 1) {
+    const int64_t k = a.shape()[a.ndim() - 1], k2 = b.shape()[b.ndim() == 1 ? 0 : b.ndim() - 2];
+    if (k != k2)
+      throw ShapeError("matmul: shapes " + shape_str(a.shape()) + " and " + shape_str(b.shape()) +
+                       ": inner dimensions " + std::to_string(k) + " and " + std::to_string(k2) +
+                       " differ");
+    return matmul_vectors(a, b);
+  }
   int64_t n = a.shape()[a.ndim() - 2], k = a.shape()[a.ndim() - 1];
   int64_t k2 = b.shape()[b.ndim() - 2], m = b.shape()[b.ndim() - 1];
   if (k != k2)

@@ -52,7 +52,7 @@ class Parser {
     skip_ws();
     if (pos_ >= s_.size())
       fail("empty expression", "an integer expression over i0..i" + std::to_string(num_vars_ - 1));
-    IndexExprPtr e = parse_binary(0);
+    IndexExprPtr e = parse_ternary();
     skip_ws();
     if (pos_ < s_.size())
       fail("unexpected '" + std::string(s_.substr(pos_, 12)) + "'",
@@ -68,7 +68,7 @@ class Parser {
     throw IndexExprError(context_ + ": " + what + " at position " + std::to_string(pos_) +
                          " in \"" + std::string(s_) + "\"; expected " + expected +
                          " (names are i0..i" + std::to_string(num_vars_ - 1) +
-                         "; operators + - * / % ( )" +
+                         "; operators + - * / % ( ) min(a, b) max(a, b) c ? a : b" +
                          (condition_ ? " < <= > >= == != && || !" : "") +
                          (extra_ranks_.empty() ? "" : "; @eK(...) reads extras[K]") + ")");
   }
@@ -87,8 +87,12 @@ class Parser {
     skip_ws();
     return s_.substr(pos_, tok.size()) == tok;
   }
+  // Comparisons and logic in an index expression are allowed only as the condition of a ?:
+  // (parse_ternary checks, once it knows whether a '?' follows, that they were one).
   void need_condition(std::string_view op) {
-    if (!condition_) not_a_condition(op);
+    if (condition_) return;
+    if (!in_ternary_condition_) not_a_condition(op);
+    if (!first_condition_op_) first_condition_op_ = std::string(op);
   }
   [[noreturn, gnu::noinline, gnu::cold]] void not_a_condition(std::string_view op) {
     fail("operator '" + std::string(op) + "' is only allowed in overflow_conditions",
@@ -116,6 +120,31 @@ class Parser {
     for (const BinaryOperator& op : kBinaryOperators)
       if (peek(op.token)) return &op;
     return nullptr;
+  }
+
+  // cond ? a : b, the loosest operator, right-associative. In an index expression (not an
+  // overflow condition) the comparisons and logic before a '?' are its condition, and nowhere
+  // else.
+  IndexExprPtr parse_ternary() {
+    const bool saved = in_ternary_condition_;
+    std::optional<std::string> saved_op = std::move(first_condition_op_);
+    first_condition_op_.reset();
+    in_ternary_condition_ = true;
+    IndexExprPtr cond = parse_binary(0);
+    in_ternary_condition_ = saved;
+    const std::optional<std::string> seen = std::move(first_condition_op_);
+    first_condition_op_ = std::move(saved_op);
+    if (!eat("?")) {
+      // Inside an enclosing ?:'s condition (a parenthesis there) it is that condition's part.
+      if (seen && !condition_ && !saved) not_a_condition(*seen);
+      if (seen && !first_condition_op_) first_condition_op_ = seen;
+      return cond;
+    }
+    Level level(*this);
+    IndexExprPtr a = parse_ternary();
+    if (!eat(":")) fail("missing ':' of a ?:", "':' and the value when the condition is false");
+    IndexExprPtr b = parse_ternary();
+    return checked(ix_select(std::move(cond), std::move(a), std::move(b)));
   }
 
   // Operands joined by operators of `min_level` or tighter, left-associative.
@@ -182,7 +211,7 @@ class Parser {
     if (c == '(') {
       Level level(*this);
       ++pos_;
-      IndexExprPtr e = parse_binary(0);
+      IndexExprPtr e = parse_ternary();
       if (!eat(")")) missing_parenthesis();
       return e;
     }
@@ -216,7 +245,7 @@ class Parser {
     std::vector<IndexExprPtr> args;
     if (!eat(")")) {
       do {
-        args.push_back(parse_binary(0));
+        args.push_back(parse_ternary());
       } while (eat(","));
       if (!eat(")")) missing_parenthesis();
     }
@@ -266,6 +295,7 @@ class Parser {
              (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_'))
         ++pos_;
       std::string name(s_.substr(start, pos_ - start));
+      if ((name == "min" || name == "max") && peek("(")) return parse_min_max(name == "min");
       bool is_index = name.size() >= 2 && name[0] == 'i' && name.size() <= 6;
       for (size_t k = 1; is_index && k < name.size(); ++k)
         is_index = std::isdigit(static_cast<unsigned char>(name[k]));
@@ -282,9 +312,22 @@ class Parser {
     }
   }
 
+  // min(a, b) / max(a, b), after the name.
+  IndexExprPtr parse_min_max(bool is_min) {
+    Level level(*this);
+    eat("(");
+    IndexExprPtr a = parse_ternary();
+    if (!eat(",")) fail("missing ',' in min/max", "min(a, b) or max(a, b)");
+    IndexExprPtr b = parse_ternary();
+    if (!eat(")")) missing_parenthesis();
+    return checked(make(is_min ? IxKind::Min : IxKind::Max, 0, std::move(a), std::move(b)));
+  }
+
   std::string_view s_;
   size_t pos_ = 0;
   int nesting_ = 0;
+  bool in_ternary_condition_ = false;              // parsing what may be the condition of a ?:
+  std::optional<std::string> first_condition_op_;  // a comparison/logic operator seen there
   int num_vars_;
   bool condition_;
   const std::string& context_;

@@ -1,6 +1,7 @@
 // The index-expression parser: grammar of docs/design.md §3, C++ integer semantics, canonical
 // printing, and precise errors.
 #include <metajit/error.h>
+#include <metajit/metajit.h>
 #include <pthread.h>
 
 #include <algorithm>
@@ -46,6 +47,24 @@ TEST_CASE("conditions: comparisons, logic, bare integers", "[index_expr]") {
   CHECK(eval_text("i0 <= i1 == 1", {1, 2}, true) == 1);
 }
 
+TEST_CASE("min, max and c ? a : b: clamping and choosing without division tricks", "[index_expr]") {
+  CHECK(eval_text("min(i0, 3)", {5}) == 3);
+  CHECK(eval_text("max(i0 - 1, 0)", {0}) == 0);
+  CHECK(eval_text("min(max(i0*2-1, 0), 7)", {9}) == 7);
+  CHECK(eval_text("i0 < 2 ? i1 : i0", {1, 8}) == 8);
+  CHECK(eval_text("i0 < 2 ? i1 : i0", {4, 8}) == 4);
+  CHECK(eval_text("(i0 < 2 && i1 > 1) ? 1 : 0", {1, 8}) == 1);
+  CHECK(eval_text("i0 ? 10 : i1 == 0 ? 20 : 30", {0, 5}) == 30);  // right-associative
+  CHECK(eval_text("1 + (i0 >= 3 ? 2 : 4) * 2", {3}) == 5);
+  CHECK(eval_text("min(i0, 1) < 1 ? 7 : 9", {0}, true) == 7);  // in a condition too
+  // A clamped window read, as bilinear upsampling reads its neighbours.
+  Var x = array(std::vector<float>{10, 20, 30, 40}, {4});
+  Var y = reindex(x, {6}, {"min(max(i0 - 1, 0), 3)"});
+  CHECK(y.to_vector<float>() == std::vector<float>{10, 10, 20, 30, 40, 40});
+  Var z = reindex(x, {4}, {"i0 % 2 == 0 ? i0 + 1 : i0 - 1"});
+  CHECK(z.to_vector<float>() == std::vector<float>{20, 10, 40, 30});
+}
+
 TEST_CASE("canonical text is stable and distinguishes structure", "[index_expr]") {
   auto p = [](const std::string& s) { return ix_to_string(*parse_index_expr(s, 3, true, "t")); };
   CHECK(p("i0 + i1*2") == p("i0+(i1*2)"));
@@ -78,6 +97,12 @@ TEST_CASE("parser errors name the context, the position and what is valid", "[in
   CHECK_THAT(msg("i0 +", 2, false), Contains("unexpected end"));
   CHECK_THAT(msg("(i0", 2, false), Contains("missing ')'"));
   CHECK_THAT(msg("i0 < 1", 2, false), Contains("only allowed in overflow_conditions"));
+  CHECK_THAT(msg("i0 > 0 ? i1 < 2 : 3", 2, false),  // a comparison outside the condition
+             Contains("only allowed in overflow_conditions"));
+  CHECK_THAT(msg("min(i0 < 1, 2)", 2, false), Contains("only allowed in overflow_conditions"));
+  CHECK_THAT(msg("i0 ? 1", 2, false), Contains("missing ':'"));
+  CHECK_THAT(msg("min(i0)", 2, false), Contains("missing ','"));
+  CHECK_THAT(msg("max(i0, 1", 2, false), Contains("missing ')'"));
   CHECK_THAT(msg("i0 / 0", 2, false), Contains("division by the constant 0"));
   CHECK_THAT(msg("", 2, false), Contains("empty expression"));
   CHECK_THAT(msg("i0; system(\"x\")", 2, false), Contains("unexpected"));

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -522,4 +523,57 @@ TEST_CASE("bad arguments are typed errors naming the op, the shapes and what is 
   CHECK_THAT(m, Contains("avg_pool2d") && Contains("padding <= kernel/2"));
   m = message_of<ShapeError>([&] { avg_pool2d(zeros({1, 1, 2, 2}), 3, 1); });
   CHECK_THAT(m, Contains("avg_pool2d") && Contains("larger than the padded input"));
+}
+
+// ---------------------------------------------------------------- models as values
+
+TEST_CASE("matmul with a 1-D operand follows numpy: a row, a column, or a dot product",
+          "[composite]") {
+  const std::vector<double> av = data(3, 40), bv = data(6, 41), mv = data(12, 42);
+  Var a = f64(av, {3}), m = f64(mv, {4, 3}), b = f64(bv, {2, 3});
+  Var mt = f64(mv, {3, 4});
+  Var row = matmul(a, mt);                      // [3] x [3, 4] -> [4]
+  Var col = matmul(m, a);                       // [4, 3] x [3] -> [4]
+  Var dot = matmul(a, a);                       // [3] x [3] -> []
+  Var batched = matmul(f64(mv, {2, 2, 3}), a);  // [2, 2, 3] x [3] -> [2, 2]
+  eval({row, col, dot, batched});
+  CHECK(row.shape() == Shape{4});
+  CHECK(col.shape() == Shape{4});
+  CHECK(dot.shape() == Shape{});
+  CHECK(batched.shape() == Shape{2, 2});
+  std::vector<double> want_row(4, 0), want_col(4, 0);
+  double want_dot = 0;
+  for (int64_t j = 0; j < 4; ++j)
+    for (int64_t k = 0; k < 3; ++k) {
+      want_row[size_t(j)] += av[size_t(k)] * mv[size_t(k * 4 + j)];
+      want_col[size_t(j)] += mv[size_t(j * 3 + k)] * av[size_t(k)];
+    }
+  for (int64_t k = 0; k < 3; ++k) want_dot += av[size_t(k)] * av[size_t(k)];
+  check_close(values_of(row), want_row);
+  check_close(values_of(col), want_col);
+  check_close(values_of(dot), {want_dot});
+  check_close(values_of(batched), want_col);
+  check_gradients("matmul of vectors", [](const std::vector<Var>& v) { return matmul(v[0], v[1]); },
+                  {In{{3}, av}, In{{3, 2}, bv}});
+  CHECK_THAT(message_of<ShapeError>([&] { matmul(a, b); }),
+             Contains("matmul") && Contains("[3]") && Contains("[2, 3]") &&
+                 Contains("inner dimensions 3 and 2"));
+  CHECK_THAT(message_of<ShapeError>([&] { matmul(scalar(1, DType::Float64), a); }),
+             Contains("matmul") && Contains("0-d operand"));
+}
+
+TEST_CASE("operator<< prints the dtype, the shape and the values, long axes cut", "[composite]") {
+  auto text = [](const Var& v) {
+    std::ostringstream os;
+    os << v;
+    return os.str();
+  };
+  CHECK(text(Var()) == "Var()");
+  CHECK(text(array(std::vector<int32_t>{1, 2, 3, 4, 5, 6}, {2, 3})) ==
+        "int32[2, 3] [[1, 2, 3], [4, 5, 6]]");
+  CHECK(text(arange(10, DType::Int64)) == "int64[10] [0, 1, 2, ..., 7, 8, 9]");
+  CHECK(text(scalar(2.5, DType::Float64)) == "float64[] 2.5");
+  CHECK(text(array(std::vector<bool>{true, false}, {2})) == "bool[2] [true, false]");
+  CHECK(text(zeros({0, 3})) == "float32[0, 3] []");
+  CHECK(text(ones({2}) * 0.5) == "float32[2] [0.5, 0.5]");  // evaluates a lazy Var
 }

@@ -9,7 +9,9 @@ namespace metajit {
 
 Var reshape(const Var& x, Shape shape);  // one -1 allowed
 Var transpose(const Var& x, std::vector<int64_t> perm);
-Var matmul(const Var& a, const Var& b);  // [..,n,k] x [..,k,m]; leading batch dims broadcast
+// [..,n,k] x [..,k,m]; leading batch dims broadcast. A 1-D operand follows numpy: a [k] is a
+// row, b [k] a column, and that axis is dropped from the result ([k] x [k] is a 0-d dot).
+Var matmul(const Var& a, const Var& b);
 
 // ---- convolution and pooling (meta_ops/convolution.cc) ----
 Var conv2d(const Var& x, const Var& w, int64_t stride = 1, int64_t padding = 0,

@@ -1,6 +1,7 @@
 // Running graphs and looking inside them: eval, plan, explain, to_dot (docs/api.md "Running").
 #pragma once
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,11 @@ std::string explain(const std::vector<Var>& vars);
 // ops built by grad() coloured apart from forward ones. Compiles nothing; deterministic.
 // Render with `dot -Tsvg`. METAJIT_DUMP_DOT=DIR writes one for every eval().
 std::string to_dot(const std::vector<Var>& vars);
+
+// Prints x's dtype, shape and values, evaluating it (numpy's layout: nested brackets; an axis
+// longer than 6 shows its first and last 3 elements around "..."); "Var()" when undefined.
+// `std::cout << x` for a look while debugging; to_vector() for the values themselves.
+std::ostream& operator<<(std::ostream& os, const Var& x);
 
 }  // namespace metajit
 #pragma GCC visibility pop
