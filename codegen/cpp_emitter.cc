@@ -92,6 +92,40 @@ static inline double mj_exp(double x) {
   const double e = exp(__builtin_bit_cast(double, __builtin_bit_cast(long long, x) & keep));
   return __builtin_bit_cast(double, __builtin_bit_cast(long long, e) & keep);
 }
+// log1p, asin and acos outside their domains (x < -1, |x| > 1) are NaN, and glibc's vector
+// variants compute a whole vector with scalar calls when one lane is there (log1p of normal
+// samples ran 3x slower than of their absolute values, 28 against 9 ms on 16M floats,
+// measured): those lanes get the argument 0 and the result NaN, by bit masks as in mj_expf.
+static inline float mj_log1pf(float x) {
+  const int bad = -(int)(x < -1.0f);
+  const float r = log1pf(__builtin_bit_cast(float, __builtin_bit_cast(int, x) & ~bad));
+  return __builtin_bit_cast(float, __builtin_bit_cast(int, r) | (bad & 0x7fc00000));
+}
+static inline double mj_log1p(double x) {
+  const long long bad = -(long long)(x < -1.0);
+  const double r = log1p(__builtin_bit_cast(double, __builtin_bit_cast(long long, x) & ~bad));
+  return __builtin_bit_cast(double, __builtin_bit_cast(long long, r) | (bad & 0x7ff8000000000000LL));
+}
+static inline float mj_asinf(float x) {
+  const int bad = -(int)(__builtin_fabsf(x) > 1.0f);
+  const float r = asinf(__builtin_bit_cast(float, __builtin_bit_cast(int, x) & ~bad));
+  return __builtin_bit_cast(float, __builtin_bit_cast(int, r) | (bad & 0x7fc00000));
+}
+static inline double mj_asin(double x) {
+  const long long bad = -(long long)(__builtin_fabs(x) > 1.0);
+  const double r = asin(__builtin_bit_cast(double, __builtin_bit_cast(long long, x) & ~bad));
+  return __builtin_bit_cast(double, __builtin_bit_cast(long long, r) | (bad & 0x7ff8000000000000LL));
+}
+static inline float mj_acosf(float x) {
+  const int bad = -(int)(__builtin_fabsf(x) > 1.0f);
+  const float r = acosf(__builtin_bit_cast(float, __builtin_bit_cast(int, x) & ~bad));
+  return __builtin_bit_cast(float, __builtin_bit_cast(int, r) | (bad & 0x7fc00000));
+}
+static inline double mj_acos(double x) {
+  const long long bad = -(long long)(__builtin_fabs(x) > 1.0);
+  const double r = acos(__builtin_bit_cast(double, __builtin_bit_cast(long long, x) & ~bad));
+  return __builtin_bit_cast(double, __builtin_bit_cast(long long, r) | (bad & 0x7ff8000000000000LL));
+}
 extern "C" void* malloc(unsigned long);
 extern "C" void free(void*);
 extern "C" int omp_get_max_threads(void);

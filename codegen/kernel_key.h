@@ -23,8 +23,9 @@ namespace metajit {
 // innermost loop run in chunks of a constant divisor of its index (codegen/division_chunks.h)
 // 26: whole panels of unguarded operands packed with plain (not masked) loads, operands along
 // memory packed once per launch in groups of panels; 27: the prelude declares erf, log1p,
-// expm1, tan, atan, asin and acos SIMD-callable (libmvec)
-inline constexpr const char* kCodegenVersion = "cpp-27";
+// expm1, tan, atan, asin and acos SIMD-callable (libmvec); 28: log1p, asin and acos guarded
+// against libmvec's scalar path outside their domains (mj_log1pf, mj_asinf, mj_acosf)
+inline constexpr const char* kCodegenVersion = "cpp-28";
 
 class KernelKeyBuilder {
  public:
