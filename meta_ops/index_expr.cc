@@ -92,7 +92,7 @@ class Parser {
   void need_condition(std::string_view op) {
     if (condition_) return;
     if (!in_ternary_condition_) not_a_condition(op);
-    if (!first_condition_op_) first_condition_op_ = std::string(op);
+    if (first_condition_op_.empty()) first_condition_op_ = op;  // a static token's text
   }
   [[noreturn, gnu::noinline, gnu::cold]] void not_a_condition(std::string_view op) {
     fail("operator '" + std::string(op) + "' is only allowed in overflow_conditions",
@@ -100,7 +100,7 @@ class Parser {
   }
 
   // Binary operators by precedence climbing: one function for every level, so that each
-  // parenthesis costs three stack frames (binary, unary, primary) instead of one per level.
+  // parenthesis costs four stack frames (ternary, binary, unary, primary), not one per level.
   // Sanitizer builds have large frames, and a worker thread's stack may be 1 MB.
   struct BinaryOperator {
     std::string_view token;
@@ -124,22 +124,26 @@ class Parser {
 
   // cond ? a : b, the loosest operator, right-associative. In an index expression (not an
   // overflow condition) the comparisons and logic before a '?' are its condition, and nowhere
-  // else.
+  // else. Its frame is one of the four each parenthesis level adds (up to kMaxIndexExprDepth,
+  // and sanitizer builds pad every local), so it keeps few, small locals: the branches are
+  // parsed out of line.
   IndexExprPtr parse_ternary() {
     const bool saved = in_ternary_condition_;
-    std::optional<std::string> saved_op = std::move(first_condition_op_);
-    first_condition_op_.reset();
+    const std::string_view saved_op = first_condition_op_;
+    first_condition_op_ = {};
     in_ternary_condition_ = true;
     IndexExprPtr cond = parse_binary(0);
     in_ternary_condition_ = saved;
-    const std::optional<std::string> seen = std::move(first_condition_op_);
-    first_condition_op_ = std::move(saved_op);
-    if (!eat("?")) {
-      // Inside an enclosing ?:'s condition (a parenthesis there) it is that condition's part.
-      if (seen && !condition_ && !saved) not_a_condition(*seen);
-      if (seen && !first_condition_op_) first_condition_op_ = seen;
-      return cond;
-    }
+    const std::string_view seen = first_condition_op_;
+    first_condition_op_ = saved_op;
+    if (eat("?")) return parse_branches(std::move(cond));
+    // Inside an enclosing ?:'s condition (a parenthesis there) it is that condition's part.
+    if (!seen.empty() && !condition_ && !saved) not_a_condition(seen);
+    if (first_condition_op_.empty()) first_condition_op_ = seen;
+    return cond;
+  }
+  // After "cond ?": the two values.
+  [[gnu::noinline]] IndexExprPtr parse_branches(IndexExprPtr cond) {
     Level level(*this);
     IndexExprPtr a = parse_ternary();
     if (!eat(":")) fail("missing ':' of a ?:", "':' and the value when the condition is false");
@@ -326,8 +330,8 @@ class Parser {
   std::string_view s_;
   size_t pos_ = 0;
   int nesting_ = 0;
-  bool in_ternary_condition_ = false;              // parsing what may be the condition of a ?:
-  std::optional<std::string> first_condition_op_;  // a comparison/logic operator seen there
+  bool in_ternary_condition_ = false;    // parsing what may be the condition of a ?:
+  std::string_view first_condition_op_;  // a comparison/logic operator seen there (a token)
   int num_vars_;
   bool condition_;
   const std::string& context_;
