@@ -40,24 +40,31 @@ namespace {
 // function called while fn is traced is inlined into that trace, jit_trace_depth() > 1).
 thread_local const JitCore* tracing_core = nullptr;
 
+// The switches (TraceSwitch) this thread's trace read, with the values it saw.
+using SwitchReads = std::vector<std::pair<std::shared_ptr<const TraceSwitch>, bool>>;
+thread_local SwitchReads* traced_switches = nullptr;
+
 // While fn is traced: this thread's trace, and its draws from the random stream read `random`'s
 // placeholder instead of taking counters (meta_ops/random_stream.h).
 struct TracingScope {
-  TracingScope(const JitCore& c, RandomTrace& random)
-      : saved(tracing_core), saved_random(random_trace()) {
+  TracingScope(const JitCore& c, RandomTrace& random, SwitchReads& switches)
+      : saved(tracing_core), saved_random(random_trace()), saved_switches(traced_switches) {
     ++jit_trace_depth();
     tracing_core = &c;
     set_random_trace(&random);
+    traced_switches = &switches;
   }
   ~TracingScope() {
     --jit_trace_depth();
     tracing_core = saved;
     set_random_trace(saved_random);
+    traced_switches = saved_switches;
   }
   TracingScope(const TracingScope&) = delete;
   TracingScope& operator=(const TracingScope&) = delete;
   const JitCore* saved;
   RandomTrace* saved_random;
+  SwitchReads* saved_switches;
 };
 
 // Scratch sizes that keep a replay of a small function free of mallocs but its outputs'.
@@ -93,6 +100,7 @@ struct JitPlan {
   // source placeholder (-1: none) and how many counters each call takes from the stream.
   int32_t random_leaf = -1;
   uint64_t random_counters = 0;
+  SwitchReads switches;  // replayed only while each switch still has the value fn saw
   const JitPlan* next = nullptr;  // the previously traced signature
 };
 
@@ -158,6 +166,8 @@ void append_value(const Node& n, std::vector<int64_t>& s) {
 
 bool matches(const JitCore& c, const JitPlan& p, const Var* const* args, Device dev) {
   if (p.program.device != dev) return false;
+  for (const auto& [sw, value] : p.switches)
+    if (sw->peek() != value) return false;
   const int64_t* s = p.signature.data();
   std::vector<int64_t> value;
   for (size_t i = 0; i < c.num_args; ++i) {
@@ -341,14 +351,16 @@ const JitPlan& trace(JitCore& c, const Var* const* args) {
   // The random stream's source, as a placeholder the replays fill with counters taken per call.
   RandomTrace random;
   random.source = array(std::vector<int64_t>(4, 0), {4});
+  SwitchReads switches;
   std::vector<Var> outs;
   {
-    TracingScope scope(c, random);
+    TracingScope scope(c, random, switches);
     outs = c.trace_fn(placeholders.data());
   }
   check_outputs(c, outs);
 
   auto plan = std::make_unique<JitPlan>();
+  plan->switches = std::move(switches);
   plan->signature = signature_of(c, args);
   {
     std::vector<NodePtr> nodes;
@@ -511,6 +523,16 @@ std::vector<Var> jit_call_many(JitCore& core, const Var* const* args) {
   std::vector<Var> out(p.outputs.size());
   replay(p, args, out.data());
   return out;
+}
+
+bool read_switch(const std::shared_ptr<const TraceSwitch>& s) {
+  const bool value = s->peek();
+  if (traced_switches) {
+    const auto seen = std::find_if(traced_switches->begin(), traced_switches->end(),
+                                   [&](const auto& read) { return read.first == s; });
+    if (seen == traced_switches->end()) traced_switches->emplace_back(s, value);
+  }
+  return value;
 }
 
 uint64_t jit_traces(const JitCore& core) {

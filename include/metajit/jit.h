@@ -43,6 +43,7 @@
 // - Calling a jit function while another one is being traced on the same thread simply calls
 //   its fn: the inner function becomes part of the outer trace.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -62,6 +63,23 @@ namespace metajit {
 namespace detail {
 
 class JitCore;
+
+// A flag that traced code may branch on (nn::Module's train/eval mode): a jit function records
+// the value each switch it read had while fn was traced, and replays that plan only while every
+// such switch still has that value; otherwise it traces again, so the flag is part of the
+// signature (shared/api.md "Layers, weights and the ops models need").
+class TraceSwitch {
+ public:
+  explicit TraceSwitch(bool on) : on_(on) {}
+  void set(bool on) { on_.store(on, std::memory_order_relaxed); }
+  // The value, without recording it in a trace.
+  bool peek() const { return on_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<bool> on_;
+};
+// s->peek(); inside a jit trace, the plan being traced is also keyed on it.
+bool read_switch(const std::shared_ptr<const TraceSwitch>& s);
 
 // Calls fn on the placeholders args[0..n) and returns its result(s) as a vector.
 using JitTraceFn = std::function<std::vector<Var>(const Var* args)>;
