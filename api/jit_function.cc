@@ -47,24 +47,31 @@ thread_local SwitchReads* traced_switches = nullptr;
 // While fn is traced: this thread's trace, and its draws from the random stream read `random`'s
 // placeholder instead of taking counters (meta_ops/random_stream.h).
 struct TracingScope {
-  TracingScope(const JitCore& c, RandomTrace& random, SwitchReads& switches)
-      : saved(tracing_core), saved_random(random_trace()), saved_switches(traced_switches) {
+  TracingScope(const JitCore& c, RandomTrace& random, SwitchReads& switches,
+               std::vector<TracedAssign>& assigns)
+      : saved(tracing_core),
+        saved_random(random_trace()),
+        saved_switches(traced_switches),
+        saved_assigns(traced_assigns()) {
     ++jit_trace_depth();
     tracing_core = &c;
     set_random_trace(&random);
     traced_switches = &switches;
+    traced_assigns() = &assigns;
   }
   ~TracingScope() {
     --jit_trace_depth();
     tracing_core = saved;
     set_random_trace(saved_random);
     traced_switches = saved_switches;
+    traced_assigns() = saved_assigns;
   }
   TracingScope(const TracingScope&) = delete;
   TracingScope& operator=(const TracingScope&) = delete;
   const JitCore* saved;
   RandomTrace* saved_random;
   SwitchReads* saved_switches;
+  std::vector<TracedAssign>* saved_assigns;
 };
 
 // Scratch sizes that keep a replay of a small function free of mallocs but its outputs'.
@@ -95,12 +102,16 @@ struct JitPlan {
     DType dtype = DType::Float32;
     Shape shape;
   };
-  std::vector<Output> outputs;
+  std::vector<Output> outputs;  // fn's results, then the state's new values
+  size_t num_results = 0;       // how many of the outputs are fn's
+  // Vars fn assigned (TracedAssign): each call reads their values and assigns the new ones.
+  std::vector<Var> state;
+  std::vector<int32_t> leaf_state;  // per graph leaf: the state Var it reads, or -1
   // Draws from the random stream (meta_ops/random_stream.h): the graph leaf of the trace's
   // source placeholder (-1: none) and how many counters each call takes from the stream.
   int32_t random_leaf = -1;
   uint64_t random_counters = 0;
-  SwitchReads switches;  // replayed only while each switch still has the value fn saw
+  SwitchReads switches;           // replayed only while each switch still has the value fn saw
   const JitPlan* next = nullptr;  // the previously traced signature
 };
 
@@ -139,6 +150,9 @@ class JitCore {
   std::string identity;  // who counts as "the same function" for the compiled-again warning
   // Names arguments the user did not pass (a train step's parameters); "" for the user's own.
   std::function<std::string(size_t)> describe_argument;
+  // Per argument, what errors call it when the default "argument i" is not its name: a flat
+  // argument of a function with list parameters is "argument 1[3]" (set_argument_labels).
+  std::vector<std::string> labels;
   std::string name;   // "step", or "#3"
   std::string label;  // "jit function 'step'", or "jit function #3 (main::{lambda(...)#1})"
 
@@ -153,6 +167,10 @@ class JitCore {
 };
 
 namespace {
+
+std::string argument_label(const JitCore& c, size_t i) {
+  return c.labels.empty() ? "argument " + std::to_string(i) : c.labels[i];
+}
 
 // A static argument's value, as it is kept in a signature: its byte count, then its bytes in
 // int64 words (zero-padded).
@@ -198,7 +216,7 @@ const JitPlan* find_plan(const JitCore& c, const Var* const* args) {
 void check_defined(const JitCore& c, const Var* const* args) {
   for (size_t i = 0; i < c.num_args; ++i)
     if (!args[i]->defined())
-      throw Error(c.label + ": argument " + std::to_string(i) +
+      throw Error(c.label + ": " + argument_label(c, i) +
                   " is undefined (a default-constructed Var); every argument must hold a value");
 }
 
@@ -257,8 +275,7 @@ std::string describe_change(const JitCore& c, const std::vector<int64_t>& before
     if (sa != sb)
       what += (what.empty() ? "shape " : ", shape ") + shape_str(sa) + " -> " + shape_str(sb);
     if (value_changed && what.empty()) what = "a new value (a static argument)";
-    if (!what.empty())
-      out += (out.empty() ? "argument " : " and argument ") + std::to_string(i) + ": " + what;
+    if (!what.empty()) out += (out.empty() ? "" : " and ") + argument_label(c, i) + ": " + what;
   }
   return out.empty() ? "an unchanged signature" : out;
 }
@@ -331,6 +348,15 @@ void note_recreated(JitCore& c, const std::vector<int64_t>& sig) {
                   "function)");
 }
 
+// After a trace: the Vars fn assigned (TracedAssign) name their values from before it again,
+// computed (the plan's leaves read them), and the first call assigns them as every call does.
+void restore_state(const std::vector<TracedAssign>& assigns) {
+  for (auto a = assigns.rbegin(); a != assigns.rend(); ++a) {
+    rebind_var(a->target, a->before);
+    if (!realized_acquire(*a->before)) eval({a->target});
+  }
+}
+
 // Traces fn for the signature of `args` (realized) unless another thread just did.
 const JitPlan& trace(JitCore& c, const Var* const* args) {
   std::lock_guard<std::mutex> lock(c.mu);
@@ -352,14 +378,23 @@ const JitPlan& trace(JitCore& c, const Var* const* args) {
   RandomTrace random;
   random.source = array(std::vector<int64_t>(4, 0), {4});
   SwitchReads switches;
+  std::vector<TracedAssign> assigns;
   std::vector<Var> outs;
-  {
-    TracingScope scope(c, random, switches);
+  try {
+    TracingScope scope(c, random, switches, assigns);
     outs = c.trace_fn(placeholders.data());
+  } catch (...) {
+    restore_state(assigns);
+    throw;
   }
-  check_outputs(c, outs);
-
   auto plan = std::make_unique<JitPlan>();
+  plan->num_results = outs.size();
+  for (const TracedAssign& a : assigns) {
+    outs.emplace_back(a.target.node());  // the value assigned last
+    plan->state.push_back(a.target);
+  }
+  restore_state(assigns);
+  check_outputs(c, outs);
   plan->switches = std::move(switches);
   plan->signature = signature_of(c, args);
   {
@@ -374,10 +409,15 @@ const JitPlan& trace(JitCore& c, const Var* const* args) {
   Graph& g = plan->pipeline.graph;
   plan->leaf_arg.assign(g.leaves.size(), -1);
   plan->leaf_data.assign(g.leaves.size(), nullptr);
+  plan->leaf_state.assign(g.leaves.size(), -1);
   for (size_t l = 0; l < g.leaves.size(); ++l) {
     for (size_t i = 0; i < c.num_args; ++i)
       if (g.leaves[l] == placeholders[i].node()) plan->leaf_arg[l] = int32_t(i);
-    if (g.leaves[l] == random.source.node()) {
+    for (size_t k = 0; k < assigns.size(); ++k)
+      if (g.leaves[l] == assigns[k].before) plan->leaf_state[l] = int32_t(k);
+    if (plan->leaf_state[l] >= 0) {
+      g.leaves[l].reset();  // each call reads the state's current value
+    } else if (g.leaves[l] == random.source.node()) {
       plan->random_leaf = int32_t(l);
       plan->random_counters = random.used;
       g.leaves[l].reset();
@@ -414,12 +454,20 @@ void* arg_data(const Node& n, Device dev) {
   return n.data->device() == dev ? n.data->data() : buffer_on(n, dev)->data();
 }
 
-// Runs `p` for `args` (realized) and writes its outputs to out[0 .. p.outputs.size()).
+// Runs `p` for `args` (realized), writes fn's results to out[0 .. p.num_results) and assigns
+// the state's new values.
 void replay(const JitPlan& p, const Var* const* args, Var* out) {
+  for (const Var& s : p.state)
+    if (!realized_acquire(*s.node())) eval({s});
   SmallBuffer<void*, kInlineLeaves> leaf_data(p.leaf_data.size());
-  for (size_t l = 0; l < p.leaf_data.size(); ++l)
-    leaf_data[l] = p.leaf_arg[l] >= 0 ? arg_data(*args[p.leaf_arg[l]]->node(), p.program.device)
-                                      : p.leaf_data[l];
+  for (size_t l = 0; l < p.leaf_data.size(); ++l) {
+    if (p.leaf_arg[l] >= 0)
+      leaf_data[l] = arg_data(*args[p.leaf_arg[l]]->node(), p.program.device);
+    else if (p.leaf_state[l] >= 0)
+      leaf_data[l] = arg_data(*p.state[size_t(p.leaf_state[l])].node(), p.program.device);
+    else
+      leaf_data[l] = p.leaf_data[l];
+  }
   Var random_source;  // this call's counters, held while the program runs
   if (p.random_leaf >= 0) {
     const RandomWords w = take_random_counters(p.random_counters);
@@ -430,16 +478,21 @@ void replay(const JitPlan& p, const Var* const* args, Var* out) {
   run_program(p.program, leaf_data.data(), results.data());
   for (size_t k = 0; k < p.outputs.size(); ++k) {
     const JitPlan::Output& o = p.outputs[k];
+    Var v;
     if (o.arg >= 0) {
-      out[k] = *args[o.arg];
+      v = *args[o.arg];
     } else if (o.constant) {
-      out[k] = Var(o.constant);
+      v = Var(o.constant);
     } else {
       NodePtr n = new_node(OpKind::Leaf, o.dtype, o.shape);
       n->data = std::move(results[k]);
       n->evaluated = true;  // computed: grad() cannot see behind it
-      out[k] = Var(std::move(n));
+      v = Var(std::move(n));
     }
+    if (k < p.num_results)
+      out[k] = std::move(v);
+    else
+      Var(p.state[k - p.num_results]).assign(v);  // a copy is the same variable
   }
 }
 
@@ -490,6 +543,12 @@ void check_not_traced_argument(const std::vector<NodePtr>& nodes, const char* wh
                       " while the step is traced. It would be baked into the plan and every "
                       "later step would replay that value; compute with the Var instead");
       }
+      const std::string label = argument_label(*tracing_core, size_t(n->jit_argument));
+      if (!tracing_core->labels.empty())  // a list's element: static_args names the list
+        throw Error(tracing_core->label + ": " + what + " reads the value of " + label +
+                    " while the function is traced. The value would be baked into the plan "
+                    "and every later call would replay it. Compute with the Var instead (e.g. "
+                    "where() for a branch), or declare that parameter static in JitOptions");
       throw Error(tracing_core->label + ": " + what + " reads the value of argument " + arg +
                   " while the function is traced. The value would be baked into the plan and "
                   "every later call, whatever its argument " +
@@ -520,9 +579,13 @@ std::vector<Var> jit_call_many(JitCore& core, const Var* const* args) {
     return call_inline(core, args);
   }
   const JitPlan& p = plan_for(core, args);
-  std::vector<Var> out(p.outputs.size());
+  std::vector<Var> out(p.num_results);
   replay(p, args, out.data());
   return out;
+}
+
+void set_argument_labels(JitCore& core, std::vector<std::string> labels) {
+  core.labels = std::move(labels);
 }
 
 bool read_switch(const std::shared_ptr<const TraceSwitch>& s) {

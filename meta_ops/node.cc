@@ -168,6 +168,11 @@ int& jit_trace_depth() {
   return depth;
 }
 
+std::vector<TracedAssign>*& traced_assigns() {
+  thread_local std::vector<TracedAssign>* record = nullptr;
+  return record;
+}
+
 std::recursive_mutex& graph_mutex() {
   static std::recursive_mutex mu;
   return mu;

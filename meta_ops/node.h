@@ -199,6 +199,15 @@ class BackwardScope {
 // value is an error.
 int& jit_trace_depth();
 
+// A Var assigned while a jit function is traced: part of the function's state, which every call
+// reads and assigns anew (api/jit_function.cc). `before`: the node it named when first assigned.
+struct TracedAssign {
+  Var target;
+  NodePtr before;
+};
+// Where Var::assign records during the current trace on this thread (null outside one).
+std::vector<TracedAssign>*& traced_assigns();
+
 // Turns `n` into a Leaf holding `data` and drops its inputs (after evaluation). Called with
 // graph_mutex() held; `kind` is published last (release), see realized_acquire().
 void realize(Node& n, BufferPtr data);

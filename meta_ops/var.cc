@@ -3,6 +3,7 @@
 #include <metajit/error.h>
 #include <metajit/var.h>
 
+#include <algorithm>
 #include <string>
 
 #include "meta_ops/node.h"
@@ -45,11 +46,10 @@ void Var::assign(const Var& value) {
     throw DTypeError(std::string("assign: the value has dtype ") + dtype_name(value.dtype()) +
                      " but the Var has dtype " + dtype_name(dtype()) +
                      "; assign keeps a Var's dtype (cast the value)");
-  if (jit_trace_depth() > 0)
-    throw Error(
-        "assign: called while a jit function is traced; the assignment would happen once, at "
-        "trace time, and never on replay. Return the new value from the function and assign it "
-        "after the call, or use an optimizer's jit_step (README \"Training\")");
+  if (jit_trace_depth() > 0) {
+    assign_traced(value);
+    return;
+  }
   NodePtr old = cell_->set(value.node());
   // The variable's older value (README "Lazy evaluation"): pending, an evaluation that computes
   // it while something still reads it stores it, so a chain of updates is computed once; already
@@ -61,6 +61,27 @@ void Var::assign(const Var& value) {
     else
       old->assigned_away = true;
   }
+}
+
+// Inside a jit trace the Var is the function's state (meta_ops/node.h TracedAssign): the rest of
+// the trace reads the new value, and the jit function makes every call assign it.
+void Var::assign_traced(const Var& value) {
+  std::vector<TracedAssign>* record = traced_assigns();
+  if (!record)
+    throw Error(
+        "assign: called while a jit function is traced in a way that cannot keep state; return "
+        "the new value from the function and assign it after the call");
+  const bool known = std::any_of(record->begin(), record->end(),
+                                 [&](const TracedAssign& a) { return a.target.cell_ == cell_; });
+  if (!known) {
+    if (cell_->node->jit_argument >= 0)
+      throw Error(
+          "assign: inside a jit function, the Var assigned to is one of its arguments (or a "
+          "train step's parameter), whose value the caller passes anew each call; return the "
+          "new value from the function instead (a train step updates its parameters itself)");
+    record->push_back({*this, cell_->node});
+  }
+  cell_->set(value.node());
 }
 
 Var::Cell::Cell(NodePtr n) : node(std::move(n)) {

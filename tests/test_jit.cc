@@ -397,3 +397,128 @@ TEST_CASE("jit replays are profiled like eval launches", "[jit][profile]") {
   INFO(report);
   CHECK_THAT(report, Catch::Matchers::Contains("1 kernel, 5 launches"));
 }
+
+// ---------------------------------------------------------------- list parameters
+
+TEST_CASE("jit, value_and_grad and jit_step take std::vector<Var> parameters", "[jit][lists]") {
+  Var x = realized_rand({2, 3}, 21);
+  std::vector<Var> ws = {realized_rand({3, 3}, 22), realized_rand({3, 3}, 23),
+                         realized_rand({3, 3}, 24)};
+  auto chain = [](const Var& in, const std::vector<Var>& layers) {
+    Var h = in;
+    for (const Var& w : layers) h = tanh(matmul(h, w));
+    return sum(h);
+  };
+  auto f = jit(chain, "chain");
+  check_matches({f(x, ws)}, {chain(x, ws)});
+  check_matches({f(x, ws)}, {chain(x, ws)});
+  CHECK(f.traces() == 1);
+  // Another length is another signature; the first one's plan is still there.
+  const std::vector<Var> two(ws.begin(), ws.begin() + 2);
+  check_matches({f(x, two)}, {chain(x, two)});
+  CHECK(f.traces() == 2);
+  f(x, ws);
+  CHECK(f.traces() == 2);
+
+  SECTION("value_and_grad: a list parameter gives one gradient per element") {
+    auto vg = jit(value_and_grad(chain, {1}), "chain_grad");
+    const std::vector<Var> got = vg(x, ws);
+    REQUIRE(got.size() == 4);
+    std::vector<Var> eager = {chain(x, ws)};
+    const std::vector<Var> g = grad(eager[0], ws);
+    eager.insert(eager.end(), g.begin(), g.end());
+    check_matches(got, eager);
+    // argnums {0, 1}: the Var's gradient, then the list's.
+    auto vg01 = jit(value_and_grad(chain, {0, 1}), "chain_grad01");
+    CHECK(vg01(x, ws).size() == 5);
+  }
+  SECTION("an undefined element is named by its list index") {
+    std::vector<Var> holes = ws;
+    holes[1] = Var();
+    CHECK_THROWS_WITH(f(x, holes), Catch::Contains("argument 1[1] is undefined"));
+  }
+  SECTION("a jit_step over a list of batches") {
+    Var w = realized_rand({3, 1}, 25);
+    SGD opt({w}, 0.1);
+    auto step = opt.jit_step(
+        [&](const std::vector<Var>& batches) {
+          Var loss = scalar(0.0, DType::Float32);
+          for (const Var& b : batches) loss = loss + sum(matmul(b, w) * matmul(b, w));
+          return loss;
+        },
+        "list_step");
+    const std::vector<Var> batches = {realized_rand({2, 3}, 26), realized_rand({4, 3}, 27)};
+    const std::vector<double> w0 = values_of(w);
+    // The expected update, by hand: d/dw sum((b w)^2) = 2 b^T (b w), summed over the batches.
+    std::vector<double> g(3, 0.0);
+    for (const Var& b : batches) {
+      const std::vector<double> bv = values_of(b);
+      const size_t rows = bv.size() / 3;
+      for (size_t r = 0; r < rows; ++r) {
+        double bw = 0;
+        for (size_t k = 0; k < 3; ++k) bw += bv[r * 3 + k] * w0[k];
+        for (size_t k = 0; k < 3; ++k) g[k] += 2 * bv[r * 3 + k] * bw;
+      }
+    }
+    step(batches);
+    const std::vector<double> w1 = values_of(w);
+    for (size_t k = 0; k < 3; ++k) CHECK(w1[k] == Approx(w0[k] - 0.1 * g[k]).epsilon(1e-5));
+    step(batches);
+    CHECK(step.traces() == 1);
+  }
+}
+
+// ---------------------------------------------------------------- state and switches
+
+TEST_CASE("a Var assigned inside a jit function is state: each call reads and assigns it",
+          "[jit][state]") {
+  Var count = zeros({}, DType::Float32);
+  Var running = zeros({3}, DType::Float32);  // lazy when first read: the trace computes it first
+  auto f = jit(
+      [&](const Var& v) {
+        count.assign(count + 1.0);
+        running.assign(running * 0.5 + v * 0.5);
+        return v * count;
+      },
+      "stateful");
+  Var v = array<float>({2, 4, 8}, {3});
+  CHECK(values_of(f(v)) == std::vector<double>{2, 4, 8});
+  CHECK(values_of(f(v)) == std::vector<double>{4, 8, 16});
+  CHECK(values_of(f(v)) == std::vector<double>{6, 12, 24});
+  CHECK(count.item<float>() == 3.0f);
+  CHECK(values_of(running) == std::vector<double>{1.75, 3.5, 7});
+  CHECK(f.traces() == 1);
+  // A value set between calls is what the next call reads.
+  count.assign(scalar(10.0, DType::Float32) * 1.0);  // lazy
+  CHECK(values_of(f(v)) == std::vector<double>{22, 44, 88});
+  CHECK(f.traces() == 1);
+
+  SECTION("an error while tracing leaves the state as it was") {
+    Var kept = array<float>({1, 2}, {2});
+    auto bad = jit(
+        [&](const Var& a) {
+          kept.assign(kept * 3.0);
+          return a + kept;  // [3] + [2]: ShapeError
+        },
+        "bad_state");
+    CHECK_THROWS_AS(bad(v), ShapeError);
+    CHECK(values_of(kept) == std::vector<double>{1, 2});
+  }
+}
+
+TEST_CASE("a jit function traced under one value of a TraceSwitch traces again under the other",
+          "[jit][state]") {
+  auto training = std::make_shared<detail::TraceSwitch>(true);
+  auto f = jit([&](const Var& v) { return detail::read_switch(training) ? v * 2.0 : v + 100.0; },
+               "switched");
+  Var v = array<float>({1, 2}, {2});
+  CHECK(values_of(f(v)) == std::vector<double>{2, 4});
+  training->set(false);
+  CHECK(values_of(f(v)) == std::vector<double>{101, 102});
+  CHECK(f.traces() == 2);
+  training->set(true);
+  CHECK(values_of(f(v)) == std::vector<double>{2, 4});
+  CHECK(f.traces() == 2);  // the first plan again
+  // Outside a trace, reading a switch records nothing.
+  CHECK(detail::read_switch(training));
+}

@@ -140,6 +140,12 @@ std::shared_ptr<JitCore> make_train_jit(const std::shared_ptr<OptimizerCore>& co
 
 Var call_train_jit(OptimizerCore& core, JitCore& jit, const Var* const* user_args,
                    size_t num_user_args) {
+  // Inlined into another trace, its step count and learning rate would be baked into that plan
+  // and its updates replayed as that function's state: never what a caller means.
+  if (jit_trace_depth() > 0)
+    throw Error(core.kind +
+                " jit_step: called while a jit function is traced; a train step runs on its "
+                "own: call it outside other jit functions");
   const size_t np = core.params.size(), ns = core.state.size();
   std::vector<const Var*> args(user_args, user_args + num_user_args);
   for (const Var& p : core.params) args.push_back(&p);

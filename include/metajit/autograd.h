@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "var.h"
+#include "var_args.h"
 
 // The public API: what libmetajit.so exports (METAJIT_SHARED, CMakeLists.txt).
 #pragma GCC visibility push(default)
@@ -54,11 +55,13 @@ struct ValueAndGrad<F, std::tuple<A...>> {
   std::vector<int> argnums;
   // Exactly fn's parameters, so jit() can trace it.
   std::vector<Var> operator()(A... args) const {
-    const Var* in[sizeof...(A) + 1] = {&args...};
-    Var value = fn(args...);  // lvalues: `in` must stay valid
+    Var value = fn(args...);  // lvalues: the Vars `flat` points at must stay valid
+    const FlatArgs flat = flatten_all(args...);
+    const ParamSpans<A...> spans(flat.list_lengths);
     std::vector<Var> wrt;
-    wrt.reserve(argnums.size());
-    for (int i : argnums) wrt.push_back(*in[i]);
+    for (int i : argnums)
+      for (size_t k = 0; k < spans.length[size_t(i)]; ++k)
+        wrt.push_back(*flat.vars[spans.offset[size_t(i)] + k]);
     std::vector<Var> out = grad(value, wrt);
     out.insert(out.begin(), std::move(value));
     return out;
@@ -83,9 +86,12 @@ struct CallSignature<R (C::*)(A...)> : CallSignature<R (*)(A...)> {};
 
 }  // namespace detail
 
-// A callable with exactly fn's parameters (each a Var, by value or const Var&) that returns
-// {fn(args...), d fn / d args[argnums[0]], ...}. fn must return a Var. jit() accepts it:
+// A callable with exactly fn's parameters (each a Var, by value or const Var&, or a
+// std::vector<Var>) that returns {fn(args...), d fn / d args[argnums[0]], ...}, a list
+// parameter contributing the gradient of each of its elements in order. fn must return a Var.
+// jit() accepts it:
 //   auto step = jit(value_and_grad(loss_fn, {1, 2}), "step");
+//   auto step = jit(value_and_grad([](const Var& x, const std::vector<Var>& params) {...}, {1}));
 template <class F>
 auto value_and_grad(F fn, std::vector<int> argnums = {0}) {
   using Fn = std::decay_t<F>;

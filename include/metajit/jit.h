@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "var.h"
+#include "var_args.h"
 
 // The public API: what libmetajit.so exports (METAJIT_SHARED, CMakeLists.txt).
 #pragma GCC visibility push(default)
@@ -146,13 +147,28 @@ struct SignatureOf<F> {
   using type = FnTraits<decltype(&F::operator())>;
 };
 
-template <class A>
-inline constexpr bool is_var_param_v =
-    std::is_same_v<A, Var> || std::is_same_v<A, const Var&> || std::is_same_v<A, const Var>;
-
 template <class R>
 inline constexpr bool is_var_result_v =
     std::is_same_v<R, Var> || std::is_same_v<R, std::vector<Var>>;
+
+// A jit function with list parameters (std::vector<Var>): one JitCore per list layout (the
+// lengths of its lists), each a jit function of the flattened arguments. A new layout is a new
+// signature: it traces, and counts toward the retracing warning like any other
+// (api/jit_layouts.cc).
+class JitCoresByLayout {
+ public:
+  using Factory = std::function<std::shared_ptr<JitCore>(const std::vector<size_t>& layout)>;
+  JitCoresByLayout(Factory factory, std::string name);
+  JitCore& core_for(const std::vector<size_t>& layout);
+  uint64_t traces() const;
+  const std::string& name() const;
+
+ private:
+  struct Impl;
+  Factory factory_;
+  std::string name_;
+  std::shared_ptr<Impl> impl_;
+};
 
 // The callable jit() returns, for fn of type R(A...).
 template <class R, class Args>
@@ -161,25 +177,36 @@ class JitFunction;
 template <class R, class... A>
 class JitFunction<R, std::tuple<A...>> {
  public:
+  static constexpr bool kHasLists = (is_var_list_param_v<A> || ...);
   explicit JitFunction(std::shared_ptr<JitCore> core) : core_(std::move(core)) {}
+  explicit JitFunction(std::shared_ptr<JitCoresByLayout> cores) : cores_(std::move(cores)) {}
 
   // Replays fn's plan for these arguments' signature, tracing fn first if it is new.
   // (Arguments are taken by const reference whatever fn takes: the same calls compile.)
-  R operator()(const std::conditional_t<true, Var, A>&... args) const {
-    const Var* in[sizeof...(A) + 1] = {&args...};
-    if constexpr (std::is_same_v<R, Var>)
-      return jit_call_one(*core_, in);
-    else
-      return jit_call_many(*core_, in);
+  R operator()(const CallArg<A>&... args) const {
+    if constexpr (kHasLists) {
+      const FlatArgs flat = flatten_all(args...);
+      return call(cores_->core_for(flat.list_lengths), flat.vars.data());
+    } else {
+      const Var* in[sizeof...(A) + 1] = {&args...};
+      return call(*core_, in);
+    }
   }
 
   // How many times fn has been traced (one per distinct signature seen).
-  uint64_t traces() const { return jit_traces(*core_); }
+  uint64_t traces() const { return kHasLists ? cores_->traces() : jit_traces(*core_); }
   // The name warnings and errors use: the one given to jit(fn, name), else "#N (type)".
-  const std::string& name() const { return jit_name(*core_); }
+  const std::string& name() const { return kHasLists ? cores_->name() : jit_name(*core_); }
 
  private:
-  std::shared_ptr<JitCore> core_;
+  static R call(JitCore& core, const Var* const* in) {
+    if constexpr (std::is_same_v<R, Var>)
+      return jit_call_one(core, in);
+    else
+      return jit_call_many(core, in);
+  }
+  std::shared_ptr<JitCore> core_;            // without list parameters
+  std::shared_ptr<JitCoresByLayout> cores_;  // with
 };
 
 template <class>
@@ -188,7 +215,54 @@ inline constexpr bool always_false_v = false;
 template <class Args>
 struct AllVarParams;
 template <class... A>
-struct AllVarParams<std::tuple<A...>> : std::bool_constant<(is_var_param_v<A> && ...)> {};
+struct AllVarParams<std::tuple<A...>>
+    : std::bool_constant<((is_var_param_v<A> || is_var_list_param_v<A>)&&...)> {};
+
+// fn as a trace function of the flat arguments of one list layout. fn is shared by the traces
+// of every layout.
+template <class R, class... A, class F>
+JitTraceFn trace_of_layout(std::shared_ptr<F> fn, const ParamSpans<A...>& spans) {
+  return [fn = std::move(fn), spans](const Var* args) -> std::vector<Var> {
+    return [&]<size_t... I>(std::index_sequence<I...>)->std::vector<Var> {
+      if constexpr (std::is_same_v<R, Var>)
+        return {(*fn)(param_from<A>(args + spans.offset[I], spans.length[I])...)};
+      else
+        return (*fn)(param_from<A>(args + spans.offset[I], spans.length[I])...);
+    }
+    (std::index_sequence_for<A...>{});
+  };
+}
+
+// Error unless every index is a parameter of a function of num_params parameters.
+void check_static_args(const std::vector<int>& static_args, size_t num_params);
+// "argument 2" for a Var parameter, "argument 1[3]" for element 3 of a list parameter.
+std::vector<std::string> flat_argument_labels(const std::vector<bool>& is_list,
+                                              const std::vector<size_t>& layout);
+// The flat indices of the elements of the parameters `static_args` names.
+std::vector<int> flat_static_args(const std::vector<int>& static_args,
+                                  const std::vector<bool>& is_list,
+                                  const std::vector<size_t>& layout);
+void set_argument_labels(JitCore& core, std::vector<std::string> labels);
+
+template <class R, class... A, class F>
+auto make_list_jit(F fn, std::string name, std::vector<int> static_args, const char* type_name,
+                   std::string identity, std::tuple<A...>*) {
+  check_static_args(static_args, sizeof...(A));
+  auto shared_fn = std::make_shared<F>(std::move(fn));
+  JitCoresByLayout::Factory factory = [=](const std::vector<size_t>& layout) {
+    const ParamSpans<A...> spans(layout);
+    const std::vector<bool> is_list = {is_var_list_param_v<A>...};
+    std::string layout_text;
+    for (size_t n : layout) layout_text += " " + std::to_string(n);
+    auto core = make_jit_core(trace_of_layout<R, A...>(shared_fn, spans), spans.total, name,
+                              type_name, identity + " lists" + layout_text,
+                              flat_static_args(static_args, is_list, layout));
+    set_argument_labels(*core, flat_argument_labels(is_list, layout));
+    return core;
+  };
+  return JitFunction<R, std::tuple<A...>>(
+      std::make_shared<JitCoresByLayout>(std::move(factory), std::move(name)));
+}
 
 template <class F>
 std::string jit_identity(const F& fn) {
@@ -214,23 +288,29 @@ auto make_jit(F fn, std::string name, std::vector<int> static_args) {
       static_assert(always_false_v<F>, "jit(fn): fn must return a Var or a std::vector<Var>");
     } else if constexpr (!AllVarParams<Args>::value) {
       static_assert(always_false_v<F>,
-                    "jit(fn): every parameter of fn must be a Var, taken by value or by const "
-                    "Var&");
+                    "jit(fn): every parameter of fn must be a Var (by value or const Var&) or "
+                    "a std::vector<Var> (by value or by const reference)");
     } else {
-      constexpr size_t n = std::tuple_size_v<Args>;
-      JitTraceFn trace = [fn = std::move(fn)](const Var* args) mutable -> std::vector<Var> {
-        return [&]<size_t... I>(std::index_sequence<I...>)->std::vector<Var> {
-          if constexpr (std::is_same_v<R, Var>)
-            return {fn(args[I]...)};
-          else
-            return fn(args[I]...);
-        }
-        (std::make_index_sequence<n>{});
-      };
       const char* type_name = std::is_class_v<F> ? typeid(F).name() : nullptr;
-      std::string identity = jit_identity(fn);
-      return JitFunction<R, Args>(make_jit_core(std::move(trace), n, std::move(name), type_name,
-                                                std::move(identity), std::move(static_args)));
+      if constexpr (JitFunction<R, Args>::kHasLists) {
+        std::string identity = jit_identity(fn);
+        return make_list_jit<R>(std::move(fn), std::move(name), std::move(static_args), type_name,
+                                std::move(identity), static_cast<Args*>(nullptr));
+      } else {
+        constexpr size_t n = std::tuple_size_v<Args>;
+        JitTraceFn trace = [fn = std::move(fn)](const Var* args) mutable -> std::vector<Var> {
+          return [&]<size_t... I>(std::index_sequence<I...>)->std::vector<Var> {
+            if constexpr (std::is_same_v<R, Var>)
+              return {fn(args[I]...)};
+            else
+              return fn(args[I]...);
+          }
+          (std::make_index_sequence<n>{});
+        };
+        std::string identity = jit_identity(fn);
+        return JitFunction<R, Args>(make_jit_core(std::move(trace), n, std::move(name), type_name,
+                                                  std::move(identity), std::move(static_args)));
+      }
     }
   }
 }

@@ -68,26 +68,42 @@ class TrainStep;
 template <class F, class... A>
 class TrainStep<F, std::tuple<A...>> {
  public:
+  static constexpr bool kHasLists = (is_var_list_param_v<A> || ...);
   TrainStep(std::shared_ptr<OptimizerCore> core, F fn, std::string name) : core_(std::move(core)) {
-    JitTraceFn trace = [fn = std::move(fn)](const Var* args) mutable -> std::vector<Var> {
-      return [&]<size_t... I>(std::index_sequence<I...>)->std::vector<Var> {
-        return {fn(args[I]...)};
-      }
-      (std::index_sequence_for<A...>{});
-    };
-    jit_ = make_train_jit(core_, std::move(trace), sizeof...(A), std::move(name), typeid(F).name());
+    auto shared_fn = std::make_shared<F>(std::move(fn));
+    if constexpr (kHasLists) {
+      layouts_ = std::make_shared<JitCoresByLayout>(
+          [opt = core_, shared_fn, name](const std::vector<size_t>& layout) {
+            std::string layout_text;
+            for (size_t n : layout) layout_text += " " + std::to_string(n);
+            const ParamSpans<A...> spans(layout);
+            return make_train_jit(opt, trace_of_layout<Var, A...>(shared_fn, spans), spans.total,
+                                  name, typeid(F).name() + (" lists" + layout_text));
+          },
+          name);
+    } else {
+      jit_ = make_train_jit(core_, trace_of_layout<Var, A...>(shared_fn, ParamSpans<A...>({})),
+                            sizeof...(A), std::move(name), typeid(F).name());
+    }
   }
   // Runs one step on these arguments; returns the loss (evaluated).
-  Var operator()(const std::conditional_t<true, Var, A>&... args) const {
-    const Var* in[sizeof...(A) + 1] = {&args...};
-    return call_train_jit(*core_, *jit_, in, sizeof...(A));
+  Var operator()(const CallArg<A>&... args) const {
+    if constexpr (kHasLists) {
+      const FlatArgs flat = flatten_all(args...);
+      return call_train_jit(*core_, layouts_->core_for(flat.list_lengths), flat.vars.data(),
+                            flat.vars.size());
+    } else {
+      const Var* in[sizeof...(A) + 1] = {&args...};
+      return call_train_jit(*core_, *jit_, in, sizeof...(A));
+    }
   }
   // How many times the step has been traced (one per signature).
-  uint64_t traces() const { return jit_traces(*jit_); }
+  uint64_t traces() const { return kHasLists ? layouts_->traces() : jit_traces(*jit_); }
 
  private:
   std::shared_ptr<OptimizerCore> core_;
-  std::shared_ptr<JitCore> jit_;
+  std::shared_ptr<JitCore> jit_;               // without list parameters
+  std::shared_ptr<JitCoresByLayout> layouts_;  // with
 };
 
 }  // namespace detail
@@ -120,7 +136,7 @@ class Optimizer {
                          const std::vector<Var>& state, const Var& lr, const Var& step) const;
 
   // A whole train step as one jit function (see the file comment). loss_fn takes Vars (by value
-  // or const Var&) and returns the loss Var.
+  // or const Var&) or lists of Vars (std::vector<Var>) and returns the loss Var.
   template <class F>
   auto jit_step(F loss_fn, std::string name = {}) {
     using Fn = std::decay_t<F>;

@@ -61,9 +61,12 @@ class Var {
 
   // Jittor's update: this Var and every copy of it now hold `value` (lazy when value is; no
   // copy is made). Graphs built from this Var before keep its old value. ShapeError/DTypeError
-  // when value's shape/dtype differ (and nothing changes); Error inside a jit trace, where it
-  // would not be replayed (return the new value instead, or use an optimizer's jit_step). Like
-  // any shared variable, a Var assigned on one thread must not be used on another meanwhile.
+  // when value's shape/dtype differ (and nothing changes). Inside a jit function (or a jit
+  // step), assigning a Var the function captured makes that Var state: every call reads its
+  // current value and assigns it the value computed from it (a BatchNorm's running statistics),
+  // as a plain call of the function would; assigning one of the function's own arguments is an
+  // Error. Like any shared variable, a Var assigned on one thread must not be used on another
+  // meanwhile (nor a jit function with state called from two threads at once).
   void assign(const Var& value);
 
   bool defined() const { return cell_ && cell_->node; }
@@ -75,6 +78,7 @@ class Var {
   // the graph layer below it only builds nodes (docs/architecture.md).
   const void* realized_data(DType want, const char* what) const;
   void check_item() const;
+  void assign_traced(const Var& value);
 
   // The variable every copy shares. It tells its node that a Var names it (meta_ops/var.cc):
   // an evaluation stores the values the program holds (README "Lazy evaluation").
