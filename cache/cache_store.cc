@@ -21,6 +21,7 @@
 #include <ctime>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "base/checksum.h"

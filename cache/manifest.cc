@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 
 #include "cache/cache_store.h"
 #include "cache/untrusted_json.h"

@@ -1,5 +1,7 @@
 #include "cache/untrusted_json.h"
 
+#include <nlohmann/json.hpp>
+
 namespace metajit {
 
 nlohmann::json parse_untrusted_json(std::string_view text) {

@@ -4,7 +4,7 @@
 // per level, so a file of "[[[[..." a few hundred kilobytes long would exhaust the stack later
 // (found by ASan on the kernel-spec tests; see tests/fuzz/corpus/manifest/).
 #pragma once
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <string_view>
 
 namespace metajit {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "cache/untrusted_json.h"

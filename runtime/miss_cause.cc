@@ -3,6 +3,7 @@
 #include <cctype>
 #include <filesystem>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "base/checksum.h"

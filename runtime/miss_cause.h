@@ -7,7 +7,7 @@
 // 12.3.0)"); the cache's statistics count them across processes (`metajit cache stats`).
 #pragma once
 #include <cstdint>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>

@@ -216,6 +216,13 @@ double Optimizer::max_grad_norm() const {
 int64_t Optimizer::steps() const {
   return core_->steps;
 }
+
+void Optimizer::set_steps(int64_t steps) {
+  if (steps < 0)
+    throw Error(core_->kind + ".set_steps: " + std::to_string(steps) +
+                " steps; the count of steps taken is 0 or more");
+  core_->steps = steps;
+}
 const std::vector<Var>& Optimizer::params() const {
   return core_->params;
 }

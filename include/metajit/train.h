@@ -124,6 +124,9 @@ class Optimizer {
   double max_grad_norm() const;
   // Steps taken so far (the next one is number steps() + 1 in the bias corrections).
   int64_t steps() const;
+  // Sets that count, resuming from a checkpoint (with the parameters and state() assigned the
+  // saved values): the next step is number steps + 1. Compiles nothing. Error when negative.
+  void set_steps(int64_t steps);
   const std::vector<Var>& params() const;
   // The optimizer's state Vars, in the order update() takes them: SGD with momentum, one
   // momentum buffer per parameter; Adam, the first moments, then the second moments.
