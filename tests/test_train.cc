@@ -862,6 +862,27 @@ TEST_CASE("jit_step: a loss function that fails while traced leaves the model in
 
 // ---------------------------------------------------------------- errors
 
+TEST_CASE("set_steps resumes: a copied model and state continue exactly as the original",
+          "[train][adam]") {
+  const Data d = make_data(5);
+  Mlp a(41), b(43);
+  AdamW opt_a(a.params(), 0.01), opt_b(b.params(), 0.01);
+  auto step_a = opt_a.jit_step([&](const Var& x, const Var& y) { return a.loss(x, y); });
+  auto step_b = opt_b.jit_step([&](const Var& x, const Var& y) { return b.loss(x, y); });
+  for (int i = 0; i < 3; ++i) step_a(d.x, d.y);
+  // b takes a's parameters, moments and step count, as a checkpoint would give them.
+  for (size_t k = 0; k < a.params().size(); ++k) Var(b.params()[k]).assign(a.params()[k] * 1.0);
+  for (size_t k = 0; k < opt_a.state().size(); ++k)
+    Var(opt_b.state()[k]).assign(opt_a.state()[k] * 1.0);
+  opt_b.set_steps(opt_a.steps());
+  CHECK(opt_b.steps() == 3);
+  const float la = step_a(d.x, d.y).item<float>(), lb = step_b(d.x, d.y).item<float>();
+  CHECK(la == lb);
+  CHECK(values_of(a.w1) == values_of(b.w1));  // step 4's bias correction in both
+  CHECK_THROWS_WITH(opt_b.set_steps(-1), Catch::Contains("set_steps") && Catch::Contains("-1"));
+  CHECK(opt_b.steps() == 4);
+}
+
 TEST_CASE("optimizer construction errors", "[train][errors]") {
   Var w = zeros({3}), v = zeros({2, 2});
   CHECK_THROWS_AS(SGD(std::vector<Var>{}, 0.1), Error);
