@@ -19,9 +19,9 @@ void check_inputs(const Var& q, const Var& k, const Var& v, int64_t e) {
   for (const Var* x : {&q, &k, &v})
     if (!x->defined())
       throw Error("MultiheadAttention: an input is an undefined Var (default-constructed)");
-  const std::string shapes = "MultiheadAttention(embed_dim = " + std::to_string(e) +
-                             "): query " + shape_str(q.shape()) + ", key " +
-                             shape_str(k.shape()) + ", value " + shape_str(v.shape());
+  const std::string shapes = "MultiheadAttention(embed_dim = " + std::to_string(e) + "): query " +
+                             shape_str(q.shape()) + ", key " + shape_str(k.shape()) + ", value " +
+                             shape_str(v.shape());
   const int64_t r = q.ndim();
   bool ok = (r == 2 || r == 3) && k.ndim() == r && v.ndim() == r;
   for (const Var* x : {&q, &k, &v}) ok = ok && x->shape().back() == e;
@@ -90,9 +90,9 @@ Var MultiheadAttention::operator()(const Var& query, const Var& key, const Var& 
     const Var y = (*this)(batched(query), batched(key), batched(value), causal);
     return reshape(y, {y.shape()[1], y.shape()[2]});
   }
-  const Var heads = scaled_dot_product_attention(split_heads(project(query, 0)),
-                                                 split_heads(project(key, 1)),
-                                                 split_heads(project(value, 2)), causal);
+  const Var heads =
+      scaled_dot_product_attention(split_heads(project(query, 0)), split_heads(project(key, 1)),
+                                   split_heads(project(value, 2)), causal);
   const Shape& q = query.shape();
   return (*out_proj_)(reshape(transpose(heads, {0, 2, 1, 3}), {q[0], q[1], embed_dim_}));
 }

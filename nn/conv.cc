@@ -14,11 +14,11 @@ namespace {
 
 void check_arguments(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
                      int64_t dilation, int64_t groups) {
-  const std::string call = "Conv2d(in_channels = " + std::to_string(in) + ", out_channels = " +
-                           std::to_string(out) + ", kernel_size = " + std::to_string(kernel) +
-                           ", stride = " + std::to_string(stride) + ", padding = " +
-                           std::to_string(padding) + ", dilation = " + std::to_string(dilation) +
-                           ", groups = " + std::to_string(groups) + "): ";
+  const std::string call =
+      "Conv2d(in_channels = " + std::to_string(in) + ", out_channels = " + std::to_string(out) +
+      ", kernel_size = " + std::to_string(kernel) + ", stride = " + std::to_string(stride) +
+      ", padding = " + std::to_string(padding) + ", dilation = " + std::to_string(dilation) +
+      ", groups = " + std::to_string(groups) + "): ";
   if (in < 1 || out < 1) throw Error(call + "the channel counts must be >= 1");
   if (kernel < 1 || stride < 1 || dilation < 1)
     throw Error(call + "kernel_size, stride and dilation must be >= 1");
@@ -37,7 +37,8 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, i
   Init init(seed);
   const double bound = fan_in_bound(in_channels / groups * kernel_size * kernel_size);
   weight_ = register_parameter(
-      "weight", init.uniform({out_channels, in_channels / groups, kernel_size, kernel_size}, bound));
+      "weight",
+      init.uniform({out_channels, in_channels / groups, kernel_size, kernel_size}, bound));
   if (bias) bias_ = register_parameter("bias", init.uniform({out_channels}, bound));
   metajit::eval(parameters());
 }

@@ -13,8 +13,7 @@ namespace metajit::nn {
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<uint64_t> seed) {
   if (num_embeddings < 1 || embedding_dim < 1)
     throw Error("Embedding(num_embeddings = " + std::to_string(num_embeddings) +
-                ", embedding_dim = " + std::to_string(embedding_dim) +
-                "): the sizes must be >= 1");
+                ", embedding_dim = " + std::to_string(embedding_dim) + "): the sizes must be >= 1");
   Init init(seed);
   weight_ = register_parameter("weight", init.normal({num_embeddings, embedding_dim}));
   metajit::eval({weight_});

@@ -13,8 +13,8 @@ namespace metajit::nn {
 Linear::Linear(int64_t in_features, int64_t out_features, bool bias, std::optional<uint64_t> seed)
     : in_(in_features), out_(out_features) {
   if (in_features < 0 || out_features < 0)
-    throw Error("Linear(in_features = " + std::to_string(in_features) + ", out_features = " +
-                std::to_string(out_features) + "): the sizes must be >= 0");
+    throw Error("Linear(in_features = " + std::to_string(in_features) +
+                ", out_features = " + std::to_string(out_features) + "): the sizes must be >= 0");
   Init init(seed);
   const double bound = fan_in_bound(in_features);
   weight_ = register_parameter("weight", init.uniform({out_features, in_features}, bound));

@@ -19,7 +19,8 @@ void Module::check_new_name(const std::string& name, const char* what) const {
   const std::string where = module_name(*this) + "::register_" + what + ": ";
   if (name.empty()) throw Error(where + "the name is empty");
   if (name.find('.') != std::string::npos)
-    throw Error(where + "the name \"" + name + "\" contains '.', which separates the names of "
+    throw Error(where + "the name \"" + name +
+                "\" contains '.', which separates the names of "
                 "nested modules; use another character");
   auto taken = [&](const auto& list) {
     return std::any_of(list.begin(), list.end(), [&](const auto& e) {
@@ -67,7 +68,8 @@ void Module::add_child(std::string name, std::shared_ptr<Module> m) {
 void Module::collect(bool buffers, const std::string& prefix,
                      std::vector<std::pair<std::string, Var>>& out,
                      std::vector<const Module*>* seen) const {
-  for (const Entry& e : buffers ? buffers_ : parameters_) out.emplace_back(prefix + e.name, e.value);
+  for (const Entry& e : buffers ? buffers_ : parameters_)
+    out.emplace_back(prefix + e.name, e.value);
   for (const auto& [name, child] : children_) {
     if (seen) {
       if (std::find(seen->begin(), seen->end(), child.get()) != seen->end()) continue;

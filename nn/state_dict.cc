@@ -41,7 +41,8 @@ void check_keys(const std::string& who, const std::vector<std::pair<std::string,
   std::string msg = who + ": ";
   if (!missing.empty()) msg += "missing key(s) " + quoted_list(missing);
   if (!unexpected.empty())
-    msg += std::string(missing.empty() ? "" : "; ") + "unexpected key(s) " + quoted_list(unexpected);
+    msg +=
+        std::string(missing.empty() ? "" : "; ") + "unexpected key(s) " + quoted_list(unexpected);
   throw Error(msg + " (strict: the state must hold exactly the module's keys; load_state_dict(" +
               "state, false) skips them)");
 }

@@ -57,13 +57,11 @@ std::vector<double> rounded(std::vector<double> v) {
   return v;
 }
 
-void check_close(const std::vector<double>& got, const std::vector<double>& expected,
-                 double tol) {
+void check_close(const std::vector<double>& got, const std::vector<double>& expected, double tol) {
   REQUIRE(got.size() == expected.size());
   int failures = 0;
   for (size_t k = 0; k < got.size(); ++k)
-    if (!(std::fabs(got[k] - expected[k]) <= tol * (1 + std::fabs(expected[k]))) &&
-        ++failures <= 8)
+    if (!(std::fabs(got[k] - expected[k]) <= tol * (1 + std::fabs(expected[k]))) && ++failures <= 8)
       FAIL_CHECK("element " << k << ": got " << got[k] << ", expected " << expected[k]);
   CHECK(failures == 0);
 }
@@ -143,11 +141,12 @@ TEST_CASE("scaled_dot_product_attention matches a naive loop, causal or not, T !
     return std::make_pair(y, attention_ref(q, k, v, B, T, S, D, DV, causal));
   };
   // T < S and T > S: with causal, the first queries see fewer keys, the last ones (T > S) all.
-  auto plain = run(3, 5, false, 1), causal_short = run(3, 5, true, 4), causal_long = run(5, 3, true, 7);
+  auto plain = run(3, 5, false, 1), causal_short = run(3, 5, true, 4),
+       causal_long = run(5, 3, true, 7);
   // Leading axes broadcast as matmul's: k and v without the batch axis serve every batch.
   const std::vector<double> q = data(B * 3 * D, 10), k = data(5 * D, 11), v = data(5 * DV, 12);
-  Var shared = scaled_dot_product_attention(array(q, {B, 1, 3, D}), array(k, {5, D}),
-                                            array(v, {5, DV}));
+  Var shared =
+      scaled_dot_product_attention(array(q, {B, 1, 3, D}), array(k, {5, D}), array(v, {5, DV}));
   CHECK(shared.shape() == Shape{B, 1, 3, DV});
   std::vector<double> k2 = k, v2 = v;
   k2.insert(k2.end(), k.begin(), k.end());
@@ -160,7 +159,8 @@ TEST_CASE("scaled_dot_product_attention matches a naive loop, causal or not, T !
   // Causal query 0 sees key 0 only: its output is v's first row.
   const std::vector<double> first = values_of(causal_short.first);
   const std::vector<double> v_short = data(B * 5 * DV, 6);
-  for (int64_t j = 0; j < DV; ++j) CHECK(first[size_t(j)] == Approx(v_short[size_t(j)]).epsilon(1e-12));
+  for (int64_t j = 0; j < DV; ++j)
+    CHECK(first[size_t(j)] == Approx(v_short[size_t(j)]).epsilon(1e-12));
 }
 
 TEST_CASE("scaled_dot_product_attention's gradients match finite differences", "[attention]") {
@@ -168,13 +168,12 @@ TEST_CASE("scaled_dot_product_attention's gradients match finite differences", "
   const In q{{1, 3, 2}, data(6, 20)}, k{{1, 4, 2}, data(8, 21)}, v{{1, 4, 3}, data(12, 22)};
   for (bool causal : {false, true}) {
     INFO("causal " << causal);
-    check_gradients(
-        "scaled_dot_product_attention",
-        [causal](const V& x) {
-          Var y = scaled_dot_product_attention(x[0], x[1], x[2], causal);
-          return y * y;
-        },
-        {q, k, v});
+    check_gradients("scaled_dot_product_attention",
+                    [causal](const V& x) {
+                      Var y = scaled_dot_product_attention(x[0], x[1], x[2], causal);
+                      return y * y;
+                    },
+                    {q, k, v});
   }
 }
 
@@ -189,8 +188,9 @@ TEST_CASE("scaled_dot_product_attention's bad arguments are typed errors", "[att
   CHECK_THAT(m, Contains("k and v must have the same length S") && Contains("v [2, 6, 3]"));
   m = message_of<ShapeError>([&] { scaled_dot_product_attention(q, zeros({3, 5, 4}), v); });
   CHECK_THAT(m, Contains("scaled_dot_product_attention") && Contains("[2]") && Contains("[3]"));
-  m = message_of<DTypeError>(
-      [&] { scaled_dot_product_attention(zeros({2, 3, 4}, DType::Int32), k, v); });
+  m = message_of<DTypeError>([&] {
+    scaled_dot_product_attention(zeros({2, 3, 4}, DType::Int32), k, v);
+  });
   CHECK_THAT(m, Contains("int32"));
   m = message_of<Error>([&] { scaled_dot_product_attention(q, Var(), v); });
   CHECK_THAT(m, Contains("scaled_dot_product_attention") && Contains("k"));
@@ -236,10 +236,10 @@ TEST_CASE("parameters and buffers have torch's names, order, shapes and dtypes",
   CHECK(names_of(net.named_buffers()) ==
         Names{"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"});
   // state_dict: parameters and buffers; a shared child under each of its names (torch's too).
-  CHECK(keys_of(net.state_dict()) ==
-        Names{"bn.bias", "bn.num_batches_tracked", "bn.running_mean", "bn.running_var",
-              "bn.weight", "body.0.bias", "body.0.weight", "body.2.weight", "head.bias",
-              "head.weight", "scale", "tied.bias", "tied.weight"});
+  CHECK(keys_of(net.state_dict()) == Names{"bn.bias", "bn.num_batches_tracked", "bn.running_mean",
+                                           "bn.running_var", "bn.weight", "body.0.bias",
+                                           "body.0.weight", "body.2.weight", "head.bias",
+                                           "head.weight", "scale", "tied.bias", "tied.weight"});
   const nn::StateDict s = net.state_dict();
   CHECK(s.at("body.0.weight").shape() == Shape{3, 4});
   CHECK(s.at("body.2.weight").shape() == Shape{2, 3});
@@ -456,8 +456,8 @@ namespace {
 // torch's MultiheadAttention from its parameters' values, in double: in-projection, heads of
 // E / H, attention, heads joined, out-projection.
 std::vector<double> mha_ref(const nn::MultiheadAttention& m, const std::vector<double>& q,
-                            const std::vector<double>& k, const std::vector<double>& v,
-                            int64_t N, int64_t T, int64_t S, int64_t E, int64_t H, bool causal) {
+                            const std::vector<double>& k, const std::vector<double>& v, int64_t N,
+                            int64_t T, int64_t S, int64_t E, int64_t H, bool causal) {
   const std::vector<double> w = values_of(m.in_proj_weight()), b = values_of(m.in_proj_bias());
   auto part = [&](const std::vector<double>& x, int64_t p) {
     return linear_ref(x, std::vector<double>(w.begin() + p * E * E, w.begin() + (p + 1) * E * E),
@@ -482,9 +482,10 @@ std::vector<double> mha_ref(const nn::MultiheadAttention& m, const std::vector<d
     for (int64_t hh = 0; hh < H; ++hh)
       for (int64_t t = 0; t < T; ++t)
         for (int64_t j = 0; j < dh; ++j)
-          joined[size_t((n * T + t) * E + hh * dh + j)] = att[size_t(((n * H + hh) * T + t) * dh + j)];
-  return linear_ref(joined, values_of(m.out_proj()->weight()), values_of(m.out_proj()->bias()),
-                    E, E);
+          joined[size_t((n * T + t) * E + hh * dh + j)] =
+              att[size_t(((n * H + hh) * T + t) * dh + j)];
+  return linear_ref(joined, values_of(m.out_proj()->weight()), values_of(m.out_proj()->bias()), E,
+                    E);
 }
 
 }  // namespace
@@ -546,14 +547,20 @@ TEST_CASE("BatchNorm2d: batch statistics in training, running statistics updated
   Var y1 = bn(f32(x1, {N, C, 2, 2}));
   Var y2 = bn(f32(x2, {N, C, 2, 2}));
   eval({y1, y2, bn.running_mean(), bn.running_var(), bn.num_batches_tracked()});
-  check_close(values_of(y1), normalise(x1, [&](int64_t c) {
-    const auto st = stats(x1, c);
-    return std::make_pair(st[0], st[1]);
-  }), 1e-5);
-  check_close(values_of(y2), normalise(x2, [&](int64_t c) {
-    const auto st = stats(x2, c);
-    return std::make_pair(st[0], st[1]);
-  }), 1e-5);
+  check_close(values_of(y1),
+              normalise(x1,
+                        [&](int64_t c) {
+                          const auto st = stats(x1, c);
+                          return std::make_pair(st[0], st[1]);
+                        }),
+              1e-5);
+  check_close(values_of(y2),
+              normalise(x2,
+                        [&](int64_t c) {
+                          const auto st = stats(x2, c);
+                          return std::make_pair(st[0], st[1]);
+                        }),
+              1e-5);
   // Two updates with momentum 0.25 from mean 0, var 1; the unbiased variance.
   std::vector<double> rm(C), rv(C);
   for (int64_t c = 0; c < C; ++c) {
@@ -567,9 +574,9 @@ TEST_CASE("BatchNorm2d: batch statistics in training, running statistics updated
   // Evaluation mode: the running statistics, and no update.
   bn.eval();
   Var y3 = bn(f32(x1, {N, C, 2, 2}));
-  check_close(values_of(y3), normalise(x1, [&](int64_t c) {
-    return std::make_pair(rm[size_t(c)], rv[size_t(c)]);
-  }), 1e-5);
+  check_close(
+      values_of(y3),
+      normalise(x1, [&](int64_t c) { return std::make_pair(rm[size_t(c)], rv[size_t(c)]); }), 1e-5);
   CHECK(bn.num_batches_tracked().item<int64_t>() == 2);
   check_close(values_of(bn.running_mean()), rm, 1e-6);
   // One value per channel cannot give a variance in training.
@@ -601,12 +608,14 @@ TEST_CASE("load_state_dict: a missing, unexpected or mismatched key is an Error,
   CHECK_THAT(m, Contains("unexpected key(s) \"extra\""));
   unchanged();
   // Mismatches fail even when not strict, and after a good key: the good one is not loaded.
-  m = message_of<ShapeError>(
-      [&] { lin.load_state_dict({{"weight", good_w}, {"bias", f32(data(3, 62), {3})}}, false); });
+  m = message_of<ShapeError>([&] {
+    lin.load_state_dict({{"weight", good_w}, {"bias", f32(data(3, 62), {3})}}, false);
+  });
   CHECK_THAT(m, Contains("key \"bias\"") && Contains("[3]") && Contains("[2]"));
   unchanged();
-  m = message_of<DTypeError>(
-      [&] { lin.load_state_dict({{"weight", array(data(6, 63), {2, 3})}, {"bias", good_b}}); });
+  m = message_of<DTypeError>([&] {
+    lin.load_state_dict({{"weight", array(data(6, 63), {2, 3})}, {"bias", good_b}});
+  });
   CHECK_THAT(m, Contains("key \"weight\"") && Contains("float64") && Contains("float32"));
   unchanged();
   m = message_of<Error>([&] { lin.load_state_dict({{"weight", good_w}, {"bias", Var()}}); });
@@ -633,9 +642,9 @@ TEST_CASE("a model's state_dict round-trips through safetensors into another mod
   metajit_test::TempDir dir;
   const std::string path = (dir.path() / "model.safetensors").string();
   auto model = [](uint64_t seed) {
-    return std::make_shared<nn::Sequential>(std::make_shared<nn::Conv2d>(2, 3, 2, 1, 0, 1, 1, true, seed),
-                                            std::make_shared<nn::BatchNorm2d>(3),
-                                            std::make_shared<nn::ReLU>());
+    return std::make_shared<nn::Sequential>(
+        std::make_shared<nn::Conv2d>(2, 3, 2, 1, 0, 1, 1, true, seed),
+        std::make_shared<nn::BatchNorm2d>(3), std::make_shared<nn::ReLU>());
   };
   auto a = model(1), b = model(2);
   const Var x = f32(data(2 * 2 * 3 * 3, 70), {2, 2, 3, 3});
@@ -670,34 +679,34 @@ void check_layer_gradients(const std::string& name, nn::Module& m,
   std::vector<In> inputs;
   for (const Var& p : params) inputs.push_back(param_input(p));
   inputs.push_back(x);
-  check_gradients(
-      name,
-      [&](const std::vector<Var>& v) {
-        for (size_t i = 0; i < params.size(); ++i) params[i].assign(v[i]);
-        Var y = forward(v.back());
-        return y * y;
-      },
-      inputs, {1e-2, 2e-2});
+  check_gradients(name,
+                  [&](const std::vector<Var>& v) {
+                    for (size_t i = 0; i < params.size(); ++i) params[i].assign(v[i]);
+                    Var y = forward(v.back());
+                    return y * y;
+                  },
+                  inputs, {1e-2, 2e-2});
 }
 
 }  // namespace
 
 TEST_CASE("gradients reach every parameter and match finite differences", "[gradients]") {
   nn::Linear lin(3, 2, true, 11);
-  check_layer_gradients("Linear", lin, [&](const Var& x) { return lin(x); },
-                        In{{2, 3}, data(6, 80), DType::Float32});
+  check_layer_gradients(
+      "Linear", lin, [&](const Var& x) { return lin(x); }, In{{2, 3}, data(6, 80), DType::Float32});
   nn::Conv2d conv(2, 2, 2, 1, 1, 1, 1, true, 12);
-  check_layer_gradients("Conv2d", conv, [&](const Var& x) { return conv(x); },
-                        In{{1, 2, 2, 2}, data(8, 81), DType::Float32});
+  check_layer_gradients(
+      "Conv2d", conv, [&](const Var& x) { return conv(x); },
+      In{{1, 2, 2, 2}, data(8, 81), DType::Float32});
   nn::LayerNorm ln(4);
-  check_layer_gradients("LayerNorm", ln, [&](const Var& x) { return ln(x) * x; },
-                        In{{2, 4}, data(8, 82), DType::Float32});
+  check_layer_gradients(
+      "LayerNorm", ln, [&](const Var& x) { return ln(x) * x; },
+      In{{2, 4}, data(8, 82), DType::Float32});
   nn::MultiheadAttention mha(4, 2, true, 13);
-  check_layer_gradients("MultiheadAttention", mha,
-                        [&](const Var& x) {
-                          return mha(x, slice(x, 1, 0, 2), slice(x, 1, 1, 3), true);
-                        },
-                        In{{1, 3, 4}, data(12, 83), DType::Float32});
+  check_layer_gradients(
+      "MultiheadAttention", mha,
+      [&](const Var& x) { return mha(x, slice(x, 1, 0, 2), slice(x, 1, 1, 3), true); },
+      In{{1, 3, 4}, data(12, 83), DType::Float32});
   // grad() of a model's loss with respect to parameters(): one gradient per parameter, of its
   // shape, none zero everywhere.
   nn::Sequential net(std::make_shared<nn::Linear>(3, 4, true, 14), std::make_shared<nn::Tanh>(),

@@ -116,7 +116,8 @@ class Module {
   void add_child(std::string name, std::shared_ptr<Module> m);
   // Appends prefix + name of every parameter (or buffer) of this module and its children;
   // `seen` (when given) skips a child met before.
-  void collect(bool buffers, const std::string& prefix, std::vector<std::pair<std::string, Var>>& out,
+  void collect(bool buffers, const std::string& prefix,
+               std::vector<std::pair<std::string, Var>>& out,
                std::vector<const Module*>* seen) const;
 
   std::deque<Entry> parameters_, buffers_;  // a deque: references to entries stay valid
@@ -129,7 +130,7 @@ class Module {
 // optional `seed` last: unset, they are drawn from the random stream (rand/randn without a
 // seed: manual_seed makes them reproducible, and two layers differ); set, they are that seed's
 // fixed values (each parameter from its own seed derived from it). Initial values are computed
-// when the layer is built (one evaluation), as torch does. Parameters are Float32. Bad
+// when the layer is built (evaluated, as torch computes them eagerly). Parameters are Float32. Bad
 // constructor arguments are an Error naming the layer and what is valid; an input of the wrong
 // shape (or dtype) a ShapeError (DTypeError) naming the layer, the shape and what is valid.
 
