@@ -2,7 +2,6 @@
 // in_proj_bias, out_proj), batch_first, the heads attended with scaled_dot_product_attention.
 #include <metajit/composite.h>
 #include <metajit/error.h>
-#include <metajit/eval.h>
 #include <metajit/nn.h>
 
 #include <cmath>
@@ -58,15 +57,12 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, boo
   // xavier_uniform_ on [3E, E]: fan_in E, fan_out 3E.
   in_proj_weight_ = register_parameter("in_proj_weight",
                                        init.uniform({3 * e, e}, std::sqrt(6.0 / double(4 * e))));
-  if (bias) in_proj_bias_ = register_parameter("in_proj_bias", zeros({3 * e}));
+  if (bias) in_proj_bias_ = register_parameter("in_proj_bias", filled({3 * e}, 0));
   out_proj_ = register_module("out_proj", std::make_shared<Linear>(e, e, bias, init.child_seed()));
-  std::vector<Var> fresh{in_proj_weight_};
   if (bias) {
     Var out_bias = out_proj_->bias();  // torch zeroes it after Linear's initialisation
-    out_bias.assign(zeros({e}));
-    fresh.insert(fresh.end(), {in_proj_bias_, out_bias});
+    out_bias.assign(filled({e}, 0));
   }
-  metajit::eval(fresh);
 }
 
 // Rows [part E, (part + 1) E) of the in-projection (0: q, 1: k, 2: v) applied to x [N, L, E].

@@ -2,7 +2,6 @@
 // initialisation; unbatched [C, H, W] input as torch accepts it.
 #include <metajit/composite.h>
 #include <metajit/error.h>
-#include <metajit/eval.h>
 #include <metajit/nn.h>
 
 #include <string>
@@ -40,7 +39,6 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, i
       "weight",
       init.uniform({out_channels, in_channels / groups, kernel_size, kernel_size}, bound));
   if (bias) bias_ = register_parameter("bias", init.uniform({out_channels}, bound));
-  metajit::eval(parameters());
 }
 
 Var Conv2d::operator()(const Var& x) const {

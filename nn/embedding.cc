@@ -1,7 +1,6 @@
 // nn::Embedding (include/metajit/nn.h): a table of rows looked up by integer ids.
 #include <metajit/composite.h>
 #include <metajit/error.h>
-#include <metajit/eval.h>
 #include <metajit/nn.h>
 
 #include <string>
@@ -16,7 +15,6 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optiona
                 ", embedding_dim = " + std::to_string(embedding_dim) + "): the sizes must be >= 1");
   Init init(seed);
   weight_ = register_parameter("weight", init.normal({num_embeddings, embedding_dim}));
-  metajit::eval({weight_});
 }
 
 Var Embedding::operator()(const Var& ids) const {

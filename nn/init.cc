@@ -1,9 +1,13 @@
 // Initial parameter values (nn/init.h).
 #include "nn/init.h"
 
+#include <metajit/eval.h>
 #include <metajit/ops.h>
 
 #include <cmath>
+#include <vector>
+
+#include "meta_ops/node.h"
 
 namespace metajit::nn {
 namespace {
@@ -17,6 +21,15 @@ uint64_t mix(uint64_t z) {
   return z ^ (z >> 31);
 }
 
+// `flat` [n], evaluated, as a leaf of `shape` (n elements) holding the same buffer: a reshape
+// without a kernel. Safe because a realized buffer is never written again.
+Var realized_as(const Var& flat, const Shape& shape) {
+  metajit::eval({flat});
+  NodePtr leaf = new_node(OpKind::Leaf, flat.dtype(), shape);
+  leaf->data = flat.node()->data;
+  return Var(std::move(leaf));
+}
+
 }  // namespace
 
 std::optional<uint64_t> Init::next() {
@@ -27,17 +40,27 @@ std::optional<uint64_t> Init::next() {
 
 Var Init::uniform(const Shape& shape, double bound) {
   const std::optional<uint64_t> s = next();
-  const Var u = s ? rand(shape, *s) : rand(shape);
-  return u * (2 * bound) - bound;
+  const Shape flat{numel_of(shape)};
+  if (flat[0] == 0) return filled(shape, 0);
+  const Var u = s ? rand(flat, *s) : rand(flat);
+  return realized_as(u * (2 * bound) - bound, shape);
 }
 
 Var Init::normal(const Shape& shape) {
   const std::optional<uint64_t> s = next();
-  return s ? randn(shape, *s) : randn(shape);
+  const Shape flat{numel_of(shape)};
+  if (flat[0] == 0) return filled(shape, 0);
+  return realized_as(s ? randn(flat, *s) : randn(flat), shape);
 }
 
 std::optional<uint64_t> Init::child_seed() {
   return next();
+}
+
+Var filled(const Shape& shape, double value, DType dtype) {
+  const size_t n = size_t(numel_of(shape));
+  if (dtype == DType::Int64) return array(std::vector<int64_t>(n, int64_t(value)), shape);
+  return array(std::vector<float>(n, float(value)), shape);
 }
 
 double fan_in_bound(int64_t fan_in) {

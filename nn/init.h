@@ -1,6 +1,11 @@
-// The initial values of a layer's parameters (torch.nn.init's uniform_ and normal_, with the
-// bounds torch's layers use), drawn from the random stream or, when the layer was given a seed,
-// from fixed seeds derived from it (include/metajit/nn.h, "layers").
+// The initial values of a layer's parameters and buffers (torch.nn.init's uniform_, normal_ and
+// constant_, with the bounds torch's layers use), drawn from the random stream or, when the
+// layer was given a seed, from fixed seeds derived from it (include/metajit/nn.h, "layers").
+//
+// Each value is returned realized. Random values are drawn flat and evaluated one at a time, so
+// every layer's initialisation runs the same few kernels (one draw of each kind, whatever the
+// parameter's shape and the layer), and constants are made on the host with no kernel at all:
+// building a model compiles almost nothing.
 #pragma once
 #include <metajit/var.h>
 
@@ -10,8 +15,8 @@
 namespace metajit::nn {
 
 // One layer's draws, in the order it makes them. Unseeded, each is rand/randn without a seed:
-// the next numbers of the random stream. Seeded, draw k uses seed_for(seed, k), so a layer's
-// parameters are independent of each other and of a layer given seed + 1.
+// the next numbers of the random stream. Seeded, draw k uses a seed derived from (seed, k), so
+// a layer's parameters are independent of each other and of a layer given seed + 1.
 class Init {
  public:
   explicit Init(std::optional<uint64_t> seed) : seed_(seed) {}
@@ -27,6 +32,9 @@ class Init {
   std::optional<uint64_t> seed_;
   uint64_t drawn_ = 0;
 };
+
+// `value` everywhere, Float32 (or Int64 when `dtype` says so), made on the host.
+Var filled(const Shape& shape, double value, DType dtype = DType::Float32);
 
 // 1 / sqrt(fan_in), 0 when fan_in is 0: the bound of torch's kaiming_uniform_(a = sqrt(5)) on a
 // weight, and of the bias of Linear and Conv2d.

@@ -1,7 +1,6 @@
 // nn::Linear (include/metajit/nn.h): y = x W^T + b, torch's layout and initialisation.
 #include <metajit/composite.h>
 #include <metajit/error.h>
-#include <metajit/eval.h>
 #include <metajit/nn.h>
 
 #include <string>
@@ -19,7 +18,6 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, std::option
   const double bound = fan_in_bound(in_features);
   weight_ = register_parameter("weight", init.uniform({out_features, in_features}, bound));
   if (bias) bias_ = register_parameter("bias", init.uniform({out_features}, bound));
-  metajit::eval(parameters());
 }
 
 Var Linear::operator()(const Var& x) const {

@@ -3,10 +3,11 @@
 #include <metajit/autograd.h>
 #include <metajit/composite.h>
 #include <metajit/error.h>
-#include <metajit/eval.h>
 #include <metajit/nn.h>
 
 #include <string>
+
+#include "nn/init.h"
 
 namespace metajit::nn {
 namespace {
@@ -27,12 +28,11 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum,
   if (!(eps >= 0) || !(momentum >= 0 && momentum <= 1))
     throw Error("BatchNorm2d(eps = " + std::to_string(eps) + ", momentum = " +
                 std::to_string(momentum) + "): expected eps >= 0 and 0 <= momentum <= 1");
-  weight_ = register_parameter("weight", ones({num_features}));
-  bias_ = register_parameter("bias", zeros({num_features}));
-  running_mean_ = register_buffer("running_mean", zeros({num_features}));
-  running_var_ = register_buffer("running_var", ones({num_features}));
-  num_batches_tracked_ = register_buffer("num_batches_tracked", zeros({}, DType::Int64));
-  metajit::eval({weight_, bias_, running_mean_, running_var_, num_batches_tracked_});
+  weight_ = register_parameter("weight", filled({num_features}, 1));
+  bias_ = register_parameter("bias", filled({num_features}, 0));
+  running_mean_ = register_buffer("running_mean", filled({num_features}, 0));
+  running_var_ = register_buffer("running_var", filled({num_features}, 1));
+  num_batches_tracked_ = register_buffer("num_batches_tracked", filled({}, 0, DType::Int64));
 }
 
 Var BatchNorm2d::normalized(const Var& x, const Var& mean, const Var& var) const {
@@ -77,9 +77,8 @@ LayerNorm::LayerNorm(int64_t normalized_shape, double eps, bool elementwise_affi
     throw Error("LayerNorm(normalized_shape = " + std::to_string(normalized_shape) +
                 ", eps = " + std::to_string(eps) + "): expected normalized_shape >= 1, eps >= 0");
   if (!elementwise_affine) return;
-  weight_ = register_parameter("weight", ones({normalized_shape}));
-  bias_ = register_parameter("bias", zeros({normalized_shape}));
-  metajit::eval({weight_, bias_});
+  weight_ = register_parameter("weight", filled({normalized_shape}, 1));
+  bias_ = register_parameter("bias", filled({normalized_shape}, 0));
 }
 
 Var LayerNorm::operator()(const Var& x) const {
