@@ -38,15 +38,19 @@ readme_program() {
 readme_program '^## A tour of the API' tour "$work/readme_tour.cc"
 # The training snippet (under "A jit train step"), likewise: public headers only.
 readme_program '^[*][*]A jit train step[.][*][*]' 'training snippet' "$work/readme_train.cc"
+# The layers example (under "Layers"), likewise.
+readme_program '^## Layers' 'layers example' "$work/readme_layers.cc"
 cmake -S "$source_dir/tests/consumer" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" \
       -DMETAJIT_SOURCE_DIR="$source_dir" -DMETAJIT_README_TOUR="$work/readme_tour.cc" \
-      -DMETAJIT_README_TRAIN="$work/readme_train.cc" -DCMAKE_BUILD_TYPE=Release >/dev/null
+      -DMETAJIT_README_TRAIN="$work/readme_train.cc" -DMETAJIT_README_LAYERS="$work/readme_layers.cc" \
+      -DCMAKE_BUILD_TYPE=Release >/dev/null
 if ! cmake --build "$work/build" -j 2 >"$work/build.log" 2>&1; then
   cat "$work/build.log" >&2
   exit 1
 fi
 "$work/build/consumer"
 "$work/build/readme_tour" >/dev/null
+(cd "$work" && "$work/build/readme_layers" >/dev/null)  # it writes classifier.safetensors there
 # The snippet trains on one batch: its loss must fall.
 losses=$("$work/build/readme_train")
 echo "README training snippet: $losses"

@@ -58,6 +58,15 @@ Var layer_norm(const Var& x, int64_t normalized_dims, const Var& weight = {}, co
 // (new on every call and jit replay); not training, or p = 0, x itself. Error outside 0..1.
 Var dropout(const Var& x, double p, bool training = true);
 Var softmax(const Var& x, int64_t dim);
+// softmax(q k^T / sqrt(D)) v over the last two axes (torch.nn.functional.
+// scaled_dot_product_attention without mask or dropout; meta_ops/attention.cc): q is [.., T, D],
+// k [.., S, D], v [.., S, Dv], their leading axes broadcast as matmul's do; the result is
+// [.., T, Dv]. With `causal`, query i attends keys 0..i only (torch's top-left alignment, also
+// when T != S: with T > S the last queries see every key). Built from matmul, softmax and a
+// reindex, so it is differentiable in q, k and v. ShapeError for an operand with fewer than two
+// axes, q and k with different D (or D = 0), k and v of different lengths S, or batch axes
+// that do not broadcast; DTypeError for a non-float operand.
+Var scaled_dot_product_attention(const Var& q, const Var& k, const Var& v, bool causal = false);
 // log(softmax(x, dim)), computed as (x - max) - log(sum(exp(x - max))): finite for any finite
 // logits, however extreme.
 Var log_softmax(const Var& x, int64_t dim);
