@@ -1,0 +1,333 @@
+// A decoder-only transformer (GPT) trained on the King James Version's Book of Genesis
+// (data/kjv/), character by character: token and learned position embeddings, pre-LayerNorm
+// blocks of causal multi-head attention and a GELU MLP, dropout, an untied output head. The whole
+// train step (forward, backward, gradient clipping, AdamW with decoupled weight decay) is one
+// jit function; the learning rate follows cosine_lr with warmup. It prints the unigram entropy,
+// the training and held-out loss in nats per character, milliseconds per step, traces and
+// compiles; saves a safetensors checkpoint (the model, the optimizer's state and its step
+// count), can resume from one, and samples text (README "The GPT sample").
+//
+//   ./train_gpt [--steps N] [--layers L] [--d-model D] [--heads H] [--context T] [--batch B]
+//               [--lr LR] [--dropout P] [--save FILE] [--resume FILE] [--check]
+//
+// Reproducible: batch s is drawn from a generator seeded with s, and the random stream (dropout)
+// is reseeded with s before step s, so a run resumed from a checkpoint takes exactly the steps
+// the uninterrupted run takes.
+//
+// --check (the registered test): a short run of a small model that trains half the steps, saves
+// a checkpoint, trains the rest; then a second model, initialised differently, resumes from the
+// checkpoint and trains the same second half. Exit status 1 unless the resumed losses equal the
+// uninterrupted ones exactly, the held-out loss is at least kMargin below the unigram entropy,
+// and nothing compiled after the first step (the resumed run and sampling included).
+#include <metajit/metajit.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpt_model.h"
+#include "text_data.h"
+
+using namespace metajit;
+using gpt::GPT;
+using gpt::lm_loss;
+
+namespace {
+
+constexpr double kMargin = 0.5;  // --check: held-out loss <= unigram entropy - kMargin
+constexpr int64_t kHeldBatches = 4;
+
+struct Options : gpt::GPTConfig {
+  int64_t steps = 600, batch = 16;
+  double lr = 3e-3, weight_decay = 0.1, clip = 1.0;
+  std::string save, resume;
+  bool check = false;
+};
+
+[[noreturn]] void usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: %s [--steps N] [--layers L] [--d-model D] [--heads H] [--context T] "
+               "[--batch B] [--lr LR] [--dropout P] [--save FILE] [--resume FILE] [--check]\n",
+               argv0);
+  std::exit(2);
+}
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool has_value = i + 1 < argc;
+    auto integer = [&] { return has_value ? std::atoll(argv[++i]) : (usage(argv[0]), 0LL); };
+    auto number = [&] { return has_value ? std::atof(argv[++i]) : (usage(argv[0]), 0.0); };
+    if (a == "--check") {
+      o.check = true;
+      o.steps = 160, o.layers = 2, o.d_model = 64, o.context = 32;
+    } else if (a == "--steps") {
+      o.steps = integer();
+    } else if (a == "--layers") {
+      o.layers = integer();
+    } else if (a == "--d-model") {
+      o.d_model = integer();
+    } else if (a == "--heads") {
+      o.heads = integer();
+    } else if (a == "--context") {
+      o.context = integer();
+    } else if (a == "--batch") {
+      o.batch = integer();
+    } else if (a == "--lr") {
+      o.lr = number();
+    } else if (a == "--dropout") {
+      o.dropout = number();
+    } else if (a == "--save" && has_value) {
+      o.save = argv[++i];
+    } else if (a == "--resume" && has_value) {
+      o.resume = argv[++i];
+    } else {
+      usage(argv[0]);
+    }
+  }
+  if (o.steps < 2 || o.layers < 1 || o.d_model < 1 || o.heads < 1 || o.d_model % o.heads != 0 ||
+      o.context < 2 || o.batch < 1)
+    usage(argv[0]);
+  return o;
+}
+
+// B windows of T + 1 characters of `ids` starting where `rng` says: inputs [B, T] and the
+// characters that follow each position [B, T].
+std::pair<Var, Var> batch(const std::vector<int32_t>& ids, int64_t b, int64_t t,
+                          std::mt19937_64& rng) {
+  std::uniform_int_distribution<int64_t> pick(0, int64_t(ids.size()) - t - 1);
+  std::vector<int32_t> x(size_t(b * t)), y(size_t(b * t));
+  for (int64_t r = 0; r < b; ++r) {
+    const int64_t p = pick(rng);
+    std::copy(ids.begin() + p, ids.begin() + p + t, x.begin() + r * t);
+    std::copy(ids.begin() + p + 1, ids.begin() + p + t + 1, y.begin() + r * t);
+  }
+  return {array(x, {b, t}), array(y, {b, t})};
+}
+
+// A model, its optimizer and its train step, created once.
+struct Trainer {
+  GPT model;
+  AdamW opt;
+  const Options& o;
+  decltype(opt.jit_step(std::function<Var(const Var&, const Var&)>())) step;
+  Trainer(int64_t vocab, const Options& options)
+      : model(vocab, options),
+        opt(model.parameters(), options.lr, 0.9, 0.95, 1e-8, options.weight_decay),
+        o(options),
+        step(opt.jit_step(std::function<Var(const Var&, const Var&)>(
+                              [this](const Var& x, const Var& y) { return lm_loss(model(x), y); }),
+                          "gpt_step")) {
+    opt.set_max_grad_norm(options.clip);
+  }
+  // Step s (1-based): its batch, its dropout masks and its learning rate depend on s alone.
+  double train_step(int64_t s, const std::vector<int32_t>& ids) {
+    std::mt19937_64 rng{uint64_t(s)};
+    auto [x, y] = batch(ids, o.batch, o.context, rng);
+    manual_seed(uint64_t(s));
+    opt.set_lr(cosine_lr(s - 1, o.lr, o.steps / 10, o.steps, o.lr / 10));
+    return step(x, y).item<float>();
+  }
+};
+
+void save_checkpoint(const std::string& path, const Trainer& t) {
+  nn::StateDict all = t.model.state_dict();
+  for (size_t k = 0; k < t.opt.state().size(); ++k)
+    all["optimizer.state." + std::to_string(k)] = t.opt.state()[k];
+  save_safetensors(path, all, {{"steps", std::to_string(t.opt.steps())}});
+}
+
+void load_checkpoint(const std::string& path, Trainer& t) {
+  std::map<std::string, std::string> meta;
+  nn::StateDict all = load_safetensors(path, &meta);
+  nn::StateDict model;
+  for (auto& [name, v] : all)
+    if (name.rfind("optimizer.state.", 0) != 0) model.emplace(name, v);
+  t.model.load_state_dict(model);
+  for (size_t k = 0; k < t.opt.state().size(); ++k) {
+    Var s = t.opt.state()[k];  // a copy is the same variable
+    s.assign(all.at("optimizer.state." + std::to_string(k)));
+  }
+  t.opt.set_steps(std::stoll(meta.at("steps")));
+}
+
+// The mean loss over kHeldBatches fixed batches of the held-out text, in eval mode (no dropout):
+// plain lazy evaluation, whose programs are remembered (README "Repeated evaluation").
+double held_out_loss(GPT& model, const std::vector<int32_t>& ids, const Options& o) {
+  model.eval();
+  std::mt19937_64 rng(12345);
+  double sum = 0;
+  for (int64_t k = 0; k < kHeldBatches; ++k) {
+    auto [x, y] = batch(ids, o.batch, o.context, rng);
+    sum += lm_loss(model(x), y).item<float>();
+  }
+  model.train();
+  return sum / double(kHeldBatches);
+}
+
+// `n` characters after `prompt`, drawn at temperature 0.8 from the model's logits on the last
+// `context` characters, padded on the right to one shape (causal attention: padding after the
+// last real character cannot change its logits). The window is row 0 of a batch of the training
+// shape, [B, T]: the schedules the planner chose for that shape are compiled already.
+std::string sample(GPT& model, const text::Vocab& vocab, const std::string& prompt, int n,
+                   const Options& o) {
+  model.eval();
+  std::vector<int32_t> ids = vocab.encode(prompt);
+  std::mt19937_64 rng(2024);
+  for (int i = 0; i < n; ++i) {
+    const int64_t len = std::min<int64_t>(int64_t(ids.size()), o.context);
+    std::vector<int32_t> window(size_t(o.batch * o.context), 0);
+    std::copy(ids.end() - len, ids.end(), window.begin());
+    const Var logits = model(array(window, {o.batch, o.context}));
+    const Var last = slice(reshape(logits, {o.batch * o.context, vocab.size()}), 0, len - 1, len);
+    const std::vector<float> p = softmax(last * (1 / 0.8), 1).to_vector<float>();
+    double u = double(rng() >> 11) * 0x1p-53;
+    size_t c = 0;
+    while (c + 1 < p.size() && u >= p[c]) u -= p[c++];
+    ids.push_back(int32_t(c));
+  }
+  model.train();
+  std::string out;
+  for (const int32_t c : ids) out.push_back(vocab.chars[size_t(c)]);
+  return out;
+}
+
+double unigram_entropy(const std::vector<int32_t>& ids, int64_t vocab) {
+  std::vector<double> count(size_t(vocab), 0.0);
+  for (const int32_t c : ids) count[size_t(c)] += 1;
+  double h = 0;
+  for (const double k : count)
+    if (k > 0) h -= k / double(ids.size()) * std::log(k / double(ids.size()));
+  return h;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using Clock = std::chrono::steady_clock;
+  try {
+    const auto t_start = Clock::now();
+    const Options o = parse_options(argc, argv);
+    const std::string text = text::read_gz(METAJIT_KJV_TEXT);
+    const text::Vocab vocab(text);
+    // Held out: the last tenth of the text, one stretch the model never sees.
+    const size_t cut = text.rfind('\n', text.size() - text.size() / 10) + 1;
+    const std::vector<int32_t> train_ids = vocab.encode(text.substr(0, cut));
+    const std::vector<int32_t> held_ids = vocab.encode(text.substr(cut));
+    const double unigram = unigram_entropy(train_ids, vocab.size());
+    std::printf(
+        "train_gpt: %s: vocabulary %lld, training %zu characters, held out %zu\n"
+        "model: %lld layers, d_model %lld, %lld heads, context %lld, batch %lld, dropout %g; "
+        "AdamW lr %g (cosine, warmup %lld), weight decay %g, clip %g; %s\n"
+        "unigram entropy of the training split: %.4f nats/char\n",
+        METAJIT_KJV_TEXT, (long long)vocab.size(), train_ids.size(), held_ids.size(),
+        (long long)o.layers, (long long)o.d_model, (long long)o.heads, (long long)o.context,
+        (long long)o.batch, o.dropout, o.lr, (long long)(o.steps / 10), o.weight_decay, o.clip,
+        describe_device(device()).c_str(), unigram);
+
+    manual_seed(1);  // the initial weights
+    Trainer run(vocab.size(), o);
+    std::printf("parameters: %zu tensors\n", run.model.parameters().size());
+    int64_t first = 1;
+    if (!o.resume.empty()) {
+      load_checkpoint(o.resume, run);
+      first = run.opt.steps() + 1;
+      std::printf("resumed from %s at step %lld\n", o.resume.c_str(), (long long)first);
+    }
+    const double held0 = held_out_loss(run.model, held_ids, o);
+    std::printf("held-out loss before training: %.4f\n", held0);
+    const int64_t save_at = o.check ? o.steps / 2 : o.steps;
+    const std::string checkpoint =
+        !o.save.empty() ? o.save
+                        : (std::filesystem::temp_directory_path() /
+                           ("train_gpt_check_" + std::to_string(::getpid()) + ".safetensors"))
+                              .string();
+
+    std::printf(" step  train loss  held-out  ms/step  traces  compiles\n");
+    uint64_t compiled_at_step1 = 0;
+    std::vector<double> losses(size_t(o.steps + 1), 0.0);
+    double held = held0, window_sum = 0;
+    std::vector<double> ms;
+    for (int64_t s = first; s <= o.steps; ++s) {
+      const auto t0 = Clock::now();
+      losses[size_t(s)] = run.train_step(s, train_ids);
+      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      window_sum += losses[size_t(s)];
+      if (s == first) {
+        compiled_at_step1 = stats().kernels_compiled;
+        std::printf("step %lld: %llu kernels compiled so far (%.1f s)\n", (long long)s,
+                    (unsigned long long)compiled_at_step1,
+                    std::chrono::duration<double>(Clock::now() - t_start).count());
+      }
+      if (s == save_at && (o.check || !o.save.empty())) save_checkpoint(checkpoint, run);
+      if (s % 40 == 0 || s == o.steps) {
+        held = held_out_loss(run.model, held_ids, o);
+        std::vector<double> sorted = ms;
+        std::sort(sorted.begin(), sorted.end());
+        std::printf("%5lld  %10.4f  %8.4f  %7.2f  %6llu  %8llu\n", (long long)s,
+                    window_sum / double(ms.size()), held, sorted[sorted.size() / 2],
+                    (unsigned long long)run.step.traces(),
+                    (unsigned long long)(stats().kernels_compiled - compiled_at_step1));
+        std::fflush(stdout);
+        window_sum = 0;
+        ms.clear();
+      }
+    }
+    const std::string text_out = sample(run.model, vocab, "In the beginning", 120, o);
+    std::printf("sample (temperature 0.8, seed 2024):\n%s\n", text_out.c_str());
+    const uint64_t compiles_after = stats().kernels_compiled - compiled_at_step1;
+    std::printf("held-out loss %.4f against the unigram entropy %.4f (%.4f below); %.1f s\n", held,
+                unigram, unigram - held,
+                std::chrono::duration<double>(Clock::now() - t_start).count());
+    if (!o.check) return 0;
+
+    // The resume check: a differently initialised model loads the checkpoint and retakes the
+    // second half.
+    manual_seed(99);
+    Trainer resumed(vocab.size(), o);
+    load_checkpoint(checkpoint, resumed);
+    std::filesystem::remove(checkpoint);
+    int64_t mismatches = 0;
+    for (int64_t s = save_at + 1; s <= o.steps; ++s) {
+      const double l = resumed.train_step(s, train_ids);
+      if (l != losses[size_t(s)]) {
+        if (mismatches++ == 0)
+          std::printf("CHECK FAILED: resumed step %lld loss %.9g, uninterrupted %.9g\n",
+                      (long long)s, l, losses[size_t(s)]);
+      }
+    }
+    const uint64_t compiles_total = stats().kernels_compiled - compiled_at_step1;
+    std::printf(
+        "resumed at step %lld: %lld of %lld losses differ; compiles after step 1: %llu (%llu "
+        "before the resumed run)\n",
+        (long long)save_at + 1, (long long)mismatches, (long long)(o.steps - save_at),
+        (unsigned long long)compiles_total, (unsigned long long)compiles_after);
+    bool ok = mismatches == 0;
+    if (!(held <= unigram - kMargin)) {
+      std::printf("CHECK FAILED: held-out loss %.4f is not %.1f nats/char below %.4f\n", held,
+                  kMargin, unigram);
+      ok = false;
+    }
+    if (compiles_total != 0 || run.step.traces() != 1) {
+      std::printf("CHECK FAILED: %llu compiles after step 1 and %llu traces; expected 0 and 1\n",
+                  (unsigned long long)compiles_total, (unsigned long long)run.step.traces());
+      ok = false;
+    }
+    if (!ok) return 1;
+    std::printf("check passed\n");
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_gpt: %s\n", e.what());
+    return 2;
+  }
+}
