@@ -582,6 +582,16 @@ TEST_CASE("BatchNorm2d: batch statistics in training, running statistics updated
   bn.train();
   std::string m = message_of<ShapeError>([&] { bn(zeros({1, C, 1, 1})); });
   CHECK_THAT(m, Contains("BatchNorm2d") && Contains("[1, 3, 1, 1]") && Contains("at least 2"));
+  // An eager loop that never reads the statistics: each call settles the previous update, which
+  // reads only the stored batch statistics, so the lazy graph stays the same size.
+  std::vector<uint64_t> pending;
+  for (int step = 0; step < 4; ++step) {
+    Var y = bn(f32(data(N * C * HW, 54 + uint64_t(step)), {N, C, 2, 2}));
+    eval({sum(y * y)});
+    pending.push_back(metajit::stats().pending_nodes);
+  }
+  CHECK(pending[3] == pending[1]);
+  CHECK(bn.num_batches_tracked().item<int64_t>() == 6);
   // Note: BatchNorm2d in training mode inside a jit trace is not tested: its buffer update is a
   // Var::assign, an Error while tracing until assignments to captured Vars become replayed state.
 }
