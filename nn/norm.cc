@@ -55,9 +55,10 @@ void BatchNorm2d::settle_running_stats() const {
 // Moves `stat` (the only Var naming its value) off its value, which thereby becomes an older
 // value of a variable: the evaluation that computes it (the loss's) stores it instead of fusing
 // it away, as README "Lazy evaluation" describes, so the pending update holds a [C] buffer
-// rather than the batch's graph. `stat` must not be used afterwards.
+// rather than the batch's graph. `stat` must not be used afterwards. Not while a jit function
+// is traced: a replay stores its outputs and keeps nothing else.
 void BatchNorm2d::stored_when_computed(Var& stat) {
-  stat.assign(zeros(stat.shape(), stat.dtype()));
+  if (jit_trace_depth() == 0) stat.assign(zeros(stat.shape(), stat.dtype()));
 }
 
 // torch's update, outside autograd: the new values are built from the batch statistics with
