@@ -3,10 +3,12 @@
 #include <metajit/autograd.h>
 #include <metajit/composite.h>
 #include <metajit/error.h>
+#include <metajit/eval.h>
 #include <metajit/nn.h>
 
 #include <string>
 
+#include "meta_ops/node.h"
 #include "nn/init.h"
 
 namespace metajit::nn {
@@ -40,6 +42,25 @@ Var BatchNorm2d::normalized(const Var& x, const Var& mean, const Var& var) const
          per_channel(bias_);
 }
 
+// Eager training keeps the running statistics' pending graph one step deep. The update below
+// is lazy and nothing the loss computes reads it, so without this every step would hold the
+// previous ones' (and their batches' graphs) until the buffers were read. The previous update
+// reads only the batch statistics its forward stored (stored_when_computed): evaluating it is
+// one small kernel over [C], and a no-op when it was already evaluated. Not while a jit function
+// is traced, where evaluating captured state is not the trace's business.
+void BatchNorm2d::settle_running_stats() const {
+  if (jit_trace_depth() == 0) metajit::eval({running_mean_, running_var_, num_batches_tracked_});
+}
+
+// Moves `stat` (the only Var naming its value) off its value, which thereby becomes an older
+// value of a variable: the evaluation that computes it (the loss's) stores it instead of fusing
+// it away, as README "Lazy evaluation" describes, so the pending update holds a [C] buffer
+// rather than the batch's graph. `stat` must not be used afterwards. Not while a jit function
+// is traced: a replay stores its outputs and keeps nothing else.
+void BatchNorm2d::stored_when_computed(Var& stat) {
+  if (jit_trace_depth() == 0) stat.assign(zeros(stat.shape(), stat.dtype()));
+}
+
 // torch's update, outside autograd: the new values are built from the batch statistics with
 // stop_grad, so no gradient reaches an earlier batch through the running statistics.
 void BatchNorm2d::update_running_stats(const Var& mean, const Var& unbiased_var) const {
@@ -64,10 +85,13 @@ Var BatchNorm2d::operator()(const Var& x) const {
   if (count < 2)
     throw ShapeError("BatchNorm2d: input of shape " + shape_str(x.shape()) +
                      " has one value per channel; training mode needs at least 2 (N * H * W)");
-  const Var mean = metajit::mean(x, {0, 2, 3});
-  const Var biased = var(x, {0, 2, 3}, false, 0);
+  settle_running_stats();
+  Var mean = metajit::mean(x, {0, 2, 3}), biased = var(x, {0, 2, 3}, false, 0);
   update_running_stats(mean, biased * (double(count) / double(count - 1)));
-  return normalized(x, mean, biased);
+  const Var y = normalized(x, mean, biased);
+  stored_when_computed(mean);
+  stored_when_computed(biased);
+  return y;
 }
 
 LayerNorm::LayerNorm(int64_t normalized_shape, double eps, bool elementwise_affine,

@@ -582,8 +582,43 @@ TEST_CASE("BatchNorm2d: batch statistics in training, running statistics updated
   bn.train();
   std::string m = message_of<ShapeError>([&] { bn(zeros({1, C, 1, 1})); });
   CHECK_THAT(m, Contains("BatchNorm2d") && Contains("[1, 3, 1, 1]") && Contains("at least 2"));
-  // Note: BatchNorm2d in training mode inside a jit trace is not tested: its buffer update is a
-  // Var::assign, an Error while tracing until assignments to captured Vars become replayed state.
+  // An eager loop that never reads the statistics: each call settles the previous update, which
+  // reads only the stored batch statistics, so the lazy graph stays the same size.
+  std::vector<uint64_t> pending;
+  for (int step = 0; step < 4; ++step) {
+    Var y = bn(f32(data(N * C * HW, 54 + uint64_t(step)), {N, C, 2, 2}));
+    eval({sum(y * y)});
+    pending.push_back(metajit::stats().pending_nodes);
+  }
+  CHECK(pending[3] == pending[1]);
+  CHECK(bn.num_batches_tracked().item<int64_t>() == 6);
+}
+
+TEST_CASE("BatchNorm2d inside a jit train step: its running statistics are the step's state",
+          "[batchnorm][jit]") {
+  const int64_t N = 3, C = 2, HW = 4;
+  nn::BatchNorm2d in_step(C), eager(C);
+  SGD opt(in_step.parameters(), 0.0);  // lr 0: the buffers are what changes
+  auto step = opt.jit_step([&](const Var& x) {
+    const Var y = in_step(x);
+    return sum(y * y);
+  });
+  for (int k = 0; k < 3; ++k) {
+    const Var x = f32(data(N * C * HW, 70 + uint64_t(k)), {N, C, 2, 2});
+    step(x);
+    metajit::eval({sum(eager(x))});
+  }
+  CHECK(step.traces() == 1);
+  CHECK(in_step.num_batches_tracked().item<int64_t>() == 3);
+  const std::vector<double> m = values_of(in_step.running_mean()),
+                            v = values_of(in_step.running_var());
+  const std::vector<double> me = values_of(eager.running_mean()),
+                            ve = values_of(eager.running_var());
+  for (size_t c = 0; c < size_t(C); ++c) {
+    CHECK(m[c] == Approx(me[c]).margin(1e-6));
+    CHECK(v[c] == Approx(ve[c]).margin(1e-6));
+  }
+  CHECK(m != std::vector<double>(size_t(C), 0.0));
 }
 
 // ---------------------------------------------------------------- load_state_dict

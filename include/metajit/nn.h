@@ -176,10 +176,10 @@ class Conv2d : public Module {
 //   updates the buffers as torch does: running_mean = (1 - momentum) running_mean + momentum
 //   mean, running_var likewise with the unbiased variance, num_batches_tracked += 1 (Var::assign;
 //   the statistics carry no gradient). ShapeError for one value per channel (N*H*W == 1).
-//   The new buffer values are lazy like any Var: they are computed when read or saved, and until
-//   then keep this batch's statistics' graph; an eager loop that never reads them should
-//   evaluate buffers() with its loss now and then. Inside a jit trace the update is
-//   Var::assign's Error for now.
+//   The update is lazy; the evaluation that computes the batch statistics (the loss's) stores
+//   them, and the next training-mode call evaluates the update from them (one small kernel),
+//   so an eager loop keeps no graph from step to step. Inside a jit function or jit train step
+//   the buffers are the function's state: every call updates them (include/metajit/var.h).
 // - Evaluation mode: normalises with running_mean and running_var.
 // `seed` is accepted for uniformity; the initialisation is not random.
 class BatchNorm2d : public Module {
@@ -196,6 +196,8 @@ class BatchNorm2d : public Module {
  private:
   Var normalized(const Var& x, const Var& mean, const Var& var) const;
   void update_running_stats(const Var& mean, const Var& unbiased_var) const;
+  void settle_running_stats() const;
+  static void stored_when_computed(Var& stat);
   int64_t features_;
   double eps_, momentum_;
   Var weight_, bias_, running_mean_, running_var_, num_batches_tracked_;
