@@ -86,11 +86,23 @@ Var MultiheadAttention::operator()(const Var& query, const Var& key, const Var& 
     const Var y = (*this)(batched(query), batched(key), batched(value), causal);
     return reshape(y, {y.shape()[1], y.shape()[2]});
   }
+  Var q, k, v;
+  if (query.node() == key.node() && key.node() == value.node()) {
+    // Self-attention: one packed projection [N, L, 3E] then three slices, as torch does. Three
+    // projections of one input make the planner store that input broadcast over the output
+    // features (a [N, L, E, E] tensor) and run the contractions and their weight gradients as
+    // element-wise loops: a GPT train step 10x slower (bench/README.md "GPT").
+    const Var w = transpose(in_proj_weight_, {1, 0});
+    const Var qkv = in_proj_bias_.defined() ? matmul(query, w) + in_proj_bias_ : matmul(query, w);
+    const int64_t e = embed_dim_;
+    q = slice(qkv, 2, 0, e), k = slice(qkv, 2, e, 2 * e), v = slice(qkv, 2, 2 * e, 3 * e);
+  } else {
+    q = project(query, 0), k = project(key, 1), v = project(value, 2);
+  }
   const Var heads =
-      scaled_dot_product_attention(split_heads(project(query, 0)), split_heads(project(key, 1)),
-                                   split_heads(project(value, 2)), causal);
-  const Shape& q = query.shape();
-  return (*out_proj_)(reshape(transpose(heads, {0, 2, 1, 3}), {q[0], q[1], embed_dim_}));
+      scaled_dot_product_attention(split_heads(q), split_heads(k), split_heads(v), causal);
+  const Shape& n_l = query.shape();
+  return (*out_proj_)(reshape(transpose(heads, {0, 2, 1, 3}), {n_l[0], n_l[1], embed_dim_}));
 }
 
 }  // namespace metajit::nn

@@ -511,6 +511,9 @@ TEST_CASE("MultiheadAttention matches torch's definition computed naively", "[la
   check_close(values_of(cross), want, 1e-5);
   check_close(values_of(causal), mha_ref(mha, q, k, v, N, T, S, E, H, true), 1e-5);
   check_close(values_of(unbatched), std::vector<double>(want.begin(), want.begin() + T * E), 1e-5);
+  // Self-attention (one Var as query, key and value) takes the packed projection: same values.
+  const Var x = f32(q, {N, T, E});
+  check_close(values_of(mha(x, x, x, true)), mha_ref(mha, q, q, q, N, T, T, E, H, true), 1e-5);
 }
 
 // ---------------------------------------------------------------- BatchNorm2d
