@@ -130,11 +130,12 @@ void run_gpt(Report& report, const Options& opt) {
   // The forward captures the model, whose parameters are the Vars the train step assigns: the
   // forward row is timed on whatever weights they hold (the values are irrelevant to its time);
   // its probe is taken from the initial weights, before any step.
-  auto fwd = std::make_shared<decltype(metajit::jit(std::function<Var(Var)>()))>(metajit::jit(
-      std::function<Var(Var)>([model](Var i) { return (*model)(i); }), "gpt forward"));
+  auto fwd = std::make_shared<decltype(metajit::jit(std::function<Var(Var)>()))>(
+      metajit::jit(std::function<Var(Var)>([model](Var i) { return (*model)(i); }), "gpt forward"));
   std::vector<double> probe;
-  std::string probe_note = "weights: metajit's initialisers, manual_seed(1); logits of 3 "
-                           "positions recorded";
+  std::string probe_note =
+      "weights: metajit's initialisers, manual_seed(1); logits of 3 "
+      "positions recorded";
   try {
     if (opt.wanted(fwd_name)) probe = logits_probe((*fwd)(x), vocab);
   } catch (const std::exception& e) {

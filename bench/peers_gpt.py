@@ -99,11 +99,12 @@ def torch_impls(np, init, ids, tgt):
         x = F.embedding(i, p["wte.weight"]) + F.embedding(positions, p["wpe.weight"])
         for l in range(L):
             g1, b1, wi, bi, wo, bo, g2, b2, wf, bf, wp, bp = [p[n] for n in block_names(l)]
-            q, k, v = (t.view(B, T, H, HD).transpose(1, 2)
-                       for t in F.linear(F.layer_norm(x, (D,), g1, b1, LN_EPS), wi, bi).split(D, -1))
+            qkv = F.linear(F.layer_norm(x, (D,), g1, b1, LN_EPS), wi, bi)
+            q, k, v = (t.view(B, T, H, HD).transpose(1, 2) for t in qkv.split(D, -1))
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             x = x + F.linear(o.transpose(1, 2).reshape(B, T, D), wo, bo)
-            x = x + F.linear(F.gelu(F.linear(F.layer_norm(x, (D,), g2, b2, LN_EPS), wf, bf)), wp, bp)
+            f = F.gelu(F.linear(F.layer_norm(x, (D,), g2, b2, LN_EPS), wf, bf))
+            x = x + F.linear(f, wp, bp)
         return F.linear(F.layer_norm(x, (D,), p["ln_f.weight"], p["ln_f.bias"], LN_EPS),
                         p["head.weight"])
 
