@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "bench/fusion_patterns.h"
+#include "bench/gpt.h"
 #include "bench/lazy_loop.h"
 #include "bench/peers.h"
 #include "bench/report.h"
@@ -150,6 +151,7 @@ int main(int argc, char** argv) {
   bench::run_throughput(report, opt);
   bench::run_fusion_patterns(report, opt);
   bench::run_transformer(report, opt);
+  bench::run_gpt(report, opt);
   bench::run_lazy_loop(report, opt);
   if (latency) bench::run_latency(report, opt);
   bench::print_table(report);

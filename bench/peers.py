@@ -12,8 +12,8 @@ This script installs nothing: a framework that does not import prints
 
 The training rows (one optimizer step of three small models) are in peers_training.py;
 `--only train` runs just them. The transformer block's train step and forward are in
-peers_transformer.py (`--only transformer`), Jittor's lazy training loop in peers_lazy_loop.py
-(`--only lazy`).
+peers_transformer.py (`--only transformer`), the GPT's (from the weights metajit_bench writes) in
+peers_gpt.py (`--only GPT`), Jittor's lazy training loop in peers_lazy_loop.py (`--only lazy`).
 
 Running it again (say, Jittor from another interpreter: Jittor 1.3 wants numpy<2, JAX 0.10
 wants numpy>=2) replaces only the rows of the frameworks it runs.
@@ -31,6 +31,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peers_training  # noqa: E402 - the training rows, kept in their own file
 import peers_transformer  # noqa: E402 - the transformer rows, likewise
+import peers_gpt  # noqa: E402 - the GPT rows, likewise
 import peers_lazy_loop  # noqa: E402 - the lazy training loop
 
 # The same names as the C++ rows, so that the two halves line up.
@@ -533,6 +534,17 @@ def main():
         rows.extend(tf)
         skipped.extend(s for s in tf_skipped if s not in skipped)
         names.extend(tf_names)
+
+    # The GPT (peers_gpt.py), from the weights metajit_bench wrote; it also checks metajit's C++
+    # rows (first loss and logits against float64, the loss curve against PyTorch eager's).
+    gpt_names = [n for n in peers_gpt.WORKLOADS if args.only in n]
+    if gpt_names:
+        gp, gp_skipped, gp_notes = peers_gpt.gpt_rows(np, wanted, gpt_names, cpp, args.budget,
+                                                      max_rel_err)
+        rows.extend(gp)
+        skipped.extend(s for s in gp_skipped if s not in skipped)
+        names.extend(gpt_names)
+        extra_notes.extend(gp_notes)
 
     # Jittor's lazy training loop (peers_lazy_loop.py): step 10 against step 1,000 of one run.
     lazy_names = [n for n in peers_lazy_loop.WORKLOADS if args.only in n]

@@ -166,6 +166,8 @@ void write_json(const Report& report, const std::string& path, const std::string
     if (!std::isnan(r.loss_first)) row["loss_first"] = r.loss_first;
     if (!std::isnan(r.loss_after_check)) row["loss_after_check"] = r.loss_after_check;
     if (!r.logits_probe.empty()) row["logits_probe"] = r.logits_probe;
+    if (!r.losses.empty()) row["losses"] = r.losses;
+    if (!r.weights_file.empty()) row["weights_file"] = r.weights_file;
     j["rows"].push_back(row);
   }
   j["notes"] = report.notes;

@@ -28,6 +28,10 @@ struct Row {
   // of the last warm-up step, and forward values at fixed positions.
   double loss_first = kNaN, loss_after_check = kNaN;
   std::vector<double> logits_probe;
+  // The GPT rows (bench/gpt.cc): the loss of each check step, which bench/peers_gpt.py compares
+  // with PyTorch eager's, and the safetensors file of the initial weights and the batch.
+  std::vector<double> losses;
+  std::string weights_file;
 };
 
 struct FloorInfo {

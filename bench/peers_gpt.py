@@ -1,0 +1,362 @@
+"""GPT peers of `make bench` (imported by peers.py): bench/gpt.cc's model (samples/gpt_model.h)
+in PyTorch eager, torch.compile and JAX jit, whichever import, from metajit's initial weights.
+
+The model is samples/gpt_model.h's GPT with dropout 0, in torch's layer conventions: token
+embedding wte [V, D] + position embedding wpe[arange(T)]; per block, x + attn(ln1(x)) then
++ proj(gelu(fc(ln2(x)))), where attn is nn.MultiheadAttention's math (qkv = h @ in_proj_weight.T
++ in_proj_bias, q, k, v the three D-wide parts, H heads of D / H side by side, causal
+softmax(q k^T / sqrt(D / H)) v, out_proj), LayerNorm eps 1e-5, exact (erf) GELU; a final
+LayerNorm and an untied head without bias. Linear weights are [out, in] (x @ W.T + b). The train
+step is cross-entropy over all B*T positions (mean), backward, clip_grad_norm_(params, 1.0) and
+torch.optim.AdamW (lr 1e-3, betas (0.9, 0.95), eps 1e-8, weight decay 0.1), on the same fixed
+batch every step; the forward row materializes the logits.
+
+Weights and data: metajit_bench writes them (metajit's initialisers after manual_seed(1), and a
+batch of 16 windows of 64 characters of the Book of Genesis) with save_safetensors to the file
+its GPT rows name in `weights_file`; here safetensors.numpy loads it. Without that file (no C++
+GPT rows in the JSON) there is nothing to compare with and the rows are skipped.
+
+Checked, not timed: every peer's first loss against a float64 numpy forward of those weights
+(relative 1e-3) and that the loss went down over CHECK_STEPS steps; the forward rows' logits
+against the float64 logits (max_rel_err 1e-3). metajit's C++ rows: the first loss and the logits
+at PROBE against the same float64 reference, and its CHECK_STEPS losses against PyTorch eager's
+(max relative difference, CURVE_TOLERANCE); the result is written into the metajit row
+(`check`).
+"""
+import math
+import os
+import sys
+
+import peers_training
+
+STEP = "GPT L4 D128 H4 T64 B16 adamw train step"
+FORWARD = "GPT L4 D128 H4 T64 B16 forward"
+WORKLOADS = [STEP, FORWARD]
+
+L, D, H, T, B = 4, 128, 4, 64, 16
+HD = D // H
+LR, BETA1, BETA2, EPS, WD, CLIP = 1e-3, 0.9, 0.95, 1e-8, 0.1, 1.0
+LN_EPS = 1e-5
+CHECK_STEPS = 20  # as kCheckSteps in gpt.cc
+TOLERANCE = 1e-3  # first loss (relative) and logits (max_rel_err) against float64
+CURVE_TOLERANCE = 1e-4  # metajit's CHECK_STEPS losses against PyTorch eager's (relative)
+PROBE = [(0, 0), (0, T - 1), (B - 1, T // 2)]  # (b, t) of the logits metajit's row records
+
+
+def load(np, path):
+    """(params {name: float32 array} in the file's order, ids [B, T] int64, targets [B*T])."""
+    from safetensors.numpy import load_file
+    tensors = load_file(path)
+    ids = tensors.pop("batch.inputs").astype(np.int64)
+    tgt = tensors.pop("batch.targets").astype(np.int64).reshape(-1)
+    return tensors, ids, tgt
+
+
+def block_names(l):
+    b = "blocks.%d." % l
+    return [b + n for n in ("ln1.weight", "ln1.bias", "attn.in_proj_weight", "attn.in_proj_bias",
+                            "attn.out_proj.weight", "attn.out_proj.bias", "ln2.weight",
+                            "ln2.bias", "fc.weight", "fc.bias", "proj.weight", "proj.bias")]
+
+
+def numpy_logits(np, p, ids):
+    """float64 logits [B, T, V]: the reference."""
+    from scipy.special import erf
+    p = {k: v.astype(np.float64) for k, v in p.items()}
+
+    def ln(x, g, b):
+        xc = x - x.mean(axis=-1, keepdims=True)
+        return xc / np.sqrt((xc * xc).mean(axis=-1, keepdims=True) + LN_EPS) * g + b
+
+    causal = np.tril(np.ones((T, T), dtype=bool))
+    x = p["wte.weight"][ids] + p["wpe.weight"][np.arange(T)]
+    for l in range(L):
+        g1, b1, wi, bi, wo, bo, g2, b2, wf, bf, wp, bp = [p[n] for n in block_names(l)]
+        qkv = ln(x, g1, b1) @ wi.T + bi
+        q, k, v = (qkv[..., j * D:(j + 1) * D].reshape(B, T, H, HD).transpose(0, 2, 1, 3)
+                   for j in range(3))
+        s = np.where(causal, q @ k.transpose(0, 1, 3, 2) / math.sqrt(HD), -np.inf)
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        o = ((e / e.sum(axis=-1, keepdims=True)) @ v).transpose(0, 2, 1, 3).reshape(B, T, D)
+        x = x + o @ wo.T + bo
+        f = ln(x, g2, b2) @ wf.T + bf
+        x = x + (0.5 * f * (1.0 + erf(f / math.sqrt(2.0)))) @ wp.T + bp
+    return ln(x, p["ln_f.weight"], p["ln_f.bias"]) @ p["head.weight"].T
+
+
+# ---- peers: each returns {impl: {workload: Trainer}} (peers_training.Trainer) ----
+
+def torch_impls(np, init, ids, tgt):
+    import torch
+    import torch.nn.functional as F
+    threads = os.cpu_count() or 1
+    torch.set_num_threads(threads)
+    ids_t, tgt_t = torch.from_numpy(ids), torch.from_numpy(tgt)
+    names = list(init)
+    positions = torch.arange(T)
+
+    def logits(p, i):
+        x = F.embedding(i, p["wte.weight"]) + F.embedding(positions, p["wpe.weight"])
+        for l in range(L):
+            g1, b1, wi, bi, wo, bo, g2, b2, wf, bf, wp, bp = [p[n] for n in block_names(l)]
+            qkv = F.linear(F.layer_norm(x, (D,), g1, b1, LN_EPS), wi, bi)
+            q, k, v = (t.view(B, T, H, HD).transpose(1, 2) for t in qkv.split(D, -1))
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + F.linear(o.transpose(1, 2).reshape(B, T, D), wo, bo)
+            f = F.gelu(F.linear(F.layer_norm(x, (D,), g2, b2, LN_EPS), wf, bf))
+            x = x + F.linear(f, wp, bp)
+        return F.linear(F.layer_norm(x, (D,), p["ln_f.weight"], p["ln_f.bias"], LN_EPS),
+                        p["head.weight"])
+
+    def fresh():
+        return {n: torch.from_numpy(init[n].copy()).requires_grad_() for n in names}
+
+    def trainer(compiled):
+        p = fresh()
+        params = list(p.values())
+        opt = torch.optim.AdamW(params, lr=LR, betas=(BETA1, BETA2), eps=EPS, weight_decay=WD)
+
+        def train_step(i, t):
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(logits(p, i).reshape(B * T, -1), t)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, CLIP)
+            opt.step()
+            return loss.detach()
+        run = torch.compile(train_step) if compiled else train_step
+        return peers_training.Trainer(lambda: run(ids_t, tgt_t), float, None)
+
+    def forward(compiled):
+        p = fresh()
+
+        def fwd(i):
+            with torch.no_grad():
+                return logits(p, i)
+        run = torch.compile(fwd) if compiled else fwd
+        return peers_training.Trainer(lambda: run(ids_t), lambda y: y.numpy(), None)
+
+    notes = {
+        ("eager", STEP): "F.linear, F.layer_norm, F.scaled_dot_product_attention(is_causal=True), "
+                         "F.gelu, F.cross_entropy, clip_grad_norm_, torch.optim.AdamW defaults "
+                         "(the for-loop implementation on CPU); %d threads" % threads,
+        ("eager", FORWARD): "the same functions under torch.no_grad(); %d threads" % threads,
+        ("compile", STEP): "torch.compile of the whole step function (zero_grad, forward, loss, "
+                           "backward, clip_grad_norm_, opt.step), Inductor default mode, "
+                           "compiled in the warm-up; %d threads" % threads,
+        ("compile", FORWARD): "torch.compile of the no_grad forward, Inductor default mode; "
+                              "%d threads" % threads,
+    }
+    out = {"PyTorch eager (%d threads)" % threads: {STEP: trainer(False), FORWARD: forward(False)},
+           "torch.compile": {STEP: trainer(True), FORWARD: forward(True)}}
+    for impl, per in out.items():
+        for name, t in per.items():
+            t.note = notes[("compile" if impl == "torch.compile" else "eager", name)]
+    return out
+
+
+def jax_impls(np, init, ids, tgt):
+    import jax
+    import jax.numpy as jnp
+    jax.config.update("jax_platforms", "cpu")
+    ids_j, tgt_j = jnp.asarray(ids.astype(np.int32)), jnp.asarray(tgt.astype(np.int32))
+    names = list(init)
+    causal = jnp.asarray(np.tril(np.ones((T, T), dtype=bool)))
+
+    def ln(x, g, b):
+        xc = x - x.mean(axis=-1, keepdims=True)
+        return xc * jax.lax.rsqrt((xc * xc).mean(axis=-1, keepdims=True) + LN_EPS) * g + b
+
+    def logits(plist, i):
+        p = dict(zip(names, plist))
+        x = p["wte.weight"][i] + p["wpe.weight"][jnp.arange(T)]
+        for l in range(L):
+            g1, b1, wi, bi, wo, bo, g2, b2, wf, bf, wp, bp = [p[n] for n in block_names(l)]
+            qkv = ln(x, g1, b1) @ wi.T + bi
+            q, k, v = (qkv[..., j * D:(j + 1) * D].reshape(B, T, H, HD).transpose(0, 2, 1, 3)
+                       for j in range(3))
+            s = jnp.where(causal, q @ k.transpose(0, 1, 3, 2) * (1.0 / math.sqrt(HD)), -jnp.inf)
+            o = (jax.nn.softmax(s, axis=-1) @ v).transpose(0, 2, 1, 3).reshape(B, T, D)
+            x = x + o @ wo.T + bo
+            x = x + jax.nn.gelu(ln(x, g2, b2) @ wf.T + bf, approximate=False) @ wp.T + bp
+        return ln(x, p["ln_f.weight"], p["ln_f.bias"]) @ p["head.weight"].T
+
+    def loss_fn(p, i, t):
+        lg = logits(p, i)
+        logp = jax.nn.log_softmax(lg.reshape(B * T, lg.shape[-1]), axis=-1)
+        return -jnp.mean(jnp.take_along_axis(logp, t[:, None], axis=1))
+
+    def train_step(p, m, v, t, i, y):
+        # clip_grad_norm_ then torch.optim.AdamW's update (decay first, then Adam's step)
+        loss, g = jax.value_and_grad(loss_fn)(p, i, y)
+        norm = jnp.sqrt(sum(jnp.sum(gi * gi) for gi in g))
+        coef = jnp.minimum(1.0, CLIP / (norm + 1e-6))
+        g = [gi * coef for gi in g]
+        t = t + 1
+        tf = t.astype(jnp.float32)
+        bc1, bc2_sqrt = 1 - BETA1 ** tf, jnp.sqrt(1 - BETA2 ** tf)
+        p = [pi * (1 - LR * WD) for pi in p]
+        m = [BETA1 * mi + (1 - BETA1) * gi for mi, gi in zip(m, g)]
+        v = [BETA2 * vi + (1 - BETA2) * gi * gi for vi, gi in zip(v, g)]
+        p = [pi - (LR / bc1) * mi / (jnp.sqrt(vi) / bc2_sqrt + EPS) for pi, mi, vi in zip(p, m, v)]
+        return p, m, v, t, loss
+    step_fn = jax.jit(train_step, donate_argnums=(0, 1, 2))
+    arrays = [init[n] for n in names]
+    st = {"p": [jnp.asarray(a) for a in arrays],
+          "m": [jnp.zeros(a.shape, jnp.float32) for a in arrays],
+          "v": [jnp.zeros(a.shape, jnp.float32) for a in arrays], "t": jnp.asarray(0, jnp.int32)}
+
+    def step():
+        out = jax.block_until_ready(step_fn(st["p"], st["m"], st["v"], st["t"], ids_j, tgt_j))
+        st["p"], st["m"], st["v"], st["t"], loss = out
+        return loss
+
+    fwd_fn, fwd_params = jax.jit(logits), [jnp.asarray(a) for a in arrays]
+    step_note = ("@jax.jit step (value_and_grad, global-norm clipping and hand-written AdamW as "
+                 "torch's, params and state donated); XLA CPU, its default thread pool")
+    return {"JAX jit": {
+        STEP: peers_training.Trainer(step, float, None, step_note),
+        FORWARD: peers_training.Trainer(
+            lambda: jax.block_until_ready(fwd_fn(fwd_params, ids_j)), np.asarray, None,
+            "@jax.jit forward, block_until_ready; XLA CPU, its default thread pool")}}
+
+
+# ---- checking and measuring ----
+
+def curve_diff(a, b):
+    """The largest relative difference of two loss curves."""
+    return max(abs(x - y) / abs(y) for x, y in zip(a, b))
+
+
+def check_metajit(np, cpp, ref_loss, ref_logits, max_rel_err):
+    """metajit's C++ rows against the float64 reference: writes `check` into each; returns
+    {workload: problem or None}. The loss curve is checked later (against PyTorch eager)."""
+    found = {}
+    row = cpp.get(STEP)
+    if row is not None:
+        first = row.get("loss_first")
+        if first is None:
+            found[STEP] = ("no loss_first in the row", False)
+        else:
+            rel = abs(first - ref_loss) / abs(ref_loss)
+            found[STEP] = ("first loss %.6f, float64 %.6f (rel err %.2g)" % (first, ref_loss, rel),
+                           rel <= TOLERANCE)
+    row = cpp.get(FORWARD)
+    if row is not None:
+        ref = np.stack([ref_logits[b, t] for b, t in PROBE])
+        probe = row.get("logits_probe")
+        if not probe or len(probe) != ref.size:
+            found[FORWARD] = ("no logits_probe of %d values in the row" % ref.size, False)
+        else:
+            err = max_rel_err(np, np.asarray(probe), ref)
+            found[FORWARD] = ("logits at (b, t) %s: max rel err %.2g against float64" % (
+                PROBE, err), err <= TOLERANCE)
+    problems = {}
+    for name, (text, ok) in found.items():
+        cpp[name]["check"] = ("ok: " if ok else "FAILED: ") + text
+        problems[name] = None if ok else text
+    return problems
+
+
+def measure_row(np, pkg, impl, name, trainer, ref, budget, max_rel_err, curves):
+    """One peer row: checked, then timed with peers_training.time_steps (each call on its own,
+    the median). ref = (float64 first loss, float64 logits); the step rows' losses go into
+    curves[impl]."""
+    row = {"source": "python", "framework": pkg, "workload": name, "impl": impl,
+           "seconds": None, "unit": "ms/step" if name == STEP else "ms", "gflops": None,
+           "metajit_over_impl": None, "floor_seconds": None, "over_floor": None, "target": "",
+           "measured": "", "met": None, "note": "", "max_rel_err": None, "reps": 0,
+           "loss_first": None, "loss_after_check": None}
+    try:
+        if name == STEP:
+            losses = [trainer.to_float(trainer.step()) for _ in range(CHECK_STEPS)]
+            curves[impl] = losses
+            first, last = losses[0], losses[-1]
+            row["loss_first"], row["loss_after_check"], row["losses"] = first, last, losses
+            rel = abs(first - ref[0]) / abs(ref[0])
+            note = "loss %.4f -> %.4f over %d steps (float64 first loss %.4f, rel err %.2g)" % (
+                first, last, CHECK_STEPS, ref[0], rel)
+            problem = peers_training.loss_problem(losses, first, last, ref[0], rel, TOLERANCE)
+        else:
+            err = max_rel_err(np, trainer.to_float(trainer.step()), ref[1])
+            row["max_rel_err"] = err
+            note = "logits max rel err %.2g against float64" % err
+            problem = None if err <= TOLERANCE else "logits max rel err %.3g (tolerance %.0e)" % (
+                err, TOLERANCE)
+        row["note"] = "; ".join(n for n in (trainer.note, note) if n)
+        if problem:
+            row["note"] = "check failed: %s; not timed (%s)" % (problem, row["note"])
+            return row
+        row["seconds"], row["reps"] = peers_training.time_steps(trainer, budget)
+        row["note"] += "; median of %d single calls" % row["reps"]
+    except Exception as e:  # noqa: BLE001 - report, do not stop the other peers
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        row["note"] = ("skipped: torch.compile failed here: %s" if impl == "torch.compile"
+                       else "failed: %s") % reason
+    return row
+
+
+def check_curves(rows, cpp, curves, problems):
+    """The loss curves of the first CHECK_STEPS steps against PyTorch eager's: metajit's (its
+    row's `check`; off by more than CURVE_TOLERANCE fails it) and each other peer's (a note)."""
+    eager = next((c for impl, c in curves.items() if impl.startswith("PyTorch eager")), None)
+    if eager is None:
+        return
+    for r in rows:
+        if r["workload"] == STEP and r["impl"] in curves and not r["impl"].startswith("PyTorch"):
+            r["note"] += "; loss curve vs PyTorch eager: max rel diff %.2g" % curve_diff(
+                curves[r["impl"]], eager)
+    mj = cpp.get(STEP)
+    if mj is None or not mj.get("losses"):
+        return
+    diff = curve_diff(mj["losses"], eager)
+    mj["loss_curve_max_rel_diff"] = diff
+    text = "losses of steps 1-%d vs PyTorch eager's: max rel diff %.2g (tolerance %.0e)" % (
+        len(mj["losses"]), diff, CURVE_TOLERANCE)
+    if diff <= CURVE_TOLERANCE:
+        mj["check"] = mj.get("check", "ok: ") + "; " + text
+    else:
+        mj["check"] = "FAILED: " + text + "; " + mj.get("check", "")
+        problems[STEP] = text
+
+
+def gpt_rows(np, frameworks, names, cpp, budget, max_rel_err):
+    """The GPT workloads in `names` for the frameworks in `frameworks` (peers.py's --frameworks
+    names); cpp maps workload -> metajit's C++ row (its `check` is written here). Returns (rows,
+    skipped, note lines)."""
+    path = next((cpp[n].get("weights_file") for n in names if cpp.get(n, {}).get("weights_file")),
+                None)
+    if not path or not os.path.exists(path):
+        why = "GPT rows skipped: no weights file from metajit_bench's GPT rows (%s)" % (
+            path or "run metajit_bench --only GPT first")
+        print(why)
+        return [], [why], []
+    init, ids, tgt = load(np, path)
+    ref_logits = numpy_logits(np, init, ids)
+    ref = (peers_training.numpy_loss(np, ref_logits.reshape(B * T, -1), tgt), ref_logits)
+    mine = {n: cpp[n] for n in names if n in cpp}
+    problems = check_metajit(np, mine, *ref, max_rel_err)
+    rows, skipped, curves = [], [], {}
+    for pkg, make in (("torch", torch_impls), ("jax", jax_impls)):
+        if pkg not in frameworks:
+            continue
+        impls = peers_training.set_up_peer(pkg, "GPT", lambda: make(np, init, ids, tgt), skipped)
+        if impls is None:
+            continue
+        for impl, per_workload in impls.items():
+            for name in names:
+                print("bench.py: %s / %s ..." % (name, impl), file=sys.stderr, flush=True)
+                rows.append(measure_row(np, pkg, impl, name, per_workload[name], ref, budget,
+                                        max_rel_err, curves))
+    if STEP in names:
+        check_curves(rows, mine, curves, problems)
+    for row in rows:
+        base = cpp.get(row["workload"], {})
+        if row["seconds"] is not None and base.get("seconds"):
+            row["metajit_over_impl"] = base["seconds"] / row["seconds"]
+            row["target"] = "(reported)"
+            row["measured"] = ("metajit failed its check" if problems.get(row["workload"]) else
+                               "metajit at %.0f%% of its speed" % (
+                                   100 * row["seconds"] / base["seconds"]))
+    notes = ["%s / metajit (C++ row): check %s" % (n, cpp[n]["check"])
+             for n in names if "check" in cpp.get(n, {})]
+    return rows, skipped, notes
