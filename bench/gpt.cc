@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/model_rows.h"
 #include "gpt_model.h"  // samples/, on the bench's include path
 #include "text_data.h"
 
@@ -56,28 +57,6 @@ std::pair<Var, Var> fixed_batch(const std::vector<int32_t>& ids) {
     std::copy(ids.begin() + p + 1, ids.begin() + p + kT + 1, y.begin() + r * kT);
   }
   return {metajit::array(x, {kB, kT}), metajit::array(y, {kB, kT})};
-}
-
-// The logits of positions (b, t) = (0, 0), (0, T-1), (B-1, T/2), all V classes each (PROBE in
-// bench/peers_gpt.py).
-std::vector<double> logits_probe(const Var& logits, int64_t v) {
-  const std::vector<float> all = logits.to_vector<float>();
-  std::vector<double> out;
-  for (auto [b, t] : {std::pair<int64_t, int64_t>{0, 0}, {0, kT - 1}, {kB - 1, kT / 2}})
-    for (int64_t c = 0; c < v; ++c) out.push_back(all[size_t((b * kT + t) * v + c)]);
-  return out;
-}
-
-Row row_of(const std::string& workload, const Timing& t) {
-  Row r;
-  r.workload = workload;
-  r.impl = "metajit";
-  r.reps = t.reps;
-  if (t.ok())
-    r.seconds = t.median_s;
-  else
-    r.note = t.error.empty() ? "not measured" : t.error;
-  return r;
 }
 
 void add_note(Row& r, const std::string& note) {
@@ -137,7 +116,7 @@ void run_gpt(Report& report, const Options& opt) {
       "weights: metajit's initialisers, manual_seed(1); logits of 3 "
       "positions recorded";
   try {
-    if (opt.wanted(fwd_name)) probe = logits_probe((*fwd)(x), vocab);
+    if (opt.wanted(fwd_name)) probe = logits_probe((*fwd)(x));
   } catch (const std::exception& e) {
     probe_note = std::string("forward failed before timing: ") + e.what();
   }
@@ -160,7 +139,7 @@ void run_gpt(Report& report, const Options& opt) {
     im.name = "metajit";
     im.run = [run] { run(); };
     std::vector<Impl> impls = {im};
-    Row r = row_of(step_name, measure(impls, opt.schedule, 1e-3)[0]);
+    Row r = metajit_row(step_name, measure(impls, opt.schedule, 1e-3)[0]);
     if (!checked.losses.empty()) {
       r.loss_first = checked.losses.front();
       r.loss_after_check = checked.losses.back();
@@ -175,7 +154,7 @@ void run_gpt(Report& report, const Options& opt) {
     im.name = "metajit";
     im.run = [fwd, x] { metajit::eval({(*fwd)(x)}); };
     std::vector<Impl> impls = {im};
-    Row r = row_of(fwd_name, measure(impls, opt.schedule, 1e-3)[0]);
+    Row r = metajit_row(fwd_name, measure(impls, opt.schedule, 1e-3)[0]);
     r.logits_probe = probe;
     r.weights_file = file;
     add_note(r, probe_note);

@@ -127,31 +127,14 @@ def torch_impls(np, init, ids, tgt):
         return peers_training.Trainer(lambda: run(ids_t, tgt_t), float, None)
 
     def forward(compiled):
-        p = fresh()
+        return peers_training.torch_forward(torch, logits, fresh(), ids_t, compiled)
 
-        def fwd(i):
-            with torch.no_grad():
-                return logits(p, i)
-        run = torch.compile(fwd) if compiled else fwd
-        return peers_training.Trainer(lambda: run(ids_t), lambda y: y.numpy(), None)
-
-    notes = {
-        ("eager", STEP): "F.linear, F.layer_norm, F.scaled_dot_product_attention(is_causal=True), "
-                         "F.gelu, F.cross_entropy, clip_grad_norm_, torch.optim.AdamW defaults "
-                         "(the for-loop implementation on CPU); %d threads" % threads,
-        ("eager", FORWARD): "the same functions under torch.no_grad(); %d threads" % threads,
-        ("compile", STEP): "torch.compile of the whole step function (zero_grad, forward, loss, "
-                           "backward, clip_grad_norm_, opt.step), Inductor default mode, "
-                           "compiled in the warm-up; %d threads" % threads,
-        ("compile", FORWARD): "torch.compile of the no_grad forward, Inductor default mode; "
-                              "%d threads" % threads,
-    }
-    out = {"PyTorch eager (%d threads)" % threads: {STEP: trainer(False), FORWARD: forward(False)},
-           "torch.compile": {STEP: trainer(True), FORWARD: forward(True)}}
-    for impl, per in out.items():
-        for name, t in per.items():
-            t.note = notes[("compile" if impl == "torch.compile" else "eager", name)]
-    return out
+    return peers_training.torch_model_rows(
+        trainer, forward, STEP, FORWARD,
+        "F.linear, F.layer_norm, F.scaled_dot_product_attention(is_causal=True), F.gelu, "
+        "F.cross_entropy, clip_grad_norm_, torch.optim.AdamW defaults (the for-loop "
+        "implementation on CPU)",
+        "zero_grad, forward, loss, backward, clip_grad_norm_, opt.step", threads)
 
 
 def jax_impls(np, init, ids, tgt):
@@ -199,25 +182,11 @@ def jax_impls(np, init, ids, tgt):
         v = [BETA2 * vi + (1 - BETA2) * gi * gi for vi, gi in zip(v, g)]
         p = [pi - (LR / bc1) * mi / (jnp.sqrt(vi) / bc2_sqrt + EPS) for pi, mi, vi in zip(p, m, v)]
         return p, m, v, t, loss
-    step_fn = jax.jit(train_step, donate_argnums=(0, 1, 2))
-    arrays = [init[n] for n in names]
-    st = {"p": [jnp.asarray(a) for a in arrays],
-          "m": [jnp.zeros(a.shape, jnp.float32) for a in arrays],
-          "v": [jnp.zeros(a.shape, jnp.float32) for a in arrays], "t": jnp.asarray(0, jnp.int32)}
-
-    def step():
-        out = jax.block_until_ready(step_fn(st["p"], st["m"], st["v"], st["t"], ids_j, tgt_j))
-        st["p"], st["m"], st["v"], st["t"], loss = out
-        return loss
-
-    fwd_fn, fwd_params = jax.jit(logits), [jnp.asarray(a) for a in arrays]
     step_note = ("@jax.jit step (value_and_grad, global-norm clipping and hand-written AdamW as "
                  "torch's, params and state donated); XLA CPU, its default thread pool")
-    return {"JAX jit": {
-        STEP: peers_training.Trainer(step, float, None, step_note),
-        FORWARD: peers_training.Trainer(
-            lambda: jax.block_until_ready(fwd_fn(fwd_params, ids_j)), np.asarray, None,
-            "@jax.jit forward, block_until_ready; XLA CPU, its default thread pool")}}
+    arrays = [init[n] for n in names]
+    return peers_training.jax_model_impls(jax, jnp, np, train_step, logits, arrays, ids_j, tgt_j,
+                                          (STEP, FORWARD), step_note, False)
 
 
 # ---- checking and measuring ----
@@ -228,33 +197,9 @@ def curve_diff(a, b):
 
 
 def check_metajit(np, cpp, ref_loss, ref_logits, max_rel_err):
-    """metajit's C++ rows against the float64 reference: writes `check` into each; returns
-    {workload: problem or None}. The loss curve is checked later (against PyTorch eager)."""
-    found = {}
-    row = cpp.get(STEP)
-    if row is not None:
-        first = row.get("loss_first")
-        if first is None:
-            found[STEP] = ("no loss_first in the row", False)
-        else:
-            rel = abs(first - ref_loss) / abs(ref_loss)
-            found[STEP] = ("first loss %.6f, float64 %.6f (rel err %.2g)" % (first, ref_loss, rel),
-                           rel <= TOLERANCE)
-    row = cpp.get(FORWARD)
-    if row is not None:
-        ref = np.stack([ref_logits[b, t] for b, t in PROBE])
-        probe = row.get("logits_probe")
-        if not probe or len(probe) != ref.size:
-            found[FORWARD] = ("no logits_probe of %d values in the row" % ref.size, False)
-        else:
-            err = max_rel_err(np, np.asarray(probe), ref)
-            found[FORWARD] = ("logits at (b, t) %s: max rel err %.2g against float64" % (
-                PROBE, err), err <= TOLERANCE)
-    problems = {}
-    for name, (text, ok) in found.items():
-        cpp[name]["check"] = ("ok: " if ok else "FAILED: ") + text
-        problems[name] = None if ok else text
-    return problems
+    """metajit's C++ rows against the float64 reference (peers_training.check_model_rows)."""
+    return peers_training.check_model_rows(np, cpp, STEP, FORWARD, PROBE, TOLERANCE, ref_loss,
+                                           ref_logits, max_rel_err)
 
 
 def measure_row(np, pkg, impl, name, trainer, ref, budget, max_rel_err, curves):

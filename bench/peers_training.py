@@ -146,6 +146,93 @@ class Trainer:
         self.step, self.to_float, self.params, self.note = step, to_float, params, note
 
 
+
+def torch_forward(torch, logits, params, ids_t, compiled):
+    """A language model's no_grad forward on ids_t as a Trainer (eager or torch.compile'd), for
+    the forward rows of peers_transformer.py and peers_gpt.py."""
+    def fwd(i):
+        with torch.no_grad():
+            return logits(params, i)
+    run = torch.compile(fwd) if compiled else fwd
+    return Trainer(lambda: run(ids_t), lambda y: y.numpy(), None)
+
+
+def torch_model_rows(trainer, forward, step, fwd, eager_step_note, compiled_step_what, threads):
+    """The PyTorch eager and torch.compile rows of a language model's train step `step` and
+    forward `fwd`: trainer(compiled) and forward(compiled) make them, with their notes."""
+    notes = {
+        ("eager", step): eager_step_note + "; %d threads" % threads,
+        ("eager", fwd): "the same functions under torch.no_grad(); %d threads" % threads,
+        ("compile", step): "torch.compile of the whole step function (%s), Inductor default "
+                           "mode, compiled in the warm-up; %d threads" % (compiled_step_what,
+                                                                          threads),
+        ("compile", fwd): "torch.compile of the no_grad forward, Inductor default mode; "
+                          "%d threads" % threads,
+    }
+    out = {"PyTorch eager (%d threads)" % threads: {step: trainer(False), fwd: forward(False)},
+           "torch.compile": {step: trainer(True), fwd: forward(True)}}
+    for impl, per in out.items():
+        for name, t in per.items():
+            t.note = notes[("compile" if impl == "torch.compile" else "eager", name)]
+    return out
+
+
+def check_model_rows(np, cpp, step, forward, probe_at, tolerance, ref_loss, ref_logits,
+                     max_rel_err):
+    """A language model's metajit rows (train step `step`, forward `forward`) against the float64
+    reference: the step's first loss, the forward's logits at the (b, t) of `probe_at`, each within
+    `tolerance`. Writes `check` ("ok: ..." or "FAILED: ...") into each row it finds; returns
+    {workload: problem or None} (peers_transformer.py, peers_gpt.py)."""
+    found = {}  # workload: (what was compared, within the tolerance)
+    row = cpp.get(step)
+    if row is not None:
+        first = row.get("loss_first")
+        if first is None:
+            found[step] = ("no loss_first in the row", False)
+        else:
+            rel = abs(first - ref_loss) / abs(ref_loss)
+            found[step] = ("first loss %.6f, float64 %.6f (rel err %.2g)" % (first, ref_loss, rel),
+                           rel <= tolerance)
+    row = cpp.get(forward)
+    if row is not None:
+        ref = np.stack([ref_logits[b, t] for b, t in probe_at])
+        probe = row.get("logits_probe")
+        if not probe or len(probe) != ref.size:
+            found[forward] = ("no logits_probe of %d values in the row" % ref.size, False)
+        else:
+            err = max_rel_err(np, np.asarray(probe), ref)
+            found[forward] = ("logits at (b, t) %s: max rel err %.2g against float64" % (
+                probe_at, err), err <= tolerance)
+    problems = {}
+    for name, (text, ok) in found.items():
+        cpp[name]["check"] = ("ok: " if ok else "FAILED: ") + text
+        problems[name] = None if ok else text
+    return problems
+
+
+def jax_model_impls(jax, jnp, np, train_step, logits, arrays, ids_j, tgt_j, names, step_note,
+                    with_params):
+    """The JAX row of a language model (peers_transformer.py, peers_gpt.py): train_step(p, m, v,
+    t, ids, targets) -> (p, m, v, t, loss) jitted with the parameters and state donated, and
+    logits(params, ids) jitted; names = (step workload, forward workload)."""
+    step_fn = jax.jit(train_step, donate_argnums=(0, 1, 2))
+    st = {"p": [jnp.asarray(a) for a in arrays],
+          "m": [jnp.zeros(a.shape, jnp.float32) for a in arrays],
+          "v": [jnp.zeros(a.shape, jnp.float32) for a in arrays], "t": jnp.asarray(0, jnp.int32)}
+
+    def step():
+        out = jax.block_until_ready(step_fn(st["p"], st["m"], st["v"], st["t"], ids_j, tgt_j))
+        st["p"], st["m"], st["v"], st["t"], loss = out
+        return loss
+
+    fwd_fn, fwd_params = jax.jit(logits), [jnp.asarray(a) for a in arrays]
+    params = (lambda: [np.asarray(a) for a in st["p"]]) if with_params else None
+    return {"JAX jit": {
+        names[0]: Trainer(step, float, params, step_note),
+        names[1]: Trainer(lambda: jax.block_until_ready(fwd_fn(fwd_params, ids_j)), np.asarray,
+                          None, "@jax.jit forward, block_until_ready; XLA CPU, its default "
+                          "thread pool")}}
+
 def torch_train_impls(np, data, inits):
     import torch
     import torch.nn as nn

@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "bench/model_rows.h"
+
 namespace bench {
 namespace {
 
@@ -121,28 +123,6 @@ Block make_block() {
   return p;
 }
 
-// The logits of positions (b, t) = (0, 0), (0, T-1), (B-1, T/2), all V classes each (PROBE in
-// bench/peers_transformer.py), for the float64 check of the forward in peers.py.
-std::vector<double> logits_probe(const Var& logits) {
-  const std::vector<float> all = logits.to_vector<float>();
-  std::vector<double> out;
-  for (auto [b, t] : {std::pair<int64_t, int64_t>{0, 0}, {0, kT - 1}, {kB - 1, kT / 2}})
-    for (int64_t c = 0; c < kV; ++c) out.push_back(all[size_t((b * kT + t) * kV + c)]);
-  return out;
-}
-
-Row row_of(const std::string& workload, const Timing& t) {
-  Row r;
-  r.workload = workload;
-  r.impl = "metajit";
-  r.reps = t.reps;
-  if (t.ok())
-    r.seconds = t.median_s;
-  else
-    r.note = t.error.empty() ? "not measured" : t.error;
-  return r;
-}
-
 // The first kCheckSteps steps on the fixed batch, not timed: peers.py checks the first loss
 // against its float64 reference (the steps change the weights, so they come after the
 // forward's probe, and before measure()'s warm-up calls). Returns the note for the row.
@@ -203,7 +183,7 @@ void run_transformer(Report& report, const Options& opt) {
     im.name = "metajit";
     im.run = [run] { run(); };
     std::vector<Impl> impls = {im};
-    Row r = row_of(step_name, measure(impls, opt.schedule, 1e-3)[0]);
+    Row r = metajit_row(step_name, measure(impls, opt.schedule, 1e-3)[0]);
     r.loss_first = checked.loss_first;
     r.loss_after_check = checked.loss_after_check;
     add_note(r, note);
@@ -214,7 +194,7 @@ void run_transformer(Report& report, const Options& opt) {
     im.name = "metajit";
     im.run = [fwd, ids] { metajit::eval({(*fwd)(ids)}); };
     std::vector<Impl> impls = {im};
-    Row r = row_of(fwd_name, measure(impls, opt.schedule, 1e-3)[0]);
+    Row r = metajit_row(fwd_name, measure(impls, opt.schedule, 1e-3)[0]);
     r.logits_probe = probe;
     add_note(r, probe_note);
     report.rows.push_back(r);
