@@ -233,6 +233,25 @@ def jax_model_impls(jax, jnp, np, train_step, logits, arrays, ids_j, tgt_j, name
                           None, "@jax.jit forward, block_until_ready; XLA CPU, its default "
                           "thread pool")}}
 
+
+def time_checked_row(row, trainer, note, problem, budget):
+    """A peer row after its check: the note joined to the trainer's, then timed with time_steps
+    unless the check found `problem` (then not timed, and the note says why)."""
+    row["note"] = "; ".join(n for n in (trainer.note, note) if n)
+    if problem:
+        row["note"] = "check failed: %s; not timed (%s)" % (problem, row["note"])
+        return row
+    row["seconds"], row["reps"] = time_steps(trainer, budget)
+    row["note"] += "; median of %d single calls" % row["reps"]
+    return row
+
+
+def failure_note(impl, e):
+    """The note of a peer row whose framework raised `e` (torch.compile's failures are skips)."""
+    reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+    return ("skipped: torch.compile failed here: %s" if impl == "torch.compile"
+            else "failed: %s") % reason
+
 def torch_train_impls(np, data, inits):
     import torch
     import torch.nn as nn

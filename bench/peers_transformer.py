@@ -298,16 +298,9 @@ def measure_row(np, pkg, impl, name, trainer, ref, budget, max_rel_err):
                 np, trainer, ref[0])
         else:
             problem, note, row["max_rel_err"] = check_forward(np, trainer, ref[1], max_rel_err)
-        row["note"] = "; ".join(n for n in (trainer.note, note) if n)
-        if problem:
-            row["note"] = "check failed: %s; not timed (%s)" % (problem, row["note"])
-            return row
-        row["seconds"], row["reps"] = peers_training.time_steps(trainer, budget)
-        row["note"] += "; median of %d single calls" % row["reps"]
+        return peers_training.time_checked_row(row, trainer, note, problem, budget)
     except Exception as e:  # noqa: BLE001 - report, do not stop the other peers
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-        row["note"] = ("skipped: torch.compile failed here: %s" if impl == "torch.compile"
-                       else "failed: %s") % reason
+        row["note"] = peers_training.failure_note(impl, e)
     return row
 
 
