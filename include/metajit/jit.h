@@ -5,11 +5,13 @@
 //   Var y = step(x, w, bias);   // first call with these dtypes/shapes: trace, plan, compile
 //   Var z = step(x2, w2, b2);   // same dtypes/shapes: replay (microseconds)
 //
-// fn takes any number of Vars (each by value or by const Var&) and returns a Var or a
-// std::vector<Var>. The callable jit() returns takes the same arguments and returns the same
-// type; copies of it share one cache of traces.
+// fn takes any number of Vars (each by value or by const Var&) and lists of Vars
+// (std::vector<Var>, by value or by const reference; include/metajit/var_args.h) and returns a
+// Var or a std::vector<Var>. The callable jit() returns takes the same arguments and returns the
+// same type; copies of it share one cache of traces.
 //
-// - Signature: the dtype and shape of every argument. The first call with a new signature
+// - Signature: the dtype and shape of every argument (every element of a list, and the lists'
+//   lengths), and the value of every TraceSwitch the trace read (a module's train/eval mode). The first call with a new signature
 //   traces fn: it calls fn on placeholder Vars (holding the arguments' values), plans the graph
 //   fn builds (capture -> passes -> fusion -> lowering) and obtains its kernels (memory ->
 //   disk -> compile), then keeps that plan. Kernels are shape-generic, so a retrace for a new
@@ -19,7 +21,9 @@
 //   allocates outputs and intermediates from the caching allocator, launches the kernels and
 //   returns realized Vars. Concurrent calls from several threads are safe: the cache of traces
 //   is read without a lock and every call has its own buffers.
-// - Static values: whatever fn captures that is not an argument (a double, a Shape, a Var
+// - State: a Var fn captured and assigns (Var::assign) is read and assigned by every call, as
+//   a plain call of fn would (a counter, a BatchNorm's running statistics).
+// - Static values: whatever else fn captures that is not an argument (a double, a Shape, a Var
 //   created outside) is baked into the plan when fn is traced. Changing a captured double
 //   afterwards does not retrace; pass the value as a Var argument (e.g. a 0-d Var) to make it
 //   dynamic.
