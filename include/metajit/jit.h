@@ -11,10 +11,10 @@
 // same type; copies of it share one cache of traces.
 //
 // - Signature: the dtype and shape of every argument (every element of a list, and the lists'
-//   lengths), and the value of every TraceSwitch the trace read (a module's train/eval mode). The first call with a new signature
-//   traces fn: it calls fn on placeholder Vars (holding the arguments' values), plans the graph
-//   fn builds (capture -> passes -> fusion -> lowering) and obtains its kernels (memory ->
-//   disk -> compile), then keeps that plan. Kernels are shape-generic, so a retrace for a new
+//   lengths), and the value of every TraceSwitch the trace read (a module's train/eval mode).
+//   The first call with a new signature traces fn: it calls fn on placeholder Vars (holding
+//   the arguments' values), plans the graph fn builds (capture -> passes -> fusion ->
+//   lowering) and obtains its kernels (memory -> disk -> compile), then keeps that plan. Kernels are shape-generic, so a retrace for a new
 //   shape usually compiles nothing.
 // - Replay (every later call with a known signature): no graph building, planning, hashing or
 //   code generation. It takes the arguments' buffers (evaluating a lazy argument first),
