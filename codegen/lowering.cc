@@ -162,9 +162,19 @@ class Lowerer {
     return idx;
   }
 
-  static std::string memo_key(int node, const std::vector<IndexExprPtr>& idx) {
+  // The value of `node` at `idx`, as text. A keepdims reduction's reduced axes have extent 1,
+  // so their index is 0 wherever it is read: the output loop's variable at the root and the
+  // constant 0 through a broadcast name the same value (a log-sum-exp m + log(sum(exp(x - m)))
+  // computed its row max twice, codegen/softmax_statistic.cc).
+  std::string memo_key(int node, const std::vector<IndexExprPtr>& idx) const {
+    const GNode& n = g_.nodes[size_t(node)];
+    const bool keepdims_reduce = n.kind == OpKind::Reduce && n.keepdims;
     std::string s = std::to_string(node);
-    for (const auto& e : idx) s += "," + ix_to_string(*e);
+    for (size_t a = 0; a < idx.size(); ++a) {
+      const bool reduced = keepdims_reduce &&
+                           std::find(n.axes.begin(), n.axes.end(), int64_t(a)) != n.axes.end();
+      s += "," + (reduced ? std::string("0") : ix_to_string(*idx[a]));
+    }
     return s;
   }
 

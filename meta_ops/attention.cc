@@ -1,10 +1,11 @@
 // scaled_dot_product_attention (include/metajit/composite.h): softmax(q k^T / sqrt(D)) v, built
-// from matmul, softmax and one reindex for the causal mask, so it fuses like its parts and its
-// gradient is theirs. Not a fused flash-attention kernel: the [.., T, S] scores are an ordinary
+// from two contractions (scores_of, matmul), softmax and one reindex for the causal mask, so it
+// fuses like its parts and its gradient is theirs. Not a fused flash-attention kernel: the [.., T, S] scores are an ordinary
 // intermediate, which the planner keeps or fuses as it does any other.
 #include <metajit/composite.h>
 #include <metajit/error.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -58,14 +59,32 @@ Var causal_mask(const Var& scores) {
                       -std::numeric_limits<double>::infinity(), {std::move(future)});
 }
 
+// q k^T [.., T, S] as the sum over D of q [.., T, 1, D] * k [.., 1, S, D]: a contraction whose
+// operands both run along D, so that the gradient of k is a product written [.., S, D] as k is.
+// matmul(q, transpose(k)) wrote it [.., D, S], and the kernel that gathers the heads' q, k and
+// v gradients back into a packed projection read it transposed, element by element (a GPT's
+// qkv gradient: 777 us for 3 MiB, bench/README.md "GPT").
+Var scores_of(const Var& q, const Var& k) {
+  const int64_t nd = std::max(q.ndim(), k.ndim());
+  Shape batch = broadcast_shapes(batch_of(q), batch_of(k), kOp);
+  Shape full = batch;
+  full.insert(full.end(), {q.shape()[size_t(q.ndim() - 2)], k.shape()[size_t(k.ndim() - 2)],
+                           q.shape().back()});
+  const DType dt = promote(q.dtype(), k.dtype());
+  auto widen = [&](const Var& x, int64_t new_axis) {  // missing batch axes, then T or S
+    std::vector<int64_t> dims;
+    for (int64_t a = 0; a < nd - x.ndim(); ++a) dims.push_back(a);
+    dims.push_back(new_axis);
+    return broadcast_to(cast(x, dt), full, dims);
+  };
+  return sum(widen(q, nd - 1) * widen(k, nd - 2), {nd});
+}
+
 }  // namespace
 
 Var scaled_dot_product_attention(const Var& q, const Var& k, const Var& v, bool causal) {
   check_operands(q, k, v);
-  std::vector<int64_t> swap_last;  // k [.., S, D] -> [.., D, S]
-  for (int64_t a = 0; a < k.ndim(); ++a) swap_last.push_back(a);
-  std::swap(swap_last[size_t(k.ndim() - 1)], swap_last[size_t(k.ndim() - 2)]);
-  Var scores = matmul(q, transpose(k, swap_last)) * (1.0 / std::sqrt(double(q.shape().back())));
+  Var scores = scores_of(q, k) * (1.0 / std::sqrt(double(q.shape().back())));
   if (causal) scores = causal_mask(scores);
   return matmul(softmax(scores, -1), v);
 }

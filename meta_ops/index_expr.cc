@@ -6,6 +6,7 @@
 #include <cctype>
 #include <limits>
 #include <optional>
+#include <utility>
 #include <stdexcept>
 
 namespace metajit {
@@ -401,6 +402,23 @@ IndexExprPtr ix_unary(IxKind k, IndexExprPtr a) {
     int64_t v[1] = {0};
     auto tmp = make(k, 0, a);
     return ix_const(ix_eval(*tmp, v));
+  }
+  // The complement of a comparison is a comparison (integers: no NaN), so "!(j > i)" (a
+  // reindex condition's in-range test, codegen/lowering.cc) stays an affine comparison the
+  // emitters can turn into loop bounds and span tests (a causal mask packed along the
+  // reduction: codegen/cpp_emitter.cc is_affine_comparison).
+  if (k == IxKind::Not) {
+    static constexpr std::pair<IxKind, IxKind> kComplement[] = {
+        {IxKind::Lt, IxKind::Ge}, {IxKind::Le, IxKind::Gt}, {IxKind::Gt, IxKind::Le},
+        {IxKind::Ge, IxKind::Lt}, {IxKind::Eq, IxKind::Ne}, {IxKind::Ne, IxKind::Eq}};
+    for (const auto& [cmp, complement] : kComplement)
+      if (a->kind == cmp) return make(complement, 0, a->a, a->b);
+    if (a->kind == IxKind::Not) {  // !!x is x != 0, and x itself where x is 0 or 1
+      const IxKind k2 = a->a->kind;
+      const bool boolean = k2 == IxKind::Not || k2 == IxKind::And || k2 == IxKind::Or ||
+                           (k2 >= IxKind::Lt && k2 <= IxKind::Ne);
+      return boolean ? a->a : make(IxKind::Ne, 0, a->a, ix_const(0));
+    }
   }
   return make(k, 0, std::move(a));
 }

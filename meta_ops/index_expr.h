@@ -80,7 +80,8 @@ inline constexpr size_t kMaxIndexExprLength = 4096;
 IndexExprPtr parse_index_expr(std::string_view text, int num_vars, bool condition,
                               const std::string& context, const std::vector<int>& extra_ranks = {});
 
-// Builders; they fold constants and trivial identities (x+0, x*1, x*0).
+// Builders; they fold constants and trivial identities (x+0, x*1, x*0); ix_unary(Not, c) of a
+// comparison is its complement ("!(a > b)" is "a <= b") and !!c of a condition is c.
 IndexExprPtr ix_const(int64_t v);
 IndexExprPtr ix_var(int k);
 IndexExprPtr ix_param(int slot);

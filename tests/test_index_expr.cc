@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "meta_ops/index_expr.h"
@@ -45,6 +46,29 @@ TEST_CASE("conditions: comparisons, logic, bare integers", "[index_expr]") {
   CHECK(eval_text("i0 == 1 || !(i1 != 3)", {0, 3}, true) == 1);
   CHECK(eval_text("(i1-i3)%2", {0, 5, 0, 2}, true) == 1);
   CHECK(eval_text("i0 <= i1 == 1", {1, 2}, true) == 1);
+}
+
+TEST_CASE("a negated comparison is its complement, so it stays affine for the emitters",
+          "[index_expr]") {
+  // A reindex condition's in-range test is ix_unary(Not, condition) (codegen/lowering.cc): a
+  // causal mask's "!(i4 > i2)" must reach the emitter as "i4 <= i2", which it packs along the
+  // reduction. The parser keeps the text's own tree.
+  const std::vector<std::pair<std::string, IxKind>> cases = {
+      {"i0 < i1", IxKind::Ge}, {"i0 <= i1", IxKind::Gt}, {"i0 > i1", IxKind::Le},
+      {"i0 >= i1", IxKind::Lt}, {"i0 == i1", IxKind::Ne}, {"i0 != i1", IxKind::Eq},
+      {"!i0", IxKind::Ne}, {"!(i0 - i1)", IxKind::Ne}, {"!(i0 < i1)", IxKind::Lt},
+      {"!(i0 < i1 && i1 > 0)", IxKind::And}};
+  for (const auto& [inner, kind] : cases) {
+    INFO("!(" << inner << ")");
+    const IndexExprPtr e = ix_unary(IxKind::Not, parse_index_expr(inner, 2, true, "t"));
+    CHECK(e->kind == kind);
+    for (int64_t a = -2; a <= 2; ++a)
+      for (int64_t b = -2; b <= 2; ++b) {
+        std::vector<int64_t> vars = {a, b};
+        CHECK(ix_eval(*e, vars.data()) ==
+              !ix_eval(*parse_index_expr(inner, 2, true, "t"), vars.data()));
+      }
+  }
 }
 
 TEST_CASE("min, max and c ? a : b: clamping and choosing without division tricks", "[index_expr]") {
