@@ -171,8 +171,8 @@ class Lowerer {
     const bool keepdims_reduce = n.kind == OpKind::Reduce && n.keepdims;
     std::string s = std::to_string(node);
     for (size_t a = 0; a < idx.size(); ++a) {
-      const bool reduced = keepdims_reduce &&
-                           std::find(n.axes.begin(), n.axes.end(), int64_t(a)) != n.axes.end();
+      const bool reduced =
+          keepdims_reduce && std::find(n.axes.begin(), n.axes.end(), int64_t(a)) != n.axes.end();
       s += "," + (reduced ? std::string("0") : ix_to_string(*idx[a]));
     }
     return s;

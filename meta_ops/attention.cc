@@ -1,7 +1,8 @@
 // scaled_dot_product_attention (include/metajit/composite.h): softmax(q k^T / sqrt(D)) v, built
 // from two contractions (scores_of, matmul), softmax and one reindex for the causal mask, so it
-// fuses like its parts and its gradient is theirs. Not a fused flash-attention kernel: the [.., T, S] scores are an ordinary
-// intermediate, which the planner keeps or fuses as it does any other.
+// fuses like its parts and its gradient is theirs. Not a fused flash-attention kernel: the
+// scores [.., T, S] are an ordinary intermediate, which the planner keeps or fuses as it does
+// any other.
 #include <metajit/composite.h>
 #include <metajit/error.h>
 
@@ -68,8 +69,8 @@ Var scores_of(const Var& q, const Var& k) {
   const int64_t nd = std::max(q.ndim(), k.ndim());
   Shape batch = broadcast_shapes(batch_of(q), batch_of(k), kOp);
   Shape full = batch;
-  full.insert(full.end(), {q.shape()[size_t(q.ndim() - 2)], k.shape()[size_t(k.ndim() - 2)],
-                           q.shape().back()});
+  full.insert(full.end(),
+              {q.shape()[size_t(q.ndim() - 2)], k.shape()[size_t(k.ndim() - 2)], q.shape().back()});
   const DType dt = promote(q.dtype(), k.dtype());
   auto widen = [&](const Var& x, int64_t new_axis) {  // missing batch axes, then T or S
     std::vector<int64_t> dims;

@@ -6,8 +6,8 @@
 #include <cctype>
 #include <limits>
 #include <optional>
-#include <utility>
 #include <stdexcept>
+#include <utility>
 
 namespace metajit {
 namespace {

@@ -54,10 +54,11 @@ TEST_CASE("a negated comparison is its complement, so it stays affine for the em
   // causal mask's "!(i4 > i2)" must reach the emitter as "i4 <= i2", which it packs along the
   // reduction. The parser keeps the text's own tree.
   const std::vector<std::pair<std::string, IxKind>> cases = {
-      {"i0 < i1", IxKind::Ge}, {"i0 <= i1", IxKind::Gt}, {"i0 > i1", IxKind::Le},
-      {"i0 >= i1", IxKind::Lt}, {"i0 == i1", IxKind::Ne}, {"i0 != i1", IxKind::Eq},
-      {"!i0", IxKind::Ne}, {"!(i0 - i1)", IxKind::Ne}, {"!(i0 < i1)", IxKind::Lt},
-      {"!(i0 < i1 && i1 > 0)", IxKind::And}};
+      {"i0 < i1", IxKind::Ge},    {"i0 <= i1", IxKind::Gt},
+      {"i0 > i1", IxKind::Le},    {"i0 >= i1", IxKind::Lt},
+      {"i0 == i1", IxKind::Ne},   {"i0 != i1", IxKind::Eq},
+      {"!i0", IxKind::Ne},        {"!(i0 - i1)", IxKind::Ne},
+      {"!(i0 < i1)", IxKind::Lt}, {"!(i0 < i1 && i1 > 0)", IxKind::And}};
   for (const auto& [inner, kind] : cases) {
     INFO("!(" << inner << ")");
     const IndexExprPtr e = ix_unary(IxKind::Not, parse_index_expr(inner, 2, true, "t"));
