@@ -57,12 +57,27 @@ GNode derived(const GNode& like, OpKind kind, int op, std::vector<int> inputs) {
 
 void softmax_statistic_for_contractions(Graph& g) {
   const size_t n = g.nodes.size();
+  // Only a softmax that one product alone reads, whose e = exp(x - max) nothing else reads: one
+  // read by several products (a train step's P.V and P^T dY) or whose e a gradient reads (dS)
+  // keeps e / sum(e), e stored once and the division the packing's prologue; exp(x - lse)
+  // recomputed in each reader cost more (softmax -> matmul backward on AVX-512: 1.11x its split
+  // form, bench/README.md "Fusion patterns").
+  std::vector<int> readers(n, 0);
+  for (const GNode& node : g.nodes)
+    for (int in : node.inputs) ++readers[size_t(in)];
+  for (int o : g.outputs) ++readers[size_t(o)];
   std::vector<std::optional<SoftmaxNodes>> rewrite(n);
   bool any = false;
   for (size_t r = 0; r < n; ++r)
     for (int o : product_sum_operands(g, int(r))) {
       const int p = g.nodes[size_t(o)].inputs[0];
-      if (!rewrite[size_t(p)] && (rewrite[size_t(p)] = match_softmax(g, p))) any = true;
+      if (rewrite[size_t(p)] || readers[size_t(p)] != 1 || readers[size_t(o)] != 1) continue;
+      std::optional<SoftmaxNodes> m = match_softmax(g, p);
+      if (!m) continue;
+      const GNode& div = g.nodes[size_t(p)];  // e / broadcast(sum(e))
+      if (readers[size_t(div.inputs[0])] != 2 || readers[size_t(div.inputs[1])] != 1) continue;
+      rewrite[size_t(p)] = m;
+      any = true;
     }
   if (!any) return;
   // Rebuild in order, the new statistic's nodes just before the softmax they replace.
