@@ -88,10 +88,10 @@ Var MultiheadAttention::operator()(const Var& query, const Var& key, const Var& 
   }
   Var q, k, v;
   if (query.node() == key.node() && key.node() == value.node()) {
-    // Self-attention: one packed projection [N, L, 3E] then three slices, as torch does. Three
-    // projections of one input make the planner store that input broadcast over the output
-    // features (a [N, L, E, E] tensor) and run the contractions and their weight gradients as
-    // element-wise loops: a GPT train step 10x slower (bench/README.md "GPT").
+    // Self-attention: one packed projection [N, L, 3E] then three slices, as torch does: one
+    // product of 3E columns instead of three of E. (Three projections of one input once made
+    // the planner store that input broadcast over the output features, a [N, L, E, E] tensor:
+    // a GPT train step 10x slower, bench/README.md "GPT"; it stores the input since 682824c.)
     const Var w = transpose(in_proj_weight_, {1, 0});
     const Var qkv = in_proj_bias_.defined() ? matmul(query, w) + in_proj_bias_ : matmul(query, w);
     const int64_t e = embed_dim_;
