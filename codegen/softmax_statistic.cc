@@ -62,9 +62,9 @@ void softmax_statistic_for_contractions(Graph& g) {
   // keeps e / sum(e), e stored once and the division the packing's prologue; exp(x - lse)
   // recomputed in each reader cost more (softmax -> matmul backward on AVX-512: 1.11x its split
   // form, bench/README.md "Fusion patterns").
-  std::vector<int> readers(n, 0);
-  for (const GNode& node : g.nodes)
-    for (int in : node.inputs) ++readers[size_t(in)];
+  const std::vector<std::vector<int>> consumers = consumers_of(g);
+  std::vector<size_t> readers(n);
+  for (size_t i = 0; i < n; ++i) readers[i] = consumers[i].size();
   for (int o : g.outputs) ++readers[size_t(o)];
   std::vector<std::optional<SoftmaxNodes>> rewrite(n);
   bool any = false;

@@ -6,7 +6,6 @@
 #include <metajit/composite.h>
 #include <metajit/error.h>
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -66,19 +65,8 @@ Var causal_mask(const Var& scores) {
 // v gradients back into a packed projection read it transposed, element by element (a GPT's
 // qkv gradient: 777 us for 3 MiB, bench/README.md "GPT").
 Var scores_of(const Var& q, const Var& k) {
-  const int64_t nd = std::max(q.ndim(), k.ndim());
-  Shape batch = broadcast_shapes(batch_of(q), batch_of(k), kOp);
-  Shape full = batch;
-  full.insert(full.end(),
-              {q.shape()[size_t(q.ndim() - 2)], k.shape()[size_t(k.ndim() - 2)], q.shape().back()});
-  const DType dt = promote(q.dtype(), k.dtype());
-  auto widen = [&](const Var& x, int64_t new_axis) {  // missing batch axes, then T or S
-    std::vector<int64_t> dims;
-    for (int64_t a = 0; a < nd - x.ndim(); ++a) dims.push_back(a);
-    dims.push_back(new_axis);
-    return broadcast_to(cast(x, dt), full, dims);
-  };
-  return sum(widen(q, nd - 1) * widen(k, nd - 2), {nd});
+  const int64_t t = q.shape()[size_t(q.ndim() - 2)], s = k.shape()[size_t(k.ndim() - 2)];
+  return batched_contraction(q, k, {t, s, q.shape().back()}, 1, 0, 2, kOp);
 }
 
 }  // namespace

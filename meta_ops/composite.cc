@@ -169,21 +169,26 @@ Var matmul(const Var& a, const Var& b) {
     throw ShapeError("matmul: shapes " + shape_str(a.shape()) + " and " + shape_str(b.shape()) +
                      ": inner dimensions " + std::to_string(k) + " and " + std::to_string(k2) +
                      " differ");
-  Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
-  Shape batch = broadcast_shapes(ba, bb, "matmul");
-  const int64_t nb = int64_t(batch.size());
-  Shape full = batch;
-  full.insert(full.end(), {n, k, m});
-  // a gains the m axis (last), b the n axis; missing leading batch axes are new for either.
-  std::vector<int64_t> da, db;
-  for (int64_t i = 0; i < nb - int64_t(ba.size()); ++i) da.push_back(i);
-  for (int64_t i = 0; i < nb - int64_t(bb.size()); ++i) db.push_back(i);
-  da.push_back(nb + 2);
-  db.push_back(nb);
-  DType dt = promote(a.dtype(), b.dtype());
-  Var pa = broadcast_to(cast(a, dt), full, da);
-  Var pb = broadcast_to(cast(b, dt), full, db);
-  return sum(pa * pb, {nb + 1});
+  // a gains the m axis (last), b the n axis; the sum runs over k, the middle one.
+  return batched_contraction(a, b, {n, k, m}, 2, 0, 1, "matmul");
+}
+
+Var batched_contraction(const Var& a, const Var& b, const std::array<int64_t, 3>& axes, int a_new,
+                        int b_new, int summed, const char* op) {
+  const Shape ba(a.shape().begin(), a.shape().end() - 2),
+      bb(b.shape().begin(), b.shape().end() - 2);
+  Shape full = broadcast_shapes(ba, bb, op);
+  const int64_t nb = int64_t(full.size());
+  full.insert(full.end(), axes.begin(), axes.end());
+  const DType dt = promote(a.dtype(), b.dtype());
+  auto widen = [&](const Var& x, int64_t x_batch, int new_axis) {  // missing batch axes are new
+    std::vector<int64_t> dims;
+    for (int64_t i = 0; i < nb - x_batch; ++i) dims.push_back(i);
+    dims.push_back(nb + new_axis);
+    return broadcast_to(cast(x, dt), full, dims);
+  };
+  return sum(widen(a, int64_t(ba.size()), a_new) * widen(b, int64_t(bb.size()), b_new),
+             {nb + summed});
 }
 
 Var softmax(const Var& x, int64_t dim) {

@@ -411,12 +411,16 @@ IndexExprPtr ix_unary(IxKind k, IndexExprPtr a) {
     static constexpr std::pair<IxKind, IxKind> kComplement[] = {
         {IxKind::Lt, IxKind::Ge}, {IxKind::Le, IxKind::Gt}, {IxKind::Gt, IxKind::Le},
         {IxKind::Ge, IxKind::Lt}, {IxKind::Eq, IxKind::Ne}, {IxKind::Ne, IxKind::Eq}};
-    for (const auto& [cmp, complement] : kComplement)
-      if (a->kind == cmp) return make(complement, 0, a->a, a->b);
+    auto complement = [](IxKind c) -> std::optional<IxKind> {
+      for (const auto& [cmp, opposite] : kComplement)
+        if (c == cmp) return opposite;
+      return std::nullopt;
+    };
+    if (const std::optional<IxKind> c = complement(a->kind)) return make(*c, 0, a->a, a->b);
     if (a->kind == IxKind::Not) {  // !!x is x != 0, and x itself where x is 0 or 1
       const IxKind k2 = a->a->kind;
-      const bool boolean = k2 == IxKind::Not || k2 == IxKind::And || k2 == IxKind::Or ||
-                           (k2 >= IxKind::Lt && k2 <= IxKind::Ne);
+      const bool boolean =
+          k2 == IxKind::Not || k2 == IxKind::And || k2 == IxKind::Or || complement(k2);
       return boolean ? a->a : make(IxKind::Ne, 0, a->a, ix_const(0));
     }
   }

@@ -3,6 +3,8 @@
 #pragma once
 #include <metajit/ops.h>
 
+#include <array>
+#include <cstdint>
 #include <vector>
 
 #include "meta_ops/index_expr.h"
@@ -46,5 +48,13 @@ void require_defined(const Var& x, const char* op, const char* what = "the Var")
 
 // Shape of numpy broadcasting of a and b, or ShapeError naming `op`.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+
+// The product sum under matmul and attention's scores: a [.., x, y] and b [.., x', y'] (leading
+// batch axes broadcast, dtypes promoted) broadcast to [batch.., axes[0], axes[1], axes[2]], a
+// gaining axis a_new and b axis b_new of those three, multiplied and summed over axis `summed`.
+// matmul is ({n, k, m}, 2, 0, 1); q k^T over the last axes is ({T, S, D}, 1, 0, 2). No checks
+// beyond the batch broadcast (ShapeError naming `op`): callers check the other axes.
+Var batched_contraction(const Var& a, const Var& b, const std::array<int64_t, 3>& axes, int a_new,
+                        int b_new, int summed, const char* op);
 
 }  // namespace metajit
