@@ -9,6 +9,7 @@
 
 #include "codegen/c_family_emitter.h"
 #include "codegen/division_chunks.h"
+#include "codegen/guard_intervals.h"
 #include "codegen/kernel_patterns.h"
 #include "codegen/loop_invariants.h"
 
@@ -1178,29 +1179,29 @@ class CppEmitter : public CFamilyEmitter {
     line(d, "}");
   }
 
-  // The conditions of an operand's guards (pack_along_reduction) when each holds on an interval
-  // of reduction steps `red` (its conjuncts that read `red` are affine comparisons) and no guard
-  // nests another; `unguarded` gets the statements with every guard's condition true. Empty
-  // when there is no guard or one does not qualify.
+  // The conditions of an operand's guards (pack_along_reduction), nested ones included, when
+  // each holds on an interval of reduction steps `red` (its conjuncts that read `red` are
+  // affine comparisons); `unguarded` gets the statements with every guard passed
+  // (codegen/guard_intervals.h). Empty when there is no guard or one does not qualify. A head
+  // split read from a packed qkv nests three reindexes' guards: q.k^T packed element by
+  // element under them ran at 440 us a call, 16.7 MFLOP.
   static std::vector<IndexExprPtr> step_span_tests(const std::vector<KStmt>& body, int red,
                                                    std::vector<KStmt>& unguarded) {
     std::vector<IndexExprPtr> tests;
     unguarded.clear();
-    for (const KStmt& st : body) {
-      KStmt copy = st;
-      if (st.kind == KOp::Guard) {
-        if (!st.cond || !st.body) return {};
-        for (const KStmt& inner : st.body->stmts)
-          if (inner.kind == KOp::Guard) return {};
-        std::vector<IndexExprPtr> fixed, varying;
-        split_conjuncts(st.cond, {red}, fixed, varying);
-        for (const IndexExprPtr& e : varying)
-          if (!is_affine_comparison(*e, red)) return {};
-        tests.push_back(st.cond);
-        copy.cond = ix_const(1);
-      }
-      unguarded.push_back(std::move(copy));
+    std::vector<const KStmt*> flat;
+    flatten(body, flat);
+    for (const KStmt* st : flat) {
+      if (st->kind == KOp::Reduce) return {};
+      if (st->kind != KOp::Guard) continue;
+      if (!st->cond || !st->body) return {};
+      std::vector<IndexExprPtr> fixed, varying;
+      split_conjuncts(st->cond, {red}, fixed, varying);
+      for (const IndexExprPtr& e : varying)
+        if (!is_affine_comparison(*e, red)) return {};
+      tests.push_back(st->cond);
     }
+    if (!tests.empty()) unguarded = guards_passed(KBlock{body, -1});
     return tests;
   }
 
@@ -1623,6 +1624,13 @@ class CppEmitter : public CFamilyEmitter {
       line(e + 1, store);
       line(e, "}");
     };
+    const int nq = int(dc.offsets.size());
+    const ChunkVars cv{kChunkVar, kChunkVar + nq, kChunkVar + 2 * nq};
+    std::vector<KStmt> chunked;
+    for (const KStmt* st : inner) chunked.push_back(rewrite_for_chunk(*st, dc, cv));
+    std::vector<GuardInterval> intervals = find_guard_intervals(chunked, dc.var);
+    int next_var = kChunkVar + 3 * nq;
+    hoist_row_tests(intervals, next_var, d);
     line(d, "for (i64 mj_c0 = 0; mj_c0 < " + ext + ";) {");
     line(d + 1, "const i64 mj_ce = mj_c0 + " + D + " - (mj_c0 + " + std::to_string(dc.phase) +
                     ") % " + D + ";");
@@ -1640,8 +1648,6 @@ class CppEmitter : public CFamilyEmitter {
       line(d + 2, "mj_cs = mj_c0 + 1;");
       line(d + 1, "}");
     }
-    const int nq = int(dc.offsets.size());
-    const ChunkVars cv{kChunkVar, kChunkVar + nq, kChunkVar + 2 * nq};
     for (int k = 0; k < nq; ++k) {
       const std::string num = "(mj_cs + " + std::to_string(dc.offsets[size_t(k)]) + ")";
       const std::string q = std::to_string(cv.quotient + k), r = std::to_string(cv.remainder + k);
@@ -1649,12 +1655,17 @@ class CppEmitter : public CFamilyEmitter {
       line(d + 1, "const i64 i" + r + " = " + num + " % " + D + " - mj_cs;");
       line(d + 1, "const i64 i" + std::to_string(cv.negative + k) + " = " + num + " < 0;");
     }
+    if (!intervals.empty()) {
+      partitioned_by_guards(chunked, intervals, "mj_cs", "mj_c1", dc.var, next_var, d + 1, store);
+      line(d + 1, "mj_c0 = mj_c1;");
+      line(d, "}");
+      return;
+    }
     // Each guard's tests that no longer read the loop variable, once per chunk and first in
     // its test: g++ then unswitches the loop on them (behind a test of i, 250 against 95 us).
     std::vector<KStmt> rewritten;
     int hoisted = 3 * nq;
-    for (const KStmt* st : inner) {
-      KStmt r = rewrite_for_chunk(*st, dc, cv);
+    for (KStmt& r : chunked) {
       if (r.kind == KOp::Guard && r.cond) {
         std::vector<IndexExprPtr> fixed, varying;
         split_conjuncts(r.cond, {dc.var}, fixed, varying);
@@ -1673,6 +1684,179 @@ class CppEmitter : public CFamilyEmitter {
   }
   // Loop variable numbers for the chunks' quotients and remainders (beside kHoistedVar's).
   static constexpr int kChunkVar = (1 << 20) + (1 << 16);
+
+  // The loop from `from` to `to` over `stmts` in sub-ranges where every guard of `gs`
+  // (codegen/guard_intervals.h) is one value: each guard's fixed tests and interval ends once,
+  // then per sub-range its end (the nearest interval end past its start) and the guards'
+  // values, and the loop with those values for the guards' tests (guard_fission below).
+  // Loop variable numbers from `first_var` on name the values (i<first_var>, ...).
+  void partitioned_by_guards(const std::vector<KStmt>& stmts, const std::vector<GuardInterval>& gs,
+                             const std::string& from, const std::string& to, int var,
+                             int first_var, int d, const std::string& store) {
+    int next = first_var;
+    std::map<std::string, std::string> ends;  // interval end's text -> its local
+    auto once = [&](const IndexExprPtr& e) {
+      const std::string text = ix(*e);
+      if (e->kind == IxKind::Var || e->kind == IxKind::Param) return text;
+      auto [it, added] = ends.emplace(text, "i" + std::to_string(next));
+      if (added) line(d, "const i64 i" + std::to_string(next++) + " = " + text + ";");
+      return it->second;
+    };
+    std::vector<std::string> tests(gs.size());
+    for (size_t g = 0; g < gs.size(); ++g) {
+      std::vector<std::string> parts;
+      if (gs[g].fixed) parts.push_back(once(gs[g].fixed));
+      if (gs[g].lo) parts.push_back("mj_a >= " + once(gs[g].lo));
+      if (gs[g].hi) parts.push_back("mj_a < " + once(gs[g].hi));
+      for (const std::string& p : parts) tests[g] += (tests[g].empty() ? "" : " && ") + p;
+      if (tests[g].empty()) tests[g] = "1";
+    }
+    line(d, "for (i64 mj_a = " + from + "; mj_a < " + to + ";) {");
+    line(d + 1, "i64 mj_b = " + to + ";");
+    std::set<std::string> cut;
+    for (const GuardInterval& g : gs)
+      for (const IndexExprPtr& e : {g.lo, g.hi})
+        if (e && cut.insert(once(e)).second) {
+          const std::string x = once(e);
+          line(d + 1, "if (" + x + " > mj_a && " + x + " < mj_b) mj_b = " + x + ";");
+        }
+    std::map<int, IndexExprPtr> conds;
+    std::map<int, std::string> value;  // guard id -> its value's local in this sub-range
+    bool all_constant = true;
+    for (size_t g = 0; g < gs.size(); ++g) {
+      const int name = next++;
+      line(d + 1, "const i64 i" + std::to_string(name) + " = " + tests[g] + ";");
+      conds[gs[g].guard] =
+          gs[g].rest ? ix_binary(IxKind::And, ix_var(name), gs[g].rest) : ix_var(name);
+      value[gs[g].guard] = "i" + std::to_string(name);
+      all_constant = all_constant && !gs[g].rest;
+    }
+    std::vector<KStmt> replaced;
+    for (const KStmt& st : stmts) replaced.push_back(replace_guard_tests(st, conds));
+    const std::string i = "i" + std::to_string(var);
+    if (all_constant && fissionable(replaced)) {
+      guard_fission(replaced, value, i, d + 1, store);
+    } else {
+      simd_loop(replaced, i, "mj_a", "mj_b", d + 1, store);
+    }
+    line(d + 1, "mj_a = mj_b;");
+    line(d, "}");
+  }
+
+  // The guards' fixed tests and interval ends that read only the kernel's loops (not a chunk's
+  // or a sub-range's values), computed once at `d` before the chunks and replaced by their
+  // locals: a row's bounds tests, the pieces' offsets.
+  void hoist_row_tests(std::vector<GuardInterval>& gs, int& next, int d) {
+    auto per_row = [](const IndexExpr& e) {
+      std::set<int> vars;
+      collect_vars(e, vars);
+      return vars.empty() || *vars.rbegin() < kHoistedVar;
+    };
+    auto hoist = [&](const IndexExprPtr& e) {
+      if (e->kind == IxKind::Var || e->kind == IxKind::Const || e->kind == IxKind::Param) return e;
+      line(d, "const i64 i" + std::to_string(next) + " = " + ix(*e) + ";");
+      return ix_var(next++);
+    };
+    for (GuardInterval& g : gs) {
+      if (g.fixed) {
+        std::vector<IndexExprPtr> row, chunk;
+        split_conjuncts_by(g.fixed, per_row, row, chunk);
+        if (!row.empty()) {
+          g.fixed = hoist(conjunction(row));
+          if (!chunk.empty()) g.fixed = ix_binary(IxKind::And, g.fixed, conjunction(chunk));
+        }
+      }
+      for (IndexExprPtr* e : {&g.lo, &g.hi})
+        if (*e && per_row(**e)) *e = hoist(*e);
+    }
+  }
+  template <class Pred>
+  static void split_conjuncts_by(const IndexExprPtr& cond, const Pred& pred,
+                                 std::vector<IndexExprPtr>& yes, std::vector<IndexExprPtr>& no) {
+    if (cond->kind == IxKind::And) {
+      split_conjuncts_by(cond->a, pred, yes, no);
+      split_conjuncts_by(cond->b, pred, yes, no);
+      return;
+    }
+    (pred(*cond) ? yes : no).push_back(cond);
+  }
+
+  // for (i = from; i < to; ++i) over `stmts`, then the store.
+  void simd_loop(const std::vector<KStmt>& stmts, const std::string& i, const std::string& from,
+                 const std::string& to, int d, const std::string& store) {
+    line(d, "#pragma omp simd");
+    line(d, "for (i64 " + i + " = " + from + "; " + i + " < " + to + "; ++" + i + ") {");
+    for (const KStmt& st : stmts) stmt(st, d + 1);
+    line(d + 1, store);
+    line(d, "}");
+  }
+
+  static bool fissionable(const std::vector<KStmt>& stmts) {
+    bool any = false;
+    for (const KStmt& st : stmts)
+      if (st.kind == KOp::Guard) {
+        if (!self_contained_guard(st)) return false;
+        any = true;
+      }
+    return any;
+  }
+
+  // Strips of kFissionStrip elements of a sub-range whose guards are constants (their values
+  // in `value`): each top-level guard's values into a stack array by a loop of its own (its
+  // body with every guard passed, its scalar, or, when an inner guard fails, the guarded body
+  // unvectorised), then the statements reading them. g++ vectorises a loop with a few
+  // loop-invariant guards by unswitching it, but not one with nine (three pieces three reindexes
+  // deep: a masked load under an invariant bool has no vector type), which then ran scalar.
+  void guard_fission(const std::vector<KStmt>& stmts, const std::map<int, std::string>& value,
+                     const std::string& i, int d, const std::string& store) {
+    const std::string S = std::to_string(kFissionStrip);
+    line(d, "for (i64 mj_f = mj_a; mj_f < mj_b; mj_f += " + S + ") {");
+    line(d + 1, "const i64 mj_fe = mj_b - mj_f < " + S + " ? mj_b : mj_f + " + S + ";");
+    std::vector<KStmt> rest;
+    for (const KStmt& st : stmts) {
+      if (st.kind != KOp::Guard) {
+        rest.push_back(st);
+        continue;
+      }
+      const std::string T = ctype(st.dtype), t = "mj_t" + std::to_string(st.id);
+      std::string all;
+      for (int id : guard_ids(st)) all += (all.empty() ? "" : " && ") + value.at(id);
+      line(d + 1, T + " " + t + "[" + S + "];");
+      line(d + 1, "if (" + all + ") {");
+      KBlock flat{guards_passed(*st.body), st.body->result};
+      strip_loop(flat.stmts, flat.result, t, i, d + 2, true);
+      line(d + 1, "} else if (!" + value.at(st.id) + ") {");
+      line(d + 2, "for (i64 mj_k = 0; mj_k < mj_fe - mj_f; ++mj_k) " + t + "[mj_k] = " +
+                      scalar_arg(st.dtype, st.slot) + ";");
+      line(d + 1, "} else {");
+      strip_loop({st}, st.id, t, i, d + 2, false);
+      line(d + 1, "}");
+    }
+    line(d + 1, "#pragma omp simd");
+    line(d + 1, "for (i64 " + i + " = mj_f; " + i + " < mj_fe; ++" + i + ") {");
+    for (const KStmt& st : stmts)
+      if (st.kind == KOp::Guard) {
+        dtypes_[st.id] = st.dtype;
+        line(d + 2, "const " + ctype(st.dtype) + " " + v(st.id) + " = mj_t" +
+                        std::to_string(st.id) + "[" + i + " - mj_f];");
+      }
+    for (const KStmt& st : rest) stmt(st, d + 2);
+    line(d + 2, store);
+    line(d + 1, "}");
+    line(d, "}");
+  }
+  static constexpr int kFissionStrip = 64;
+
+  // One loop over the strip computing `stmts` and storing value `result` into array `t`.
+  void strip_loop(const std::vector<KStmt>& stmts, int result, const std::string& t,
+                  const std::string& i, int d, bool simd) {
+    if (simd) line(d, "#pragma omp simd");
+    line(d, "for (i64 " + i + " = mj_f; " + i + " < mj_fe; ++" + i + ") {");
+    for (const KStmt& st : stmts) stmt(st, d + 1);
+    line(d + 1, t + "[" + i + " - mj_f] = " + v(result) + ";");
+    line(d, "}");
+  }
+
 
   // Widest strip: 2048 floats (8 KiB) per row keeps the reads streaming; narrower strips
   // only to give every thread one (measured on a 4096x4096 column sum: 256 -> 4.2 GB/s,

@@ -24,8 +24,10 @@ namespace metajit {
 // 26: whole panels of unguarded operands packed with plain (not masked) loads, operands along
 // memory packed once per launch in groups of panels; 27: the prelude declares erf, log1p,
 // expm1, tan, atan, asin and acos SIMD-callable (libmvec); 28: log1p, asin and acos guarded
-// against libmvec's scalar path outside their domains (mj_log1pf, mj_asinf, mj_acosf)
-inline constexpr const char* kCodegenVersion = "cpp-28";
+// against libmvec's scalar path outside their domains (mj_log1pf, mj_asinf, mj_acosf); 29: a
+// chunked innermost loop run in sub-ranges where its guards are constants, each top-level
+// guard's values computed by a loop of its own (codegen/guard_intervals.h)
+inline constexpr const char* kCodegenVersion = "cpp-29";
 
 class KernelKeyBuilder {
  public:

@@ -701,6 +701,61 @@ TEST_CASE("reindex dividing the innermost index runs in chunks and matches the r
   check_against_reference(small);
 }
 
+// In a chunk, a reindex's tests of the loop variable are affine (codegen/guard_intervals.h):
+// the chunk runs in sub-ranges where every guard is one value, and each top-level guard's
+// values come from a loop of its own. Sub-range ends inside chunks (offsets not multiples of
+// the divisor), an inner guard failing where the outer one passes (the unvectorised branch),
+// bounds from conditions with -i and ==, and a test that is not affine (kept per element).
+TEST_CASE("a chunked loop's guards run as constants per sub-range and match the reference",
+          "[ops][reindex]") {
+  auto source = [](const Var& y) {
+    const std::vector<KernelInfo> k = plan({y}, Device::CPU);
+    return k.size() == 1 ? k[0].source : std::string();
+  };
+  Var x = randn({4, 3, 5}, 6), w = randn({4, 12, 8}, 7);
+  eval({x, w});
+  for (int64_t n : {0, 3, 40, 45, 61}) {
+    INFO("columns " << n);
+    // x's last axis has 5 of each chunk's 8: the inner guard fails for 3 elements of each.
+    Var inner = reindex(x, {4, 24}, {"i0", "i1/8", "i1%8"}, -2.0);
+    Var nested = reindex(inner, {4, n}, {"i0", "i1-7"}, 0.5) * 3.0;
+    Var pieces = reindex(w, {4, n}, {"i0", "(i1-5)/8", "(i1-5)%8"}, -1.0) +
+                 reindex(w, {4, n}, {"i0", "(i1+3)/8", "(i1+3)%8"}, 0.25,
+                         {"30 - i1 < 4", "i1 < 2"});
+    // i1 != 11 is no interval: that test stays in the loop.
+    Var holed = reindex(w, {4, n}, {"i0", "i1/8", "i1%8"}, 1.5, {"i1 == 11", "i1 + 9 > 40"});
+    if (n >= 40) {
+      for (const Var& y : {nested, pieces, holed}) CHECK(source(y).find("mj_a") != std::string::npos);
+      CHECK(source(nested).find("mj_t") != std::string::npos);
+      CHECK(source(pieces).find("mj_t") != std::string::npos);
+      CHECK(source(holed).find("mj_t") == std::string::npos);
+    }
+    check_against_reference({nested, pieces, holed});
+  }
+}
+
+// An operand read through nested reindexes (a head split of a packed qkv: slice, reshape,
+// transpose) packs along the reduction as a plain copy where every guard holds over a block of
+// steps (cpp_emitter.cc step_span_tests), element by element elsewhere. K = 400 in blocks of
+// 100: the outer guard fails in the first, the inner one in the first and the last (where the
+// outer one holds throughout), both hold in the middle two.
+TEST_CASE("matmul of an operand under nested guards matches the reference", "[ops][composite]") {
+  Var a = randn({5, 300}, 8), b = randn({400, 4}, 9);
+  eval({a, b});
+  Var inner = reindex(a, {5, 420}, {"i0", "i1-1"}, 0.5);
+  Var outer = reindex(inner, {5, 400}, {"i0", "i1-20"}, -1.0);
+  Var y = matmul(outer, b);
+  const std::vector<KernelInfo> k = plan({y}, Device::CPU);
+  REQUIRE(k.size() == 1);
+  CHECK(k[0].source.find("mj_kspan") != std::string::npos);
+  check_against_reference(y);
+  // The same pads on the other operand, read along the reduction too (k^T of q.k^T).
+  Var bt = reindex(reindex(transpose(b, {1, 0}), {4, 402}, {"i0", "i1-2"}, 0.25), {4, 400},
+                   {"i0", "i1"});
+  Var z = matmul(outer, transpose(bt, {1, 0}));
+  check_against_reference(z);
+}
+
 TEST_CASE("matmul, incl. broadcast batch dims", "[ops][composite]") {
   Var a = rand({3, 4}, 11), b = rand({4, 5}, 12);
   Var a3 = rand({2, 3, 4}, 13);
