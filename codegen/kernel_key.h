@@ -26,8 +26,9 @@ namespace metajit {
 // expm1, tan, atan, asin and acos SIMD-callable (libmvec); 28: log1p, asin and acos guarded
 // against libmvec's scalar path outside their domains (mj_log1pf, mj_asinf, mj_acosf); 29: a
 // chunked innermost loop run in sub-ranges where its guards are constants, each top-level
-// guard's values computed by a loop of its own (codegen/guard_intervals.h)
-inline constexpr const char* kCodegenVersion = "cpp-29";
+// guard's values computed by a loop of its own (codegen/guard_intervals.h); 30: whole panels of
+// a row-major A copied all rows in one loop along the steps (interleaved_panel)
+inline constexpr const char* kCodegenVersion = "cpp-30";
 
 class KernelKeyBuilder {
  public:

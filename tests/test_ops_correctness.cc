@@ -736,21 +736,25 @@ TEST_CASE("a chunked loop's guards run as constants per sub-range and match the 
 
 // An operand read through nested reindexes (a head split of a packed qkv: slice, reshape,
 // transpose) packs along the reduction as a plain copy where every guard holds over a block of
-// steps (cpp_emitter.cc step_span_tests), element by element elsewhere. K = 400 in blocks of
-// 100: the outer guard fails in the first, the inner one in the first and the last (where the
-// outer one holds throughout), both hold in the middle two.
+// steps (cpp_emitter.cc step_span_tests), whole panels of rows in one loop (interleaved_panel),
+// element by element elsewhere; 13 rows: two whole panels of 6 and a partial one. K = 1000 in
+// four blocks of 250 (every target's narrow tile has kc 256): the outer guard fails in the
+// first, the inner one in the first and the last (where the outer one holds throughout), both
+// hold in the middle two.
 TEST_CASE("matmul of an operand under nested guards matches the reference", "[ops][composite]") {
-  Var a = randn({5, 300}, 8), b = randn({400, 4}, 9);
+  // Small integers: every sum is exact, whatever order the kernel adds in.
+  Var a = floor(randn({13, 900}, 8) * 4.0), b = floor(randn({1000, 4}, 9) * 4.0);
   eval({a, b});
-  Var inner = reindex(a, {5, 420}, {"i0", "i1-1"}, 0.5);
-  Var outer = reindex(inner, {5, 400}, {"i0", "i1-20"}, -1.0);
+  Var inner = reindex(a, {13, 1020}, {"i0", "i1-1"}, 0.5);
+  Var outer = reindex(inner, {13, 1000}, {"i0", "i1-20"}, -1.0);
   Var y = matmul(outer, b);
   const std::vector<KernelInfo> k = plan({y}, Device::CPU);
   REQUIRE(k.size() == 1);
   CHECK(k[0].source.find("mj_kspan") != std::string::npos);
+  CHECK(k[0].source.find("mj_whole") != std::string::npos);  // 6-row panels as one copy loop
   check_against_reference(y);
   // The same pads on the other operand, read along the reduction too (k^T of q.k^T).
-  Var bt = reindex(reindex(transpose(b, {1, 0}), {4, 402}, {"i0", "i1-2"}, 0.25), {4, 400},
+  Var bt = reindex(reindex(transpose(b, {1, 0}), {4, 1002}, {"i0", "i1-2"}, 0.25), {4, 1000},
                    {"i0", "i1"});
   Var z = matmul(outer, transpose(bt, {1, 0}));
   check_against_reference(z);
