@@ -854,29 +854,41 @@ class CppEmitter : public CFamilyEmitter {
     for (size_t s : stmts) {
       KStmt st = r.body->stmts[s];
       KStmt full = st;
-      if (st.kind == KOp::Guard && st.cond) {
-        std::vector<IndexExprPtr> fixed, varying;
-        split_conjuncts(st.cond, vary, fixed, varying);
-        for (const IndexExprPtr& e : varying) {
-          b.spannable = b.spannable && is_affine_comparison(*e, own);
-          b.span_tests.push_back(e);
-        }
-        IndexExprPtr f = ix_const(1);
-        if (!fixed.empty()) {
-          const int name = kHoistedVar + hoisted++;
-          f = conjunction(fixed);
-          line(d, "const i64 i" + std::to_string(name) + " = " + ix(*f) + ";");
-          IndexExprPtr c = ix_var(name);
-          f = c;
-          for (const IndexExprPtr& e : varying) c = ix_binary(IxKind::And, c, e);
-          st.cond = c;
-        }
-        full.cond = f;
-      }
+      hoist_guard_test(st, full, b, own, vary, hoisted, d);
       b.body.push_back(std::move(st));
       b.full_body.push_back(std::move(full));
     }
     return b;
+  }
+  // hoist_guard_tests for one statement, and for the guards nested in its body (a head split
+  // read from a packed qkv nests three reindexes: their row tests per element kept k and v's
+  // packing in dK = dS^T Q at 360 us a call, against 190 from contiguous q, k, v).
+  void hoist_guard_test(KStmt& st, KStmt& full, GuardedBodies& b, int own,
+                        const std::set<int>& vary, int& hoisted, int d) {
+    if (st.kind == KOp::Guard && st.cond) {
+      std::vector<IndexExprPtr> fixed, varying;
+      split_conjuncts(st.cond, vary, fixed, varying);
+      for (const IndexExprPtr& e : varying) {
+        b.spannable = b.spannable && is_affine_comparison(*e, own);
+        b.span_tests.push_back(e);
+      }
+      IndexExprPtr f = ix_const(1);
+      if (!fixed.empty()) {
+        const int name = kHoistedVar + hoisted++;
+        f = conjunction(fixed);
+        line(d, "const i64 i" + std::to_string(name) + " = " + ix(*f) + ";");
+        IndexExprPtr c = ix_var(name);
+        f = c;
+        for (const IndexExprPtr& e : varying) c = ix_binary(IxKind::And, c, e);
+        st.cond = c;
+      }
+      full.cond = f;
+    }
+    if (!st.body) return;
+    st.body = std::make_shared<KBlock>(*st.body);
+    full.body = std::make_shared<KBlock>(*full.body);
+    for (size_t k = 0; k < st.body->stmts.size(); ++k)
+      hoist_guard_test(st.body->stmts[k], full.body->stmts[k], b, own, vary, hoisted, d);
   }
 
   // The row-dependent conjuncts of an operand's guards: those that read no reduction variable
@@ -889,10 +901,15 @@ class CppEmitter : public CFamilyEmitter {
       if (!is_affine_comparison(*t, own)) return false;
     return true;
   }
+  // Nested guards' tests too: hoist_guard_tests' full body drops them all.
   static RowTests row_tests(const KStmt& r, const std::vector<size_t>& stmts, int own) {
     RowTests t;
-    for (size_t s : stmts) {
-      const KStmt& st = r.body->stmts[s];
+    std::vector<KStmt> top;
+    for (size_t s : stmts) top.push_back(r.body->stmts[s]);
+    std::vector<const KStmt*> flat;
+    flatten(top, flat);
+    for (const KStmt* g : flat) {
+      const KStmt& st = *g;
       if (st.kind != KOp::Guard || !st.cond) continue;
       std::vector<IndexExprPtr> fixed, varying;
       split_conjuncts(st.cond, {own}, fixed, varying);

@@ -27,8 +27,9 @@ namespace metajit {
 // against libmvec's scalar path outside their domains (mj_log1pf, mj_asinf, mj_acosf); 29: a
 // chunked innermost loop run in sub-ranges where its guards are constants, each top-level
 // guard's values computed by a loop of its own (codegen/guard_intervals.h); 30: whole panels of
-// a row-major A copied all rows in one loop along the steps (interleaved_panel)
-inline constexpr const char* kCodegenVersion = "cpp-30";
+// a row-major A copied all rows in one loop along the steps (interleaved_panel); 31: the row
+// tests of nested guards hoisted and spanned in packing across rows too (hoist_guard_tests)
+inline constexpr const char* kCodegenVersion = "cpp-31";
 
 class KernelKeyBuilder {
  public:

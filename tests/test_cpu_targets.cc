@@ -230,13 +230,15 @@ TEST_CASE("SELU's exp is vectorised on every width that has vector variants", "[
 // reduction once per row (codegen/lowering.cc memo_key) changed softmax's IR under cpp-28.
 TEST_CASE("the C++ emitter's output is pinned to the codegen version", "[targets]") {
   ScopedEnv fused("METAJIT_OPT_LEVEL", "1"), generic("METAJIT_SPECIALIZE_SHAPES", "0");
-  const char* kRecordedVersion = "cpp-30";
-  const char* kRecordedDigest = "ceed5f4d59fc0a6d854797ab01c16426";
+  const char* kRecordedVersion = "cpp-31";
+  const char* kRecordedDigest = "821d116096eebd95dd09527dbf1c050d";
   Var a = rand({5, 7}, 1), b = rand({7, 3}, 2), x = rand({2, 3, 9, 9}, 3),
       w = rand({4, 3, 3, 3}, 4);
   Var ids = array(std::vector<int32_t>{4, 0, 2, 4}, {4}), rows = rand({4, 7}, 5),
       cols = array(std::vector<int64_t>{6, 0, 1, 2, 3, 4, 5, 6, 0, 1}, {5, 2});
   eval({a, b, x, w, ids, rows, cols});
+  const Var nested =
+      reindex(reindex(rows, {4, 9}, {"i0", "i1-1"}, 0.5), {4, 7}, {"i0", "i1+1"}, -1.0);
   const std::vector<Var> graphs = {
       relu(matmul(a, b) + 0.5), conv2d(x, w, 1, 1), softmax(a, 1), sum(a, {0}), sum(a, {1}),
       1.05 * where(a > 0.0, a, 1.67 * exp(a) - 1.67), max_pool2d(x, 2, 2, 1),
@@ -254,7 +256,9 @@ TEST_CASE("the C++ emitter's output is pinned to the codegen version", "[targets
       // ... and a gather, packed along the reduction with its column bounds in the loop
       matmul(embedding(a, ids), b),
       // the innermost index divided by a constant: run in chunks (codegen/division_chunks.h)
-      reindex(rows, {4, 30}, {"i0", "(i1-8)%8"}, 0.5) * 2.0};
+      reindex(rows, {4, 30}, {"i0", "(i1-8)%8"}, 0.5) * 2.0,
+      // operands under nested guards, along the reduction and across the rows
+      matmul(nested, b), matmul(transpose(nested, {1, 0}), rand({4, 3}, 7))};
   std::string all;
   for (const Var& g : graphs) {
     PipelinePlan p = build_pipeline({g.node()});

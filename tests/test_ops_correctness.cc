@@ -741,7 +741,7 @@ TEST_CASE("a chunked loop's guards run as constants per sub-range and match the 
 // four blocks of 250 (every target's narrow tile has kc 256): the outer guard fails in the
 // first, the inner one in the first and the last (where the outer one holds throughout), both
 // hold in the middle two.
-TEST_CASE("matmul of an operand under nested guards matches the reference", "[ops][composite]") {
+TEST_CASE("matmul of operands under nested guards matches the reference", "[ops][composite]") {
   // Small integers: every sum is exact, whatever order the kernel adds in.
   Var a = floor(randn({13, 900}, 8) * 4.0), b = floor(randn({1000, 4}, 9) * 4.0);
   eval({a, b});
@@ -758,6 +758,17 @@ TEST_CASE("matmul of an operand under nested guards matches the reference", "[op
                    {"i0", "i1"});
   Var z = matmul(outer, transpose(bt, {1, 0}));
   check_against_reference(z);
+  // Nested guards on the rows of a panel (cpp_emitter.cc hoist_guard_tests): B's 130 columns
+  // in 16-wide panels, all passing, straddling the inner bounds, or failing only them; and a
+  // transposed A with a prologue, through the row buffer, whose groups of rows are checked
+  // against every guard.
+  Var c = floor(randn({300, 100}, 10) * 4.0), e = floor(randn({200, 40}, 11) * 4.0);
+  eval({c, e});
+  Var cols = reindex(reindex(c, {300, 140}, {"i0", "i1-3"}, 0.5), {300, 130}, {"i0", "i1+5"}, -1.0);
+  Var u = matmul(floor(randn({7, 300}, 12) * 4.0), cols);
+  Var rows = reindex(reindex(e, {200, 50}, {"i0", "i1-2"}, 0.5), {200, 45}, {"i0", "i1+1"}, -1.0);
+  Var w = matmul(transpose(rows, {1, 0}) * 2.0, floor(randn({200, 8}, 13) * 4.0));
+  check_against_reference({u, w});
 }
 
 TEST_CASE("matmul, incl. broadcast batch dims", "[ops][composite]") {
