@@ -1684,14 +1684,6 @@ class CppEmitter : public CFamilyEmitter {
     const KLoop& l = ir.loops.back();
     const std::string i = "i" + std::to_string(l.var), ext = ix(*l.extent);
     const std::string D = std::to_string(dc.divisor);
-    auto chunk_loop = [&](const std::vector<KStmt>& stmts, const std::string& from,
-                          const std::string& to, int e) {
-      line(e, "#pragma omp simd");
-      line(e, "for (i64 " + i + " = " + from + "; " + i + " < " + to + "; ++" + i + ") {");
-      for (const KStmt& st : stmts) stmt(st, e + 1);
-      line(e + 1, store);
-      line(e, "}");
-    };
     const int nq = int(dc.offsets.size());
     const ChunkVars cv{kChunkVar, kChunkVar + nq, kChunkVar + 2 * nq};
     std::vector<KStmt> chunked;
@@ -1712,7 +1704,7 @@ class CppEmitter : public CFamilyEmitter {
       std::vector<KStmt> same;
       for (const KStmt* st : inner) same.push_back(*st);
       line(d + 1, "if (" + negative + ") {");
-      chunk_loop(same, "mj_c0", "mj_c0 + 1", d + 2);
+      simd_loop(same, i, "mj_c0", "mj_c0 + 1", d + 2, store);
       line(d + 2, "mj_cs = mj_c0 + 1;");
       line(d + 1, "}");
     }
@@ -1746,7 +1738,7 @@ class CppEmitter : public CFamilyEmitter {
       }
       rewritten.push_back(std::move(r));
     }
-    chunk_loop(rewritten, "mj_cs", "mj_c1", d + 1);
+    simd_loop(rewritten, i, "mj_cs", "mj_c1", d + 1, store);
     line(d + 1, "mj_c0 = mj_c1;");
     line(d, "}");
   }
