@@ -915,7 +915,7 @@ class CppEmitter : public CFamilyEmitter {
       split_conjuncts(st.cond, {own}, fixed, varying);
       for (const IndexExprPtr& e : varying) {
         bool step = false;
-        for (const KLoop& l : r.loops) step = step || uses_var(*e, l.var);
+        for (const KLoop& l : r.loops) step = step || ix_reads_var(*e, l.var);
         (step ? t.steps : t.rows).push_back(e);
       }
     }
@@ -1083,8 +1083,8 @@ class CppEmitter : public CFamilyEmitter {
       }
       if (st->kind != KOp::Load || st->index.empty()) continue;
       const IndexExpr& last = *st->index.back();
-      if (uses_var(last, own)) return false;
-      along = along || uses_var(last, red);
+      if (ix_reads_var(last, own)) return false;
+      along = along || ix_reads_var(last, red);
     }
     return along;
   }
@@ -1144,7 +1144,7 @@ class CppEmitter : public CFamilyEmitter {
     std::vector<const KStmt*> flat;
     flatten(stmts, flat);
     for (const KStmt* st : flat)
-      if (st->kind == KOp::Load && !st->index.empty() && uses_var(*st->index.back(), own))
+      if (st->kind == KOp::Load && !st->index.empty() && ix_reads_var(*st->index.back(), own))
         return true;
     return false;
   }
@@ -1288,7 +1288,7 @@ class CppEmitter : public CFamilyEmitter {
     return is_affine_in(*e.a, var) && is_affine_in(*e.b, var);
   }
   static bool is_affine_in(const IndexExpr& e, int var) {
-    if (!uses_var(e, var)) return true;
+    if (!ix_reads_var(e, var)) return true;
     switch (e.kind) {
       case IxKind::Var:
         return true;
@@ -1305,14 +1305,6 @@ class CppEmitter : public CFamilyEmitter {
     }
   }
 
-  static bool uses_var(const IndexExpr& e, int var) {
-    if (e.kind == IxKind::Var) return e.value == var;
-    for (const IndexExprPtr& a : e.args)
-      if (uses_var(*a, var)) return true;
-    return (e.a && uses_var(*e.a, var)) || (e.b && uses_var(*e.b, var)) ||
-           (e.c && uses_var(*e.c, var));
-  }
-
   // The conjuncts of `cond` (an && tree) that read neither loop variable `var` nor `var2`, and
   // those that do.
   static void split_conjuncts(const IndexExprPtr& cond, const std::set<int>& vars,
@@ -1324,7 +1316,7 @@ class CppEmitter : public CFamilyEmitter {
       return;
     }
     bool uses = false;
-    for (int var : vars) uses = uses || uses_var(*cond, var);
+    for (int var : vars) uses = uses || ix_reads_var(*cond, var);
     (uses ? varying : fixed).push_back(cond);
   }
 
@@ -1665,7 +1657,7 @@ class CppEmitter : public CFamilyEmitter {
     return false;
   }
   static bool varying_extra(const IndexExpr& e, int var) {
-    if (e.kind == IxKind::Extra && uses_var(e, var)) return true;
+    if (e.kind == IxKind::Extra && ix_reads_var(e, var)) return true;
     for (const IndexExprPtr& a : e.args)
       if (varying_extra(*a, var)) return true;
     for (const IndexExpr* c : {e.a.get(), e.b.get(), e.c.get()})
@@ -2027,7 +2019,7 @@ class CppEmitter : public CFamilyEmitter {
       for (const IndexExprPtr& t : ir_.target) {
         if (t->kind == IxKind::Var && t->value == var)
           ++own;
-        else if (uses_var(*t, var))
+        else if (ix_reads_var(*t, var))
           ++others;
       }
       if (own == 1 && others == 0) return int(k);
@@ -2076,7 +2068,7 @@ class CppEmitter : public CFamilyEmitter {
       for (const IndexExprPtr& c : varying) {
         const bool is_own = c->a && c->a->kind == IxKind::Var && c->a->value == own.var;
         if (is_own && c->kind == IxKind::Ge && ix_is_const(c->b, 0)) continue;  // lo >= 0
-        if (is_own && c->kind == IxKind::Lt && !uses_var(*c->b, own.var)) {
+        if (is_own && c->kind == IxKind::Lt && !ix_reads_var(*c->b, own.var)) {
           hi = "mj_min(" + hi + ", " + ix(*c->b) + ")";
           continue;
         }

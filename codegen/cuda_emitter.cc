@@ -484,7 +484,7 @@ class CudaEmitter : public CFamilyEmitter {
       if (last.kind != IxKind::Var || last.value != r) return false;
       std::string key;
       for (size_t k = 0; k + 1 < b.index.size(); ++k) {
-        if (uses_var(*b.index[k], r)) return false;
+        if (ix_reads_var(*b.index[k], r)) return false;
         key += ix_to_string(*b.index[k]) + ";";
       }
       auto [it, fresh] = index_of.emplace(b.buffer, key);
@@ -496,15 +496,6 @@ class CudaEmitter : public CFamilyEmitter {
     if (index_of.empty()) return false;
     conds->push_back("(" + ix(extent) + ") % 4 == 0");
     return true;
-  }
-
-  static bool uses_var(const IndexExpr& e, int var) {
-    if (e.kind == IxKind::Var) return e.value == var;
-    for (const IndexExpr* c : {e.a.get(), e.b.get(), e.c.get()})
-      if (c && uses_var(*c, var)) return true;
-    for (const IndexExprPtr& a : e.args)
-      if (uses_var(*a, var)) return true;
-    return false;
   }
 
   // strided_reduce() over a block's threads with 16-byte loads where `conds` hold at run time

@@ -3,17 +3,10 @@
 #include <optional>
 #include <set>
 
+#include "codegen/kernel_patterns.h"
+
 namespace metajit {
 namespace {
-
-bool reads_var(const IndexExpr& e, int var) {
-  if (e.kind == IxKind::Var) return e.value == var;
-  for (const IndexExprPtr& a : e.args)
-    if (reads_var(*a, var)) return true;
-  for (const IndexExpr* c : {e.a.get(), e.b.get(), e.c.get()})
-    if (c && reads_var(*c, var)) return true;
-  return false;
-}
 
 // `e` as coef * i<var> + rest, where rest does not read i<var>; nullopt when it is not affine
 // in i<var> (a division, a product of two terms that read it, a comparison...).
@@ -22,7 +15,7 @@ struct Affine {
   IndexExprPtr rest;
 };
 std::optional<Affine> affine(const IndexExprPtr& e, int var) {
-  if (!reads_var(*e, var)) return Affine{0, e};
+  if (!ix_reads_var(*e, var)) return Affine{0, e};
   // Coefficients stay tiny (index expressions are written by people and lowering); the bound
   // keeps the products below from overflowing.
   constexpr int64_t kMaxCoef = int64_t(1) << 20;
@@ -105,7 +98,7 @@ void split(const IndexExprPtr& cond, int var, GuardInterval& g) {
     split(cond->b, var, g);
     return;
   }
-  if (!reads_var(*cond, var)) {
+  if (!ix_reads_var(*cond, var)) {
     g.fixed = both(IxKind::And, g.fixed, cond);
   } else if (const std::optional<Bound> b = bound_of(cond, var)) {
     g.lo = both(IxKind::Max, g.lo, b->lo);
@@ -141,29 +134,11 @@ std::vector<GuardInterval> find_guard_intervals(const std::vector<KStmt>& stmts,
   return {};
 }
 
-namespace {
-
-void defined_and_read(const KBlock& b, std::set<int>& defined, std::set<int>& read) {
-  for (const KStmt& st : b.stmts) {
-    defined.insert(st.id);
-    read.insert(st.args.begin(), st.args.end());
-    if (st.body) {
-      defined_and_read(*st.body, defined, read);
-      read.insert(st.body->result);
-    }
-  }
-}
-
-}  // namespace
-
 bool self_contained_guard(const KStmt& st) {
   if (st.kind != KOp::Guard || !st.body) return false;
-  std::set<int> defined, read;
-  defined_and_read(*st.body, defined, read);
-  read.insert(st.body->result);
-  for (int id : read)
-    if (!defined.count(id)) return false;
-  return true;
+  std::set<int> defined, used;
+  outside_uses(*st.body, defined, used);
+  return used.empty();
 }
 
 std::vector<KStmt> guards_passed(const KBlock& b) {

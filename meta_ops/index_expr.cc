@@ -673,6 +673,15 @@ bool ix_reads_extras(const IndexExpr& e) {
   return false;
 }
 
+bool ix_reads_var(const IndexExpr& e, int var) {
+  if (e.kind == IxKind::Var) return e.value == var;
+  for (const IndexExprPtr& a : e.args)
+    if (ix_reads_var(*a, var)) return true;
+  for (const IndexExpr* c : {e.a.get(), e.b.get(), e.c.get()})
+    if (c && ix_reads_var(*c, var)) return true;
+  return false;
+}
+
 std::string ix_to_string(const IndexExpr& e) {
   switch (e.kind) {
     case IxKind::Const:

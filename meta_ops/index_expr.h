@@ -128,6 +128,8 @@ IndexExprPtr ix_replace_extras(
     const std::function<IndexExprPtr(int64_t k, std::vector<IndexExprPtr> args)>& replace);
 // True when `e` contains an Extra.
 bool ix_reads_extras(const IndexExpr& e);
+// True when `e` reads loop variable i<var> (an Extra's arguments included).
+bool ix_reads_var(const IndexExpr& e, int var);
 
 // Canonical, fully parenthesised text; equal trees print equally (used in kernel keys).
 std::string ix_to_string(const IndexExpr& e);
