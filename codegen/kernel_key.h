@@ -28,8 +28,9 @@ namespace metajit {
 // chunked innermost loop run in sub-ranges where its guards are constants, each top-level
 // guard's values computed by a loop of its own (codegen/guard_intervals.h); 30: whole panels of
 // a row-major A copied all rows in one loop along the steps (interleaved_panel); 31: the row
-// tests of nested guards hoisted and spanned in packing across rows too (hoist_guard_tests)
-inline constexpr const char* kCodegenVersion = "cpp-31";
+// tests of nested guards hoisted and spanned in packing across rows too (hoist_guard_tests);
+// 32: contraction row blocks within one tile of each other, as many as even the threads' rounds
+inline constexpr const char* kCodegenVersion = "cpp-32";
 
 class KernelKeyBuilder {
  public:

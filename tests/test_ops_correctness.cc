@@ -771,6 +771,33 @@ TEST_CASE("matmul of operands under nested guards matches the reference", "[ops]
   check_against_reference({u, w});
 }
 
+TEST_CASE("contraction row blocks of unequal size cover every row once", "[ops][composite]") {
+  // mj_row_blocks (cpp_emitter.cc) spreads the row tiles over the blocks so that sizes differ by
+  // at most one tile: 1024 rows are 171 tiles of 6 in 12 blocks of 15 or 14 on 2 threads. Row
+  // counts around the block caps and tile sizes, 64 and 200 columns (both tiles), one and several
+  // reduction blocks, a batch loop outside; integer data, so every sum is exact.
+  Var b64 = floor(randn({130, 64}, 21) * 4.0), b200 = floor(randn({130, 200}, 22) * 4.0);
+  eval({b64, b200});
+  std::vector<Var> ys;
+  for (int64_t m : {1, 7, 97, 191, 577, 1024, 1031}) {
+    Var a = floor(randn({m, 130}, 23 + uint64_t(m)) * 4.0);
+    ys.push_back(matmul(a, b64));
+    ys.push_back(matmul(slice(a, 1, 0, 3), slice(b200, 0, 0, 3)));
+  }
+  Var batched = floor(randn({3, 581, 40}, 24) * 4.0);
+  ys.push_back(matmul(batched, slice(b64, 0, 0, 40)));
+  check_against_reference(ys);
+  // Plain loops, independent of the reference: the last row of the 1031-row product.
+  Var a = floor(randn({1031, 130}, 23 + 1031) * 4.0);
+  const std::vector<float> av = values_of<float>(a), bv = values_of<float>(b64),
+                           yv = values_of<float>(ys[12]);
+  for (int64_t j = 0; j < 64; j += 9) {
+    double want = 0;
+    for (int64_t k = 0; k < 130; ++k) want += double(av[size_t(1030 * 130 + k)]) * bv[size_t(k * 64 + j)];
+    CHECK(yv[size_t(1030 * 64 + j)] == want);
+  }
+}
+
 TEST_CASE("matmul, incl. broadcast batch dims", "[ops][composite]") {
   Var a = rand({3, 4}, 11), b = rand({4, 5}, 12);
   Var a3 = rand({2, 3, 4}, 13);
