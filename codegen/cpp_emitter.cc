@@ -743,6 +743,40 @@ class CppEmitter : public CFamilyEmitter {
     return o;
   }
 
+  // mj_transpose: a W x W block of floats, rows `ss` apart, into its transpose, rows `ds` apart
+  // (W = the target's vector). log2(W) rounds; round h pairs rows r and r + h (r & h == 0) and
+  // exchanges the h-wide column groups that sit off the diagonal of each 2h x 2h block, one
+  // two-source shuffle per output row (vpermt2ps on AVX-512, 64 for a 16 x 16 block).
+  static std::string transpose_helper(int W) {
+    std::string o = "typedef int mj_vi __attribute__((vector_size(" + std::to_string(W * 4)
+                    + ")));\n";
+    o += "static inline void mj_transpose(const float* __restrict__ s, i64 ss, float* "
+         "__restrict__ d, i64 ds) {\n";
+    for (int r = 0; r < W; ++r)
+      o += "  mj_vf r" + std::to_string(r) + " = mj_ld(s + " + std::to_string(r) + " * ss);\n";
+    for (int h = W / 2; h >= 1; h /= 2) {
+      std::string lo, hi;
+      for (int j = 0; j < W; ++j) {
+        const int base = j / (2 * h) * 2 * h, w = j % (2 * h);
+        const int from_b = w < h ? 0 : W, off = w < h ? w : w - h;
+        lo += (j ? ", " : "") + std::to_string(from_b + base + off);
+        hi += (j ? ", " : "") + std::to_string(from_b + base + h + off);
+      }
+      o += "  {\n    const mj_vi lo = {" + lo + "}, hi = {" + hi + "};\n";
+      for (int r = 0; r < W; ++r) {
+        if (r & h) continue;
+        const std::string a = "r" + std::to_string(r), b = "r" + std::to_string(r + h);
+        o += "    { const mj_vf x = " + a + ", y = " + b + "; " + a +
+             " = __builtin_shuffle(x, y, lo); " + b + " = __builtin_shuffle(x, y, hi); }\n";
+      }
+      o += "  }\n";
+    }
+    for (int r = 0; r < W; ++r)
+      o += "  mj_st(d + " + std::to_string(r) + " * ds, r" + std::to_string(r) + ");\n";
+    o += "}\n";
+    return o;
+  }
+
   // Sets the reduction's loop variables to flat reduction index `start` (innermost fastest),
   // then runs `count` steps of `body`, advancing them like an odometer: a block of the
   // reduction walked without a division per step. Needs count > 0 (every extent > 0).
@@ -1168,6 +1202,12 @@ class CppEmitter : public CFamilyEmitter {
     const std::vector<IndexExprPtr> tests = step_span_tests(body, r.loops[0].var, unguarded);
     const std::vector<KStmt>& copy = tests.empty() ? body : unguarded;
     const bool interleaved = pw <= kInterleavedPanelRows && only_copies(copy);
+    const int W = tile_.vector_floats;
+    if (!interleaved && W > 1 && pw % W == 0) {
+      transposed_panel(body, unguarded, tests, value, var, pw, x0, n, k0, kn, red, d + 1);
+      line(d, "}");
+      return;
+    }
     if (interleaved) {
       interleaved_panel(copy, tests, value, var, pw, x0, n, k0, kn, red, d + 1);
       line(d + 1, "if (!mj_whole) {");
@@ -1176,34 +1216,85 @@ class CppEmitter : public CFamilyEmitter {
     line(d + 1, "for (i64 mj_t = 0; mj_t < " + PW + "; ++mj_t) {");
     line(d + 2, "if (mj_q + mj_t < " + n + ") {");
     line(d + 3, "const i64 " + var + " = " + x0 + " + mj_q + mj_t;");
-    auto row_loop = [&](const std::vector<KStmt>& b, int e) {
-      line(e, "#pragma omp simd");
-      line(e, "for (i64 mj_kk = 0; mj_kk < " + kn + "; ++mj_kk) {");
-      line(e + 1, "const i64 " + red + " = " + k0 + " + mj_kk;");
-      for (const KStmt& st : b) stmt(st, e + 1);
-      line(e + 1, "mj_dst[mj_kk * " + PW + " + mj_t] = " + v(value) + ";");
-      line(e, "}");
-    };
-    if (!tests.empty()) {
-      // The guards hold for the whole block of steps when they hold at its first and last
-      // (affine in the step): then the row is a plain copy, with no masked loads or blends
-      // (vmaskmovps stalled packing v from a packed qkv on AMD EPYC, perf annotate).
-      line(d + 3, "bool mj_kspan = " + kn + " > 0;");
-      span_check("mj_kspan", tests, red, {k0, k0 + " + " + kn + " - 1"}, d + 3);
-      line(d + 3, "if (mj_kspan) {");
-      row_loop(unguarded, d + 4);
-      line(d + 3, "} else {");
-      row_loop(body, d + 4);
-      line(d + 3, "}");
-    } else {
-      row_loop(body, d + 3);
-    }
+    guarded_step_loop(body, unguarded, tests, value, red, k0, "0", kn,
+                      "mj_dst[mj_kk * " + PW + " + mj_t]", d + 3);
     line(d + 2, "} else {");
     line(d + 3,
          "for (i64 mj_kk = 0; mj_kk < " + kn + "; ++mj_kk) mj_dst[mj_kk * " + PW + " + mj_t] = 0;");
     line(d + 2, "}");
     line(d + 1, "}");
     if (interleaved) line(d--, "}");
+    line(d, "}");
+  }
+
+  // One row's values along steps [from, from + count) of the reduction (k0 + from + mj_kk),
+  // each stored to `store` (an expression of mj_kk). With `tests` (guards affine in the step),
+  // a block whose first and last steps pass them runs `unguarded`, a plain copy with no masked
+  // loads or blends (vmaskmovps stalled packing v from a packed qkv on AMD EPYC, perf annotate).
+  void guarded_step_loop(const std::vector<KStmt>& body, const std::vector<KStmt>& unguarded,
+                         const std::vector<IndexExprPtr>& tests, int value,
+                         const std::string& red, const std::string& k0, const std::string& from,
+                         const std::string& count, const std::string& store, int d) {
+    auto loop = [&](const std::vector<KStmt>& b, int e) {
+      line(e, "#pragma omp simd");
+      line(e, "for (i64 mj_kk = 0; mj_kk < " + count + "; ++mj_kk) {");
+      line(e + 1, "const i64 " + red + " = " + k0 + " + " + from + " + mj_kk;");
+      for (const KStmt& st : b) stmt(st, e + 1);
+      line(e + 1, store + " = " + v(value) + ";");
+      line(e, "}");
+    };
+    if (tests.empty()) {
+      loop(body, d);
+      return;
+    }
+    const std::string first = k0 + " + " + from;
+    line(d, "bool mj_kspan = " + count + " > 0;");
+    span_check("mj_kspan", tests, red, {first, first + " + " + count + " - 1"}, d);
+    line(d, "if (mj_kspan) {");
+    loop(unguarded, d + 1);
+    line(d, "} else {");
+    loop(body, d + 1);
+    line(d, "}");
+  }
+
+  // Steps of the reduction packed per transposing tile: a B panel read along the reduction
+  // (k^T in q.k^T, a head split's v^T) has its pw columns pw floats apart in the panel, and
+  // g++ stored them one scalar at a time (55% of the attention product dP = dO.V^T's time,
+  // perf annotate on AMD EPYC). Instead each W columns' values go row by row into a tile, in
+  // vectors with their prologue, and W x W blocks of it are transposed in registers into the
+  // panel (mj_transpose); chunks of kTransposeSteps steps keep the tile in L1.
+  static constexpr int kTransposeSteps = 128;
+  void transposed_panel(const std::vector<KStmt>& body, const std::vector<KStmt>& unguarded,
+                        const std::vector<IndexExprPtr>& tests, int value,
+                        const std::string& var, int pw, const std::string& x0,
+                        const std::string& n, const std::string& k0, const std::string& kn,
+                        const std::string& red, int d) {
+    const std::string PW = std::to_string(pw), W = std::to_string(tile_.vector_floats),
+                      CH = std::to_string(kTransposeSteps);
+    line(d, "for (i64 mj_g = 0; mj_g < " + PW + "; mj_g += " + W + ") {");
+    line(d + 1, "for (i64 mj_c0 = 0; mj_c0 < " + kn + "; mj_c0 += " + CH + ") {");
+    line(d + 2, "const i64 mj_cn = " + kn + " - mj_c0 < " + CH + " ? " + kn + " - mj_c0 : " + CH +
+                    ";");
+    line(d + 2, "float mj_tile[" + W + " * " + CH + "];");
+    line(d + 2, "for (i64 mj_t = 0; mj_t < " + W + "; ++mj_t) {");
+    line(d + 3, "float* const mj_tr = mj_tile + mj_t * " + CH + ";");
+    line(d + 3, "if (mj_q + mj_g + mj_t < " + n + ") {");
+    line(d + 4, "const i64 " + var + " = " + x0 + " + mj_q + mj_g + mj_t;");
+    guarded_step_loop(body, unguarded, tests, value, red, k0, "mj_c0", "mj_cn", "mj_tr[mj_kk]",
+                      d + 4);
+    line(d + 3, "} else {");
+    line(d + 4, "for (i64 mj_kk = 0; mj_kk < mj_cn; ++mj_kk) mj_tr[mj_kk] = 0;");
+    line(d + 3, "}");
+    line(d + 2, "}");
+    line(d + 2, "i64 mj_kk = 0;");
+    line(d + 2, "for (; mj_kk + " + W + " <= mj_cn; mj_kk += " + W + ")");
+    line(d + 3, "mj_transpose(mj_tile + mj_kk, " + CH + ", mj_dst + (mj_c0 + mj_kk) * " + PW +
+                    " + mj_g, " + PW + ");");
+    line(d + 2, "for (; mj_kk < mj_cn; ++mj_kk)");
+    line(d + 3, "for (i64 mj_t = 0; mj_t < " + W + "; ++mj_t)");
+    line(d + 4, "mj_dst[(mj_c0 + mj_kk) * " + PW + " + mj_g + mj_t] = mj_tile[mj_t * " + CH +
+                    " + mj_kk];");
+    line(d + 1, "}");
     line(d, "}");
   }
 
@@ -1439,6 +1530,7 @@ class CppEmitter : public CFamilyEmitter {
     helpers_ += kRowBlocks;
     helpers_ += micro_kernel(wide, "mj_micro", true);
     if (two_tiles) helpers_ += micro_kernel(narrow, "mj_micro_narrow", false);
+    if (wide.vector_floats > 1) helpers_ += transpose_helper(wide.vector_floats);
     schedule_ =
         std::string("contraction, packed A and B panels, ") + target_.name() + " " +
         tile_name(wide) +

@@ -798,6 +798,41 @@ TEST_CASE("contraction row blocks of unequal size cover every row once", "[ops][
   }
 }
 
+TEST_CASE("B panels read along the reduction are packed through a transposed tile",
+          "[ops][composite]") {
+  // cpp_emitter.cc transposed_panel: x.W^T and q.k^T read B along the reduction; W x W blocks
+  // of a tile go through mj_transpose, the steps left over (not a multiple of W) and the
+  // columns past the matrix one by one. Reductions of 5 (no whole block), 37, 130 and 300 steps
+  // (several chunks of 128), 3, 70 and 200 columns (both tiles, padded panels), B packed once
+  // and per block, and B under guards (a pad along the reduction: the kspan test); on both
+  // vector widths. Integer data: every sum is exact.
+  __builtin_cpu_init();
+  for (const char* flags : {"", "-march=x86-64-v3"}) {
+    if (*flags && !__builtin_cpu_supports("avx2")) {
+      WARN("AVX2 (-march=x86-64-v3) not checked: this CPU cannot run it; the native width was");
+      continue;
+    }
+    INFO("METAJIT_CXXFLAGS += '" << flags << "'");
+    metajit_test::ScopedEnv width("METAJIT_CXXFLAGS",
+                                  metajit_test::ScopedEnv::appended("METAJIT_CXXFLAGS", flags));
+    std::vector<Var> ys;
+    for (int64_t k : {5, 37, 130, 300})
+      for (int64_t n : {3, 70, 200}) {
+        Var x = floor(randn({45, k}, 31 + uint64_t(k)) * 4.0);
+        Var w = floor(randn({n, k}, 37 + uint64_t(n)) * 4.0);
+        ys.push_back(matmul(x, transpose(w, {1, 0})));
+      }
+    Var q = floor(randn({2, 3, 50, 33}, 41) * 4.0), kt = floor(randn({2, 3, 70, 33}, 42) * 4.0);
+    ys.push_back(matmul(q, transpose(kt, {0, 1, 3, 2})));
+    Var wp = reindex(floor(randn({64, 120}, 43) * 4.0), {64, 130}, {"i0", "i1-4"}, 0.5);
+    ys.push_back(matmul(floor(randn({20, 130}, 44) * 4.0), transpose(wp, {1, 0})));
+    const std::vector<KernelInfo> k = plan({ys[10]}, Device::CPU);
+    REQUIRE(k.size() == 1);
+    CHECK(k[0].source.find("mj_transpose(mj_tile") != std::string::npos);
+    check_against_reference(ys);
+  }
+}
+
 TEST_CASE("matmul, incl. broadcast batch dims", "[ops][composite]") {
   Var a = rand({3, 4}, 11), b = rand({4, 5}, 12);
   Var a3 = rand({2, 3, 4}, 13);
