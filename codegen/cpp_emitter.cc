@@ -777,6 +777,45 @@ class CppEmitter : public CFamilyEmitter {
     return o;
   }
 
+  // mj_interleave: W floats from each of `rows` rows `ss` apart, stored interleaved (element k
+  // of row t at d[k * rows + t]: W steps of an A panel). Each output vector gathers its
+  // elements from the rows in turn, one two-source shuffle per further row (5 for 6 rows).
+  static std::string interleave_helper(int W, int rows) {
+    std::string o = "static inline void mj_interleave(const float* __restrict__ s, i64 ss, "
+                    "float* __restrict__ d) {\n";
+    for (int r = 0; r < rows; ++r)
+      o += "  const mj_vf r" + std::to_string(r) + " = mj_ld(s + " + std::to_string(r) +
+           " * ss);\n";
+    for (int m = 0; m < rows; ++m) {
+      std::vector<int> lane_row(static_cast<size_t>(W)), lane_step(static_cast<size_t>(W)), order;
+      for (int j = 0; j < W; ++j) {
+        const int q = m * W + j;
+        lane_row[size_t(j)] = q % rows;
+        lane_step[size_t(j)] = q / rows;
+        if (std::find(order.begin(), order.end(), q % rows) == order.end())
+          order.push_back(q % rows);
+      }
+      // The first two rows into place (other lanes: anything), then each further row.
+      std::string cur = "r" + std::to_string(order[0]);
+      for (size_t k = 1; k < order.size(); ++k) {
+        std::string mask;
+        for (int j = 0; j < W; ++j) {
+          int sel = k == 1 ? 0 : j;  // keep what is in place
+          if (lane_row[size_t(j)] == order[k]) sel = W + lane_step[size_t(j)];
+          else if (k == 1 && lane_row[size_t(j)] == order[0]) sel = lane_step[size_t(j)];
+          mask += (j ? ", " : "") + std::to_string(sel);
+        }
+        const std::string next = "v" + std::to_string(m) + "_" + std::to_string(k);
+        o += "  const mj_vf " + next + " = __builtin_shuffle(" + cur + ", r" +
+             std::to_string(order[k]) + ", (mj_vi){" + mask + "});\n";
+        cur = next;
+      }
+      o += "  mj_st(d + " + std::to_string(m * W) + ", " + cur + ");\n";
+    }
+    o += "}\n";
+    return o;
+  }
+
   // Sets the reduction's loop variables to flat reduction index `start` (innermost fastest),
   // then runs `count` steps of `body`, advancing them like an odometer: a block of the
   // reduction walked without a division per step. Needs count > 0 (every extent > 0).
@@ -1203,7 +1242,7 @@ class CppEmitter : public CFamilyEmitter {
     const std::vector<KStmt>& copy = tests.empty() ? body : unguarded;
     const bool interleaved = pw <= kInterleavedPanelRows && only_copies(copy);
     const int W = tile_.vector_floats;
-    if (!interleaved && W > 1 && pw % W == 0) {
+    if (W > 1 && (pw % W == 0 || pw == tile_.mr)) {
       transposed_panel(body, unguarded, tests, value, var, pw, x0, n, k0, kn, red, d + 1);
       line(d, "}");
       return;
@@ -1260,23 +1299,27 @@ class CppEmitter : public CFamilyEmitter {
   // Steps of the reduction packed per transposing tile: a B panel read along the reduction
   // (k^T in q.k^T, a head split's v^T) has its pw columns pw floats apart in the panel, and
   // g++ stored them one scalar at a time (55% of the attention product dP = dO.V^T's time,
-  // perf annotate on AMD EPYC). Instead each W columns' values go row by row into a tile, in
-  // vectors with their prologue, and W x W blocks of it are transposed in registers into the
-  // panel (mj_transpose); chunks of kTransposeSteps steps keep the tile in L1.
+  // perf annotate on AMD EPYC); so did an A panel of mr rows with a prologue (a LayerNorm),
+  // and one of plain copies (interleaved_panel) still two scalar moves per element. Instead a
+  // group of rows (W columns of B, or A's mr rows) goes row by row into a tile, in vectors with
+  // its prologue, and W steps at a time of the tile go into the panel in registers:
+  // mj_transpose (W x W) or mj_interleave (mr rows). Chunks of kTransposeSteps steps keep the
+  // tile in L1.
   static constexpr int kTransposeSteps = 128;
   void transposed_panel(const std::vector<KStmt>& body, const std::vector<KStmt>& unguarded,
                         const std::vector<IndexExprPtr>& tests, int value,
                         const std::string& var, int pw, const std::string& x0,
                         const std::string& n, const std::string& k0, const std::string& kn,
                         const std::string& red, int d) {
-    const std::string PW = std::to_string(pw), W = std::to_string(tile_.vector_floats),
+    const int w = tile_.vector_floats, g = pw % w == 0 ? w : pw;
+    const std::string PW = std::to_string(pw), W = std::to_string(w), G = std::to_string(g),
                       CH = std::to_string(kTransposeSteps);
-    line(d, "for (i64 mj_g = 0; mj_g < " + PW + "; mj_g += " + W + ") {");
+    line(d, "for (i64 mj_g = 0; mj_g < " + PW + "; mj_g += " + G + ") {");
     line(d + 1, "for (i64 mj_c0 = 0; mj_c0 < " + kn + "; mj_c0 += " + CH + ") {");
     line(d + 2, "const i64 mj_cn = " + kn + " - mj_c0 < " + CH + " ? " + kn + " - mj_c0 : " + CH +
                     ";");
-    line(d + 2, "float mj_tile[" + W + " * " + CH + "];");
-    line(d + 2, "for (i64 mj_t = 0; mj_t < " + W + "; ++mj_t) {");
+    line(d + 2, "float mj_tile[" + G + " * " + CH + "];");
+    line(d + 2, "for (i64 mj_t = 0; mj_t < " + G + "; ++mj_t) {");
     line(d + 3, "float* const mj_tr = mj_tile + mj_t * " + CH + ";");
     line(d + 3, "if (mj_q + mj_g + mj_t < " + n + ") {");
     line(d + 4, "const i64 " + var + " = " + x0 + " + mj_q + mj_g + mj_t;");
@@ -1288,10 +1331,11 @@ class CppEmitter : public CFamilyEmitter {
     line(d + 2, "}");
     line(d + 2, "i64 mj_kk = 0;");
     line(d + 2, "for (; mj_kk + " + W + " <= mj_cn; mj_kk += " + W + ")");
-    line(d + 3, "mj_transpose(mj_tile + mj_kk, " + CH + ", mj_dst + (mj_c0 + mj_kk) * " + PW +
-                    " + mj_g, " + PW + ");");
+    const std::string at = "mj_dst + (mj_c0 + mj_kk) * " + PW + " + mj_g";
+    line(d + 3, g == w ? "mj_transpose(mj_tile + mj_kk, " + CH + ", " + at + ", " + PW + ");"
+                       : "mj_interleave(mj_tile + mj_kk, " + CH + ", " + at + ");");
     line(d + 2, "for (; mj_kk < mj_cn; ++mj_kk)");
-    line(d + 3, "for (i64 mj_t = 0; mj_t < " + W + "; ++mj_t)");
+    line(d + 3, "for (i64 mj_t = 0; mj_t < " + G + "; ++mj_t)");
     line(d + 4, "mj_dst[(mj_c0 + mj_kk) * " + PW + " + mj_g + mj_t] = mj_tile[mj_t * " + CH +
                     " + mj_kk];");
     line(d + 1, "}");
@@ -1314,7 +1358,9 @@ class CppEmitter : public CFamilyEmitter {
   // vector loads then cost an extract and a scalar store per lane, pw floats apart: a 96x128
   // block of a row-major A packed in 3.4 us that way, 1.9 us this way, on AVX-512 and AVX2
   // alike; dX = dY W ([1024,512]x[512,128]) 780 -> 745 us a call. A prologue (softmax's exp,
-  // a normalisation) keeps the row-by-row loop, where it is computed in vectors.
+  // a normalisation) keeps the row-by-row loop, where it is computed in vectors. Targets with
+  // vector registers pack such panels through transposed_panel's tile instead (faster still:
+  // LayerNorm -> [1024,512]x[512,128] 818 -> 760 us); this is the portable target's path.
   void interleaved_panel(const std::vector<KStmt>& body, const std::vector<IndexExprPtr>& tests,
                          int value, const std::string& var, int pw, const std::string& x0,
                          const std::string& n, const std::string& k0, const std::string& kn,
@@ -1530,7 +1576,10 @@ class CppEmitter : public CFamilyEmitter {
     helpers_ += kRowBlocks;
     helpers_ += micro_kernel(wide, "mj_micro", true);
     if (two_tiles) helpers_ += micro_kernel(narrow, "mj_micro_narrow", false);
-    if (wide.vector_floats > 1) helpers_ += transpose_helper(wide.vector_floats);
+    if (wide.vector_floats > 1) {
+      helpers_ += transpose_helper(wide.vector_floats);
+      helpers_ += interleave_helper(wide.vector_floats, wide.mr);
+    }
     schedule_ =
         std::string("contraction, packed A and B panels, ") + target_.name() + " " +
         tile_name(wide) +

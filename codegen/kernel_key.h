@@ -30,8 +30,9 @@ namespace metajit {
 // a row-major A copied all rows in one loop along the steps (interleaved_panel); 31: the row
 // tests of nested guards hoisted and spanned in packing across rows too (hoist_guard_tests);
 // 32: contraction row blocks within one tile of each other, as many as even the threads' rounds;
-// 33: B panels read along the reduction packed through a tile transposed in registers
-inline constexpr const char* kCodegenVersion = "cpp-33";
+// 33: B panels read along the reduction packed through a tile transposed in registers; 34: A
+// panels read along the reduction through the tile too, interleaved in registers
+inline constexpr const char* kCodegenVersion = "cpp-34";
 
 class KernelKeyBuilder {
  public:

@@ -751,7 +751,8 @@ TEST_CASE("matmul of operands under nested guards matches the reference", "[ops]
   const std::vector<KernelInfo> k = plan({y}, Device::CPU);
   REQUIRE(k.size() == 1);
   CHECK(k[0].source.find("mj_kspan") != std::string::npos);
-  CHECK(k[0].source.find("mj_whole") != std::string::npos);  // 6-row panels as one copy loop
+  // 6-row panels through the tile, interleaved in registers (transposed_panel)
+  CHECK(k[0].source.find("mj_interleave(mj_tile") != std::string::npos);
   check_against_reference(y);
   // The same pads on the other operand, read along the reduction too (k^T of q.k^T).
   Var bt = reindex(reindex(transpose(b, {1, 0}), {4, 1002}, {"i0", "i1-2"}, 0.25), {4, 1000},
@@ -798,11 +799,11 @@ TEST_CASE("contraction row blocks of unequal size cover every row once", "[ops][
   }
 }
 
-TEST_CASE("B panels read along the reduction are packed through a transposed tile",
+TEST_CASE("panels read along the reduction are packed through a transposed tile",
           "[ops][composite]") {
   // cpp_emitter.cc transposed_panel: x.W^T and q.k^T read B along the reduction; W x W blocks
-  // of a tile go through mj_transpose, the steps left over (not a multiple of W) and the
-  // columns past the matrix one by one. Reductions of 5 (no whole block), 37, 130 and 300 steps
+  // of a tile go through mj_transpose (A's 6-row panels through mj_interleave), the steps left
+  // over (not a multiple of W) and the columns past the matrix one by one. Reductions of 5 (no whole block), 37, 130 and 300 steps
   // (several chunks of 128), 3, 70 and 200 columns (both tiles, padded panels), B packed once
   // and per block, and B under guards (a pad along the reduction: the kspan test); on both
   // vector widths. Integer data: every sum is exact.
@@ -826,9 +827,13 @@ TEST_CASE("B panels read along the reduction are packed through a transposed til
     ys.push_back(matmul(q, transpose(kt, {0, 1, 3, 2})));
     Var wp = reindex(floor(randn({64, 120}, 43) * 4.0), {64, 130}, {"i0", "i1-4"}, 0.5);
     ys.push_back(matmul(floor(randn({20, 130}, 44) * 4.0), transpose(wp, {1, 0})));
+    // A's rows (mr of them) read along the reduction too, with a prologue: interleaved.
+    Var xa = floor(randn({47, 131}, 45) * 4.0);
+    ys.push_back(matmul(xa * 2.0 + 1.0, floor(randn({131, 20}, 46) * 4.0)));
     const std::vector<KernelInfo> k = plan({ys[10]}, Device::CPU);
     REQUIRE(k.size() == 1);
     CHECK(k[0].source.find("mj_transpose(mj_tile") != std::string::npos);
+    CHECK(k[0].source.find("mj_interleave(mj_tile") != std::string::npos);
     check_against_reference(ys);
   }
 }
