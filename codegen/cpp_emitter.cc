@@ -1239,14 +1239,15 @@ class CppEmitter : public CFamilyEmitter {
     std::vector<KStmt> body = prologue, unguarded = prologue;
     for (size_t s : stmts) body.push_back(r.body->stmts[s]);
     const std::vector<IndexExprPtr> tests = step_span_tests(body, r.loops[0].var, unguarded);
-    const std::vector<KStmt>& copy = tests.empty() ? body : unguarded;
-    const bool interleaved = pw <= kInterleavedPanelRows && only_copies(copy);
     const int W = tile_.vector_floats;
     if (W > 1 && (pw % W == 0 || pw == tile_.mr)) {
       transposed_panel(body, unguarded, tests, value, var, pw, x0, n, k0, kn, red, d + 1);
       line(d, "}");
       return;
     }
+    // Only the portable target (no vector registers) gets here with panels of rows.
+    const std::vector<KStmt>& copy = tests.empty() ? body : unguarded;
+    const bool interleaved = pw <= kInterleavedPanelRows && only_copies(copy);
     if (interleaved) {
       interleaved_panel(copy, tests, value, var, pw, x0, n, k0, kn, red, d + 1);
       line(d + 1, "if (!mj_whole) {");
