@@ -96,7 +96,45 @@ IndexExprPtr rewrite(const IndexExprPtr& e, const DivisionChunks& ch, const Chun
   }
 }
 
+// Whether `e` has the term (i<var> + c) / d or % d.
+bool has_term(const IndexExpr& e, int var, int64_t d, int64_t c) {
+  if (const auto t = division_term(e, var); t && t->first == d && t->second == c) return true;
+  for (const IndexExpr* x : {e.a.get(), e.b.get(), e.c.get()})
+    if (x && has_term(*x, var, d, c)) return true;
+  for (const IndexExprPtr& a : e.args)
+    if (has_term(*a, var, d, c)) return true;
+  return false;
+}
+
+// Whether test `e` has (i<var> + c) >= 0 among its top-level conjuncts.
+bool requires_nonnegative(const IndexExpr& e, int var, int64_t c) {
+  if (e.kind == IxKind::And)
+    return requires_nonnegative(*e.a, var, c) || requires_nonnegative(*e.b, var, c);
+  return e.kind == IxKind::Ge && ix_is_const(e.b, 0) && offset_of(*e.a, var) == c;
+}
+
+// read_only_where_nonnegative for one statement; `guarded`: an enclosing guard requires it.
+bool terms_guarded(const KStmt& st, int var, int64_t d, int64_t c, bool guarded) {
+  if (st.kind == KOp::Guard && st.cond && requires_nonnegative(*st.cond, var, c)) guarded = true;
+  if (!guarded) {
+    for (const IndexExprPtr& e : st.index)
+      if (has_term(*e, var, d, c)) return false;
+    if (st.cond && has_term(*st.cond, var, d, c)) return false;
+  }
+  if (st.body)
+    for (const KStmt& inner : st.body->stmts)
+      if (!terms_guarded(inner, var, d, c, guarded)) return false;
+  return true;
+}
+
 }  // namespace
+
+bool read_only_where_nonnegative(const std::vector<const KStmt*>& stmts,
+                                 const DivisionChunks& chunks, int64_t c) {
+  for (const KStmt* st : stmts)
+    if (!terms_guarded(*st, chunks.var, chunks.divisor, c, false)) return false;
+  return true;
+}
 
 std::optional<DivisionChunks> find_division_chunks(const std::vector<const KStmt*>& stmts,
                                                    int var) {

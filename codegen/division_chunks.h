@@ -32,6 +32,15 @@ inline constexpr int64_t kMinChunkDivisor = 8;
 // expression reads extras (codegen/cpp_emitter.cc loads those speculatively).
 std::optional<DivisionChunks> find_division_chunks(const std::vector<const KStmt*>& stmts, int var);
 
+// Whether every (i + c) / D and (i + c) % D of `stmts` (D = chunks.divisor) is read only where
+// i + c >= 0: in the test or the body of a guard whose test has the conjunct (i + c) >= 0, as a
+// reindex's bounds put around a piece at offset -c (the gradient of a slice: a transformer's
+// qkv gradient). A chunk whose first numerator i + c is negative has only negative ones (they
+// end at a multiple of D), so there none of those terms is read, and the chunk's first element
+// needs no run of its own for c.
+bool read_only_where_nonnegative(const std::vector<const KStmt*>& stmts,
+                                 const DivisionChunks& chunks, int64_t c);
+
 // Where a chunk's values live: loop variable numbers (i<k>) the emitter defines per chunk.
 struct ChunkVars {
   int quotient = 0;   // + k: (s + c_k) / D

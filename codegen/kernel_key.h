@@ -31,8 +31,10 @@ namespace metajit {
 // tests of nested guards hoisted and spanned in packing across rows too (hoist_guard_tests);
 // 32: contraction row blocks within one tile of each other, as many as even the threads' rounds;
 // 33: B panels read along the reduction packed through a tile transposed in registers; 34: A
-// panels read along the reduction through the tile too, interleaved in registers
-inline constexpr const char* kCodegenVersion = "cpp-34";
+// panels read along the reduction through the tile too, interleaved in registers; 35: a chunk
+// whose numerator is negative at its first element runs that element on its own only when the
+// numerator's terms are read outside its reindex's i + c >= 0 test (read_only_where_nonnegative)
+inline constexpr const char* kCodegenVersion = "cpp-35";
 
 class KernelKeyBuilder {
  public:

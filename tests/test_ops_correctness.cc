@@ -674,6 +674,21 @@ TEST_CASE("reindex dividing the innermost index runs in chunks and matches the r
             reindex(v, {2, 5, 144}, {"i0", "(i2-96)/16", "i1", "(i2-96)%16"});
   CHECK(chunked(cat));
   check_against_reference(cat);
+  // The same heads merged, then padded into place (the gradient of a slice: a reindex by
+  // i2 - 48 and i2 - 96 with their bounds tests): after substitution the quotients are
+  // (i2 - 48) / 16 and (i2 - 96) / 16, read only where i2 - 48 >= 0 (i2 - 96 >= 0), so the
+  // chunks left of each piece need no first element of their own (read_only_where_nonnegative).
+  auto first_elements = [](const Var& y) {
+    const std::vector<KernelInfo> k = plan({y}, Device::CPU);
+    return k.size() == 1 && k[0].source.find("mj_cs = mj_c0 + 1") != std::string::npos;
+  };
+  Var merged_q = reindex(q, {2, 5, 48}, {"i0", "i2/16", "i1", "i2%16"});
+  Var merged_v = reindex(v, {2, 5, 48}, {"i0", "i2/16", "i1", "i2%16"});
+  Var padded = reindex(merged_q, {2, 5, 144}, {"i0", "i1", "i2-48"}, 0.0) +
+               reindex(merged_v, {2, 5, 144}, {"i0", "i1", "i2-96"}, 0.0);
+  CHECK(chunked(padded));
+  CHECK_FALSE(first_elements(padded));
+  check_against_reference(padded);
   Var x = randn({4, 12, 8}, 4);
   eval({x});
   for (int64_t n : {0, 3, 100, 131}) {
@@ -686,6 +701,8 @@ TEST_CASE("reindex dividing the innermost index runs in chunks and matches the r
     if (n >= 8) CHECK(chunked(below));
     if (n >= 8) CHECK(chunked(above));
     if (n >= 8) CHECK(chunked(truncated));
+    // No test of i1 - 16 >= 0 guards these quotients: the first element keeps its own run.
+    if (n >= 8) CHECK(first_elements(truncated));
     check_against_reference({below, above, truncated});
   }
   // Two divisors: the first one found is chunked, the other divides per element.
