@@ -17,15 +17,19 @@
 #include <metajit/metajit.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <iomanip>
 #include <iostream>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -61,6 +65,49 @@ std::pair<Var, Var> fixed_batch(const std::vector<int32_t>& ids) {
 
 void add_note(Row& r, const std::string& note) {
   r.note += (r.note.empty() ? "" : "; ") + note;
+}
+
+// One block of single calls of f for about budget_s (as peers_training.time_steps times the
+// peers): idle 0.1 s first (the other process's thread pool stops spinning), 5 calls to
+// estimate, then between 5 and 1000 timed calls; the median and the count.
+std::pair<double, int> time_block(const std::function<void()>& f, double budget_s) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto timed = [&f] {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::vector<double> est;
+  for (int i = 0; i < 5; ++i) est.push_back(timed());
+  const int reps = int(std::clamp(budget_s / std::max(median(est), 1e-9), 5.0, 1000.0));
+  std::vector<double> samples;
+  for (int i = 0; i < reps; ++i) samples.push_back(timed());
+  return {median(samples), reps};
+}
+
+// --serve-gpt's request loop (bench/gpt.h).
+void serve(const std::function<void()>& step, const std::function<void()>& forward) {
+  std::cout << "ready" << std::endl;
+  for (std::string line; std::getline(std::cin, line);) {
+    std::istringstream in(line);
+    std::string what;
+    double budget = 0;
+    in >> what >> budget;
+    if (what == "quit") return;
+    const std::function<void()>* f =
+        what == "step" ? &step : what == "forward" ? &forward : nullptr;
+    if (!f || !(budget > 0)) {
+      std::cout << "error: expected 'step SECONDS', 'forward SECONDS' or 'quit', got '" << line
+                << "'" << std::endl;
+      continue;
+    }
+    try {
+      const auto [seconds, reps] = time_block(*f, budget);
+      std::cout << std::setprecision(9) << seconds << " " << reps << std::endl;
+    } catch (const std::exception& e) {
+      std::cout << "error: " << e.what() << std::endl;
+    }
+  }
 }
 
 }  // namespace
@@ -111,6 +158,11 @@ void run_gpt(Report& report, const Options& opt) {
   // its probe is taken from the initial weights, before any step.
   auto fwd = std::make_shared<decltype(metajit::jit(std::function<Var(Var)>()))>(
       metajit::jit(std::function<Var(Var)>([model](Var i) { return (*model)(i); }), "gpt forward"));
+  if (opt.serve_gpt) {
+    serve([step, x, y] { (*step)(x, y).item<float>(); },
+          [fwd, x] { metajit::eval({(*fwd)(x)}); });
+    return;
+  }
   std::vector<double> probe;
   std::string probe_note =
       "weights: metajit's initialisers, manual_seed(1); logits of 3 "

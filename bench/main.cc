@@ -1,7 +1,7 @@
 // `make bench`: metajit and its peers side by side in one run, one table, one JSON file.
 //
 //   metajit_bench [--json PATH] [--variants] [--only TEXT] [--budget SECONDS] [--no-latency]
-//                 [--target native|avx2|avx512|portable]
+//                 [--target native|avx2|avx512|portable] [--serve-gpt]
 //
 // Every claim is a ratio measured within this run: the implementations of a workload (and the
 // copy/triad floor) are timed in alternating blocks, so that the noise of a shared machine
@@ -40,7 +40,9 @@ int usage(int code) {
          "  --no-latency      skip the compile/load/dispatch rows\n"
          "  --target T        native (default), or avx2 / avx512 / portable: metajit compiles its\n"
          "                    kernels for T (METAJIT_CXXFLAGS) and OpenBLAS and Halide are held\n"
-         "                    to it too, so that an AVX-512 machine measures the AVX2 path\n";
+         "                    to it too, so that an AVX-512 machine measures the AVX2 path\n"
+         "  --serve-gpt       set up the GPT rows, then time blocks of them on request from stdin\n"
+         "                    (bench/peers_gpt.py's paired blocks; bench/gpt.h)\n";
   return code;
 }
 
@@ -96,6 +98,8 @@ int main(int argc, char** argv) {
       opt.schedule.budget_s = std::atof(value().c_str());
     } else if (a == "--no-latency") {
       latency = false;
+    } else if (a == "--serve-gpt") {
+      opt.serve_gpt = true;
     } else if (a == "--target") {
       const std::string t = value();
       if (t == "native") continue;
@@ -147,6 +151,10 @@ int main(int argc, char** argv) {
 #endif
     std::cout << line << "\n";
     report.notes.push_back(line);
+  }
+  if (opt.serve_gpt) {
+    bench::run_gpt(report, opt);
+    return 0;
   }
   bench::run_throughput(report, opt);
   bench::run_fusion_patterns(report, opt);

@@ -22,10 +22,21 @@ against the float64 logits (max_rel_err 1e-3). metajit's C++ rows: the first los
 at PROBE against the same float64 reference, and its CHECK_STEPS losses against PyTorch eager's
 (max relative difference, CURVE_TOLERANCE); the result is written into the metajit row
 (`check`).
+
+Timed in paired blocks: the C++ rows were timed earlier in the run, minutes before these, and a
+shared machine has phases that slow one process for minutes (bench/README.md "GPT"). So when
+metajit_bench sits beside the weights file, it is started again with --serve-gpt (bench/gpt.h)
+and every peer block is bracketed by blocks of metajit's calls, PAIRED_ROUNDS rounds: metajit,
+peer 1, metajit, peer 2, metajit, ... Each peer row's ratio is the median over its rounds of
+(mean of the two metajit blocks around it) / (its block), its time the median of its blocks;
+metajit's C++ row gets the median of its blocks as `paired_seconds`.
 """
 import math
 import os
+import statistics
+import subprocess
 import sys
+import time
 
 import peers_training
 
@@ -41,6 +52,8 @@ CHECK_STEPS = 20  # as kCheckSteps in gpt.cc
 TOLERANCE = 1e-3  # first loss (relative) and logits (max_rel_err) against float64
 CURVE_TOLERANCE = 1e-4  # metajit's CHECK_STEPS losses against PyTorch eager's (relative)
 PROBE = [(0, 0), (0, T - 1), (B - 1, T // 2)]  # (b, t) of the logits metajit's row records
+PAIRED_ROUNDS = 5  # blocks per peer row, each between two of metajit's
+SETTLE = 0.1  # idle before each block (as bench/timing.h): the other thread pool stops spinning
 
 
 def load(np, path):
@@ -191,6 +204,70 @@ def jax_impls(np, init, ids, tgt):
 
 # ---- checking and measuring ----
 
+class MetajitServer:
+    """metajit_bench --serve-gpt (bench/gpt.h): the C++ GPT rows, timed block by block."""
+
+    def __init__(self, exe, target):
+        self.proc = subprocess.Popen([exe, "--serve-gpt", "--target", target],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True, bufsize=1)
+        for line in self.proc.stdout:
+            if line.strip() == "ready":
+                return
+        raise RuntimeError("%s --serve-gpt exited (status %s) before it was ready" % (
+            exe, self.proc.wait()))
+
+    def time(self, what, budget):
+        """The median seconds of one block of `what` ("step" or "forward")."""
+        self.proc.stdin.write("%s %g\n" % (what, budget))
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline().strip()
+        if not line or line.startswith("error"):
+            raise RuntimeError("metajit_bench --serve-gpt: %s" % (line or "exited"))
+        return float(line.split()[0])
+
+    def close(self):
+        try:
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+
+
+def paired_rounds(server, rows, trainers, cpp, budget):
+    """Re-times the timed peer rows in blocks alternated with metajit's (module docstring)."""
+    for name in (STEP, FORWARD):
+        timed = [r for r in rows if r["workload"] == name and r["seconds"] is not None]
+        if not timed:
+            continue
+        what, block = ("step" if name == STEP else "forward"), budget / 2
+        print("bench.py: %s: %d rounds of paired blocks with metajit ..." % (
+            name, PAIRED_ROUNDS), file=sys.stderr, flush=True)
+        pairs = {r["impl"]: [] for r in timed}
+        before = server.time(what, block)
+        mine = [before]
+        for _ in range(PAIRED_ROUNDS):
+            for r in timed:
+                time.sleep(SETTLE)
+                peer, _ = peers_training.time_steps(trainers[(r["impl"], name)], block)
+                after = server.time(what, block)
+                pairs[r["impl"]].append(((before + after) / 2, peer))
+                mine.append(after)
+                before = after
+        for r in timed:
+            p = pairs[r["impl"]]
+            ratios = [m / s for m, s in p]
+            r["paired"] = [{"metajit_seconds": m, "seconds": s} for m, s in p]
+            r["seconds"] = statistics.median(s for _, s in p)
+            r["paired_ratio"] = statistics.median(ratios)
+            r["note"] += ("; timed again in %d blocks alternated with metajit's (--serve-gpt): "
+                          "median %.2f ms, metajit/this per round %s" % (
+                              len(p), 1e3 * r["seconds"],
+                              " ".join("%.3f" % x for x in ratios)))
+        if name in cpp:
+            cpp[name]["paired_seconds"] = statistics.median(mine)
+
 def curve_diff(a, b):
     """The largest relative difference of two loss curves."""
     return max(abs(x - y) / abs(y) for x, y in zip(a, b))
@@ -257,10 +334,10 @@ def check_curves(rows, cpp, curves, problems):
         problems[STEP] = text
 
 
-def gpt_rows(np, frameworks, names, cpp, budget, max_rel_err):
+def gpt_rows(np, frameworks, names, cpp, budget, max_rel_err, target="native"):
     """The GPT workloads in `names` for the frameworks in `frameworks` (peers.py's --frameworks
-    names); cpp maps workload -> metajit's C++ row (its `check` is written here). Returns (rows,
-    skipped, note lines)."""
+    names); cpp maps workload -> metajit's C++ row (its `check` is written here); target is
+    metajit_bench's --target for the paired blocks. Returns (rows, skipped, note lines)."""
     path = next((cpp[n].get("weights_file") for n in names if cpp.get(n, {}).get("weights_file")),
                 None)
     if not path or not os.path.exists(path):
@@ -273,7 +350,7 @@ def gpt_rows(np, frameworks, names, cpp, budget, max_rel_err):
     ref = (peers_training.numpy_loss(np, ref_logits.reshape(B * T, -1), tgt), ref_logits)
     mine = {n: cpp[n] for n in names if n in cpp}
     problems = check_metajit(np, mine, *ref, max_rel_err)
-    rows, skipped, curves = [], [], {}
+    rows, skipped, curves, trainers = [], [], {}, {}
     for pkg, make in (("torch", torch_impls), ("jax", jax_impls)):
         if pkg not in frameworks:
             continue
@@ -283,18 +360,39 @@ def gpt_rows(np, frameworks, names, cpp, budget, max_rel_err):
         for impl, per_workload in impls.items():
             for name in names:
                 print("bench.py: %s / %s ..." % (name, impl), file=sys.stderr, flush=True)
+                trainers[(impl, name)] = per_workload[name]
                 rows.append(measure_row(np, pkg, impl, name, per_workload[name], ref, budget,
                                         max_rel_err, curves))
     if STEP in names:
         check_curves(rows, mine, curves, problems)
+    notes = []
+    exe = os.path.join(os.path.dirname(path), "metajit_bench")
+    if any(r["seconds"] is not None for r in rows):
+        if os.access(exe, os.X_OK):
+            server = None
+            try:
+                server = MetajitServer(exe, target)
+                paired_rounds(server, rows, trainers, mine, budget)
+            except (OSError, RuntimeError) as e:
+                notes.append("GPT rows not paired (each side's own blocks): %s" % e)
+            finally:
+                if server:
+                    server.close()
+        else:
+            notes.append("GPT rows not paired (each side's own blocks): no %s" % exe)
     for row in rows:
         base = cpp.get(row["workload"], {})
         if row["seconds"] is not None and base.get("seconds"):
-            row["metajit_over_impl"] = base["seconds"] / row["seconds"]
+            row["metajit_over_impl"] = row.get("paired_ratio", base["seconds"] / row["seconds"])
             row["target"] = "(reported)"
             row["measured"] = ("metajit failed its check" if problems.get(row["workload"]) else
-                               "metajit at %.0f%% of its speed" % (
-                                   100 * row["seconds"] / base["seconds"]))
-    notes = ["%s / metajit (C++ row): check %s" % (n, cpp[n]["check"])
-             for n in names if "check" in cpp.get(n, {})]
+                               "metajit at %.0f%% of its speed%s" % (
+                                   100 / row["metajit_over_impl"],
+                                   " (paired)" if "paired_ratio" in row else ""))
+    notes += ["%s / metajit (C++ row): check %s" % (n, cpp[n]["check"])
+              for n in names if "check" in cpp.get(n, {})]
+    notes += ["%s / metajit: median of its %d paired blocks %.2f ms (its own row: %.2f ms)" % (
+        n, 1 + PAIRED_ROUNDS * sum(1 for r in rows if r["workload"] == n and "paired" in r),
+        1e3 * cpp[n]["paired_seconds"], 1e3 * cpp[n]["seconds"])
+        for n in names if cpp.get(n, {}).get("paired_seconds") and cpp[n].get("seconds")]
     return rows, skipped, notes

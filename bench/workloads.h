@@ -13,6 +13,8 @@ struct Options {
   bool variants = false;
   std::string only;        // run only workloads whose name contains this (empty: all)
   std::string probe_path;  // the metajit_load_probe executable
+  // --serve-gpt: set up the GPT rows, then time blocks of them on request (bench/gpt.h).
+  bool serve_gpt = false;
   bool wanted(const std::string& name) const {
     return only.empty() || name.find(only) != std::string::npos;
   }
