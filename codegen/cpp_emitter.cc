@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "codegen/c_family_emitter.h"
+#include "codegen/cpp_preludes.h"
 #include "codegen/division_chunks.h"
 #include "codegen/guard_intervals.h"
 #include "codegen/kernel_patterns.h"
@@ -15,168 +16,6 @@
 
 namespace metajit {
 namespace {
-
-// After CFamilyEmitter::integer_prelude("static inline").
-constexpr const char* kPrelude =
-    R"(// Integer pow through double; NaN or out-of-range results give 0.
-static inline int mj_pow_i32(double a, double b) { double r = __builtin_pow(a, b); return (r == r && r >= -2147483648.0 && r <= 2147483647.0) ? (int)r : 0; }
-static inline i64 mj_pow_i64(double a, double b) { double r = __builtin_pow(a, b); return (r == r && r >= -9223372036854775808.0 && r < 9223372036854775808.0) ? (i64)r : 0; }
-// libm, declared SIMD-callable so that loops vectorise through glibc's libmvec (same NaN/Inf
-// semantics as libm; only errno is not set: -fno-math-errno).
-extern "C" {
-#pragma omp declare simd notinbranch
-float expf(float);
-#pragma omp declare simd notinbranch
-float logf(float);
-#pragma omp declare simd notinbranch
-float sinf(float);
-#pragma omp declare simd notinbranch
-float cosf(float);
-#pragma omp declare simd notinbranch
-float tanhf(float);
-#pragma omp declare simd notinbranch
-float powf(float, float);
-#pragma omp declare simd notinbranch
-float erff(float);
-#pragma omp declare simd notinbranch
-float log1pf(float);
-#pragma omp declare simd notinbranch
-float expm1f(float);
-#pragma omp declare simd notinbranch
-float tanf(float);
-#pragma omp declare simd notinbranch
-float atanf(float);
-#pragma omp declare simd notinbranch
-float asinf(float);
-#pragma omp declare simd notinbranch
-float acosf(float);
-#pragma omp declare simd notinbranch
-double exp(double);
-#pragma omp declare simd notinbranch
-double log(double);
-#pragma omp declare simd notinbranch
-double sin(double);
-#pragma omp declare simd notinbranch
-double cos(double);
-#pragma omp declare simd notinbranch
-double tanh(double);
-#pragma omp declare simd notinbranch
-double pow(double, double);
-#pragma omp declare simd notinbranch
-double erf(double);
-#pragma omp declare simd notinbranch
-double log1p(double);
-#pragma omp declare simd notinbranch
-double expm1(double);
-#pragma omp declare simd notinbranch
-double tan(double);
-#pragma omp declare simd notinbranch
-double atan(double);
-#pragma omp declare simd notinbranch
-double asin(double);
-#pragma omp declare simd notinbranch
-double acos(double);
-}
-// exp that never hands libmvec an argument far below the underflow threshold: glibc's vector
-// exp computes a whole vector with scalar calls when one lane is outside its fast range, and
-// attention masks put -1e9 or -inf in half the scores (a masked softmax row sum ran 7x slower,
-// 215 against 33 us, measured). Below -104 (float) or -746 (double) exp is 0 to the last bit,
-// so those lanes get the argument 0 and the result 0; NaN keeps its lane. The guard is a bit
-// mask, not a select: g++ folds a select on the argument back into the call.
-static inline float mj_expf(float x) {
-  const int keep = -(int)!(x < -104.0f);
-  const float e = expf(__builtin_bit_cast(float, __builtin_bit_cast(int, x) & keep));
-  return __builtin_bit_cast(float, __builtin_bit_cast(int, e) & keep);
-}
-static inline double mj_exp(double x) {
-  const long long keep = -(long long)!(x < -746.0);
-  const double e = exp(__builtin_bit_cast(double, __builtin_bit_cast(long long, x) & keep));
-  return __builtin_bit_cast(double, __builtin_bit_cast(long long, e) & keep);
-}
-// log1p, asin and acos outside their domains (x < -1, |x| > 1) are NaN, and glibc's vector
-// variants compute a whole vector with scalar calls when one lane is there (log1p of normal
-// samples ran 3x slower than of their absolute values, 28 against 9 ms on 16M floats,
-// measured): those lanes get the argument 0 and the result NaN, by bit masks as in mj_expf.
-static inline float mj_log1pf(float x) {
-  const int bad = -(int)(x < -1.0f);
-  const float r = log1pf(__builtin_bit_cast(float, __builtin_bit_cast(int, x) & ~bad));
-  return __builtin_bit_cast(float, __builtin_bit_cast(int, r) | (bad & 0x7fc00000));
-}
-static inline double mj_log1p(double x) {
-  const long long bad = -(long long)(x < -1.0);
-  const double r = log1p(__builtin_bit_cast(double, __builtin_bit_cast(long long, x) & ~bad));
-  return __builtin_bit_cast(double, __builtin_bit_cast(long long, r) | (bad & 0x7ff8000000000000LL));
-}
-static inline float mj_asinf(float x) {
-  const int bad = -(int)(__builtin_fabsf(x) > 1.0f);
-  const float r = asinf(__builtin_bit_cast(float, __builtin_bit_cast(int, x) & ~bad));
-  return __builtin_bit_cast(float, __builtin_bit_cast(int, r) | (bad & 0x7fc00000));
-}
-static inline double mj_asin(double x) {
-  const long long bad = -(long long)(__builtin_fabs(x) > 1.0);
-  const double r = asin(__builtin_bit_cast(double, __builtin_bit_cast(long long, x) & ~bad));
-  return __builtin_bit_cast(double, __builtin_bit_cast(long long, r) | (bad & 0x7ff8000000000000LL));
-}
-static inline float mj_acosf(float x) {
-  const int bad = -(int)(__builtin_fabsf(x) > 1.0f);
-  const float r = acosf(__builtin_bit_cast(float, __builtin_bit_cast(int, x) & ~bad));
-  return __builtin_bit_cast(float, __builtin_bit_cast(int, r) | (bad & 0x7fc00000));
-}
-static inline double mj_acos(double x) {
-  const long long bad = -(long long)(__builtin_fabs(x) > 1.0);
-  const double r = acos(__builtin_bit_cast(double, __builtin_bit_cast(long long, x) & ~bad));
-  return __builtin_bit_cast(double, __builtin_bit_cast(long long, r) | (bad & 0x7ff8000000000000LL));
-}
-extern "C" void* malloc(unsigned long);
-extern "C" void free(void*);
-extern "C" int omp_get_max_threads(void);
-extern "C" int omp_get_thread_num(void);
-// NaN-propagating max/min reductions (like numpy), for OpenMP's parallel and simd reductions.
-#pragma omp declare reduction(mj_maxf : float : omp_out = (omp_in > omp_out || omp_in != omp_in) ? omp_in : omp_out) initializer(omp_priv = -__builtin_inff())
-#pragma omp declare reduction(mj_minf : float : omp_out = (omp_in < omp_out || omp_in != omp_in) ? omp_in : omp_out) initializer(omp_priv = __builtin_inff())
-#pragma omp declare reduction(mj_maxd : double : omp_out = (omp_in > omp_out || omp_in != omp_in) ? omp_in : omp_out) initializer(omp_priv = -__builtin_inf())
-#pragma omp declare reduction(mj_mind : double : omp_out = (omp_in < omp_out || omp_in != omp_in) ? omp_in : omp_out) initializer(omp_priv = __builtin_inf())
-)";
-
-// Row blocks of a contraction: between `mb` and 2 * `mb` of them, each nonempty (`tiles` tiles
-// in all, spread so that block sizes differ by at most one tile), as many as make the fewest
-// tiles per thread when the work items (`per` of them per row block) go round the threads.
-// 1024 rows in 11 blocks of 96 left one of 2 threads 6 blocks and the other 5 (a 1024x128 by
-// 128x512 product at 171 GFLOP/s against oneDNN's 195, measured); 12 blocks of 14 or 15 tiles
-// split them evenly.
-constexpr const char* kRowBlocks = R"(static inline i64 mj_row_blocks(i64 mb, i64 per, i64 tiles) {
-  const i64 nt = omp_get_max_threads();
-  if (nt <= 1 || mb <= 0 || per <= 0) return mb;
-  i64 best = mb, best_rounds = (per * mb + nt - 1) / nt;
-  for (i64 b = mb + 1; b <= tiles && b <= 2 * mb; ++b) {
-    const i64 rounds = (per * b + nt - 1) / nt;
-    if (rounds * best < best_rounds * b) best = b, best_rounds = rounds;
-  }
-  return best;
-}
-)";
-
-// Scratch memory a contraction keeps between launches: a fresh malloc of megabytes is a fresh
-// mmap whose pages fault in on every launch (3 ms of a 16 ms 1024^3 matmul, measured). Each
-// slot holds one buffer; a launch takes it (atomically, so concurrent launches never share one)
-// and gives it back, keeping at most 64 MiB per slot; anything else is freed.
-constexpr const char* kScratchBuffers = R"(static void* mj_slots[3];
-static float* mj_take(int slot, unsigned long bytes) {
-  void* p = __atomic_exchange_n(&mj_slots[slot], (void*)0, __ATOMIC_ACQ_REL);
-  if (p && *(unsigned long*)p >= bytes) return (float*)((char*)p + 64);
-  free(p);
-  p = malloc(bytes + 64);
-  if (!p) return 0;
-  *(unsigned long*)p = bytes;
-  return (float*)((char*)p + 64);
-}
-static void mj_give(int slot, float* q) {
-  if (!q) return;
-  void* p = (char*)q - 64;
-  if (*(unsigned long*)p > (64UL << 20)) { free(p); return; }
-  free(__atomic_exchange_n(&mj_slots[slot], p, __ATOMIC_ACQ_REL));
-}
-)";
 
 class CppEmitter : public CFamilyEmitter {
  public:
@@ -213,7 +52,7 @@ class CppEmitter : public CFamilyEmitter {
     out_ += "\n// target: " + target_.describe() + "\n";
     out_ += integer_prelude("static inline");
     out_ += extra_readers("static inline");
-    out_ += kPrelude;
+    out_ += kCppKernelPrelude;
     const size_t kernel_start = out_.size();
     out_ +=
         "\nextern \"C\" void metajit_kernel(void* const* B, const long long* P, const double* S) "
@@ -1573,8 +1412,7 @@ class CppEmitter : public CFamilyEmitter {
       return std::to_string(t.mr) + "x" + std::to_string(t.nr) + " micro-kernel, blocks kc " +
              std::to_string(t.kc) + " mc " + std::to_string(t.mc) + " nc " + std::to_string(t.nc);
     };
-    helpers_ += kScratchBuffers;
-    helpers_ += kRowBlocks;
+    helpers_ += kCppContractionPrelude;
     helpers_ += micro_kernel(wide, "mj_micro", true);
     if (two_tiles) helpers_ += micro_kernel(narrow, "mj_micro_narrow", false);
     if (wide.vector_floats > 1) {

@@ -33,7 +33,9 @@ namespace metajit {
 // 33: B panels read along the reduction packed through a tile transposed in registers; 34: A
 // panels read along the reduction through the tile too, interleaved in registers; 35: a chunk
 // whose numerator is negative at its first element runs that element on its own only when the
-// numerator's terms are read outside its reindex's i + c >= 0 test (read_only_where_nonnegative)
+// numerator's terms are read outside its reindex's i + c >= 0 test (read_only_where_nonnegative),
+// and the preludes' text from codegen/cpp_kernel_prelude.h and cpp_contraction_prelude.h, whose
+// comments now come with it
 inline constexpr const char* kCodegenVersion = "cpp-35";
 
 class KernelKeyBuilder {

@@ -1,0 +1,122 @@
+// metajit C++ kernel prelude (codegen/cpp_kernel_prelude.h): every CPU kernel's source carries
+// this text after the integer prelude (i64, mj_div, ...: CFamilyEmitter::integer_prelude). The
+// build embeds it as kCppKernelPrelude (CMakeLists.txt), so it may include no header: kernels
+// compile from the cache alone (g++ -fno-math-errno, runtime/toolchain.cc).
+// Integer pow through double; NaN or out-of-range results give 0.
+static inline int mj_pow_i32(double a, double b) { double r = __builtin_pow(a, b); return (r == r && r >= -2147483648.0 && r <= 2147483647.0) ? (int)r : 0; }
+static inline i64 mj_pow_i64(double a, double b) { double r = __builtin_pow(a, b); return (r == r && r >= -9223372036854775808.0 && r < 9223372036854775808.0) ? (i64)r : 0; }
+// libm, declared SIMD-callable so that loops vectorise through glibc's libmvec (same NaN/Inf
+// semantics as libm; only errno is not set: -fno-math-errno).
+extern "C" {
+#pragma omp declare simd notinbranch
+float expf(float);
+#pragma omp declare simd notinbranch
+float logf(float);
+#pragma omp declare simd notinbranch
+float sinf(float);
+#pragma omp declare simd notinbranch
+float cosf(float);
+#pragma omp declare simd notinbranch
+float tanhf(float);
+#pragma omp declare simd notinbranch
+float powf(float, float);
+#pragma omp declare simd notinbranch
+float erff(float);
+#pragma omp declare simd notinbranch
+float log1pf(float);
+#pragma omp declare simd notinbranch
+float expm1f(float);
+#pragma omp declare simd notinbranch
+float tanf(float);
+#pragma omp declare simd notinbranch
+float atanf(float);
+#pragma omp declare simd notinbranch
+float asinf(float);
+#pragma omp declare simd notinbranch
+float acosf(float);
+#pragma omp declare simd notinbranch
+double exp(double);
+#pragma omp declare simd notinbranch
+double log(double);
+#pragma omp declare simd notinbranch
+double sin(double);
+#pragma omp declare simd notinbranch
+double cos(double);
+#pragma omp declare simd notinbranch
+double tanh(double);
+#pragma omp declare simd notinbranch
+double pow(double, double);
+#pragma omp declare simd notinbranch
+double erf(double);
+#pragma omp declare simd notinbranch
+double log1p(double);
+#pragma omp declare simd notinbranch
+double expm1(double);
+#pragma omp declare simd notinbranch
+double tan(double);
+#pragma omp declare simd notinbranch
+double atan(double);
+#pragma omp declare simd notinbranch
+double asin(double);
+#pragma omp declare simd notinbranch
+double acos(double);
+}
+// exp that never hands libmvec an argument far below the underflow threshold: glibc's vector
+// exp computes a whole vector with scalar calls when one lane is outside its fast range, and
+// attention masks put -1e9 or -inf in half the scores (a masked softmax row sum ran 7x slower,
+// 215 against 33 us, measured). Below -104 (float) or -746 (double) exp is 0 to the last bit,
+// so those lanes get the argument 0 and the result 0; NaN keeps its lane. The guard is a bit
+// mask, not a select: g++ folds a select on the argument back into the call.
+static inline float mj_expf(float x) {
+  const int keep = -(int)!(x < -104.0f);
+  const float e = expf(__builtin_bit_cast(float, __builtin_bit_cast(int, x) & keep));
+  return __builtin_bit_cast(float, __builtin_bit_cast(int, e) & keep);
+}
+static inline double mj_exp(double x) {
+  const long long keep = -(long long)!(x < -746.0);
+  const double e = exp(__builtin_bit_cast(double, __builtin_bit_cast(long long, x) & keep));
+  return __builtin_bit_cast(double, __builtin_bit_cast(long long, e) & keep);
+}
+// log1p, asin and acos outside their domains (x < -1, |x| > 1) are NaN, and glibc's vector
+// variants compute a whole vector with scalar calls when one lane is there (log1p of normal
+// samples ran 3x slower than of their absolute values, 28 against 9 ms on 16M floats,
+// measured): those lanes get the argument 0 and the result NaN, by bit masks as in mj_expf.
+static inline float mj_log1pf(float x) {
+  const int bad = -(int)(x < -1.0f);
+  const float r = log1pf(__builtin_bit_cast(float, __builtin_bit_cast(int, x) & ~bad));
+  return __builtin_bit_cast(float, __builtin_bit_cast(int, r) | (bad & 0x7fc00000));
+}
+static inline double mj_log1p(double x) {
+  const long long bad = -(long long)(x < -1.0);
+  const double r = log1p(__builtin_bit_cast(double, __builtin_bit_cast(long long, x) & ~bad));
+  return __builtin_bit_cast(double, __builtin_bit_cast(long long, r) | (bad & 0x7ff8000000000000LL));
+}
+static inline float mj_asinf(float x) {
+  const int bad = -(int)(__builtin_fabsf(x) > 1.0f);
+  const float r = asinf(__builtin_bit_cast(float, __builtin_bit_cast(int, x) & ~bad));
+  return __builtin_bit_cast(float, __builtin_bit_cast(int, r) | (bad & 0x7fc00000));
+}
+static inline double mj_asin(double x) {
+  const long long bad = -(long long)(__builtin_fabs(x) > 1.0);
+  const double r = asin(__builtin_bit_cast(double, __builtin_bit_cast(long long, x) & ~bad));
+  return __builtin_bit_cast(double, __builtin_bit_cast(long long, r) | (bad & 0x7ff8000000000000LL));
+}
+static inline float mj_acosf(float x) {
+  const int bad = -(int)(__builtin_fabsf(x) > 1.0f);
+  const float r = acosf(__builtin_bit_cast(float, __builtin_bit_cast(int, x) & ~bad));
+  return __builtin_bit_cast(float, __builtin_bit_cast(int, r) | (bad & 0x7fc00000));
+}
+static inline double mj_acos(double x) {
+  const long long bad = -(long long)(__builtin_fabs(x) > 1.0);
+  const double r = acos(__builtin_bit_cast(double, __builtin_bit_cast(long long, x) & ~bad));
+  return __builtin_bit_cast(double, __builtin_bit_cast(long long, r) | (bad & 0x7ff8000000000000LL));
+}
+extern "C" void* malloc(unsigned long);
+extern "C" void free(void*);
+extern "C" int omp_get_max_threads(void);
+extern "C" int omp_get_thread_num(void);
+// NaN-propagating max/min reductions (like numpy), for OpenMP's parallel and simd reductions.
+#pragma omp declare reduction(mj_maxf : float : omp_out = (omp_in > omp_out || omp_in != omp_in) ? omp_in : omp_out) initializer(omp_priv = -__builtin_inff())
+#pragma omp declare reduction(mj_minf : float : omp_out = (omp_in < omp_out || omp_in != omp_in) ? omp_in : omp_out) initializer(omp_priv = __builtin_inff())
+#pragma omp declare reduction(mj_maxd : double : omp_out = (omp_in > omp_out || omp_in != omp_in) ? omp_in : omp_out) initializer(omp_priv = -__builtin_inf())
+#pragma omp declare reduction(mj_mind : double : omp_out = (omp_in < omp_out || omp_in != omp_in) ? omp_in : omp_out) initializer(omp_priv = __builtin_inf())

@@ -1,0 +1,12 @@
+// The C++ kernel preludes as text (codegen/cpp_kernel_prelude.h, codegen/cpp_contraction_prelude.h),
+// embedded by the build (CMakeLists.txt, cmake/cpp_preludes.cc.in).
+#pragma once
+
+namespace metajit {
+
+// Every CPU kernel's source, after the integer prelude.
+extern const char* const kCppKernelPrelude;
+// Every contraction kernel's source, before its micro-kernel.
+extern const char* const kCppContractionPrelude;
+
+}  // namespace metajit

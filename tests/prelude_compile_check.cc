@@ -1,0 +1,17 @@
+// The C++ kernel preludes compiled as the project's own code, with its warnings (CMakeLists.txt:
+// -Werror in CI): every CPU kernel's source carries their text (codegen/cpp_emitter.cc), which
+// otherwise only g++ at kernel-compile time would see, without warnings.
+//
+// The integer prelude (CFamilyEmitter::integer_prelude) comes first in a kernel; its types here.
+typedef long long i64;
+typedef unsigned long long u64;
+#include "codegen/cpp_kernel_prelude.h"
+#include "codegen/cpp_contraction_prelude.h"
+
+// Uses of the helpers that are not inline, as a contraction kernel's (-Wunused-function).
+extern "C" i64 metajit_prelude_compile_check(i64 rows) {
+  float* scratch = mj_take(0, 64);
+  const i64 blocks = mj_row_blocks(rows, 1, rows);
+  mj_give(0, scratch);
+  return blocks;
+}
