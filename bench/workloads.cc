@@ -161,7 +161,7 @@ std::vector<Row> run_workload(Workload& w, const Options& opt, Report& report) {
     report.notes.push_back(w.name + ": max rel err vs metajit: " + errs);
   }
   if (w.targets) w.targets(rows);
-  if (!w.base.empty()) {  // a variant: its metajit/floor ratio should stay within 20% of base's
+  if (!w.base.empty()) {  // a variant: its metajit/floor ratio at most 20% above base's
     Row* m = find(rows, "metajit");
     double base_ratio = kNaN;
     // Compute-bound variants: metajit's GFLOP/s over OpenBLAS's, against the base's.
@@ -179,9 +179,11 @@ std::vector<Row> run_workload(Workload& w, const Options& opt, Report& report) {
       if (r.workload == w.base && r.impl == "metajit")
         base_ratio = w.flops > 0 ? over_blas(report.rows, w.base) : r.over_floor;
     if (m) {
-      // A compute-bound variant may beat its base's ratio (a batch of small products, where
-      // OpenBLAS pays per call): only falling more than 20% below it misses.
-      m->target = w.flops > 0 ? "/OpenBLAS >= 0.8x base's" : "x floor within 20% of base";
+      // A variant may beat its base's ratio (a batch of small products, where OpenBLAS pays per
+      // call; atan closer to the copy floor than SELU): only doing more than 20% worse misses.
+      // (Memory-bound variants were judged within 20% either way, so an op faster than its
+      // base missed.)
+      m->target = w.flops > 0 ? "/OpenBLAS >= 0.8x base's" : "x floor <= 1.2x base's";
       if (std::isnan(base_ratio)) {
         m->measured = "base not run";
       } else {
@@ -189,7 +191,7 @@ std::vector<Row> run_workload(Workload& w, const Options& opt, Report& report) {
         char buf[64];
         std::snprintf(buf, sizeof buf, "%.2fx vs %.2fx (%+.0f%%)", mine, base_ratio, d * 100);
         m->measured = buf;
-        m->met = w.flops > 0 ? d >= -0.2 : std::abs(d) <= 0.2;
+        m->met = w.flops > 0 ? d >= -0.2 : d <= 0.2;
       }
     }
   }
