@@ -12,9 +12,11 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "base/checksum.h"
 #include "base/config.h"
 #include "cache/cache_store.h"
 #include "codegen/cuda_emitter.h"
+#include "codegen/cuda_emulation.h"
 #include "codegen/pipeline.h"
 #include "runtime/cuda_toolchain.h"
 #include "runtime/kernel_library.h"
@@ -318,6 +320,35 @@ TEST_CASE("each schedule of the CUDA emitter is used where it belongs", "[cuda][
       emit_cuda(planned({a * 2.0 + 1.0}).plan.kernels[0].ir, CudaTarget::HostEmulation);
   CHECK(emu.find("mj_map32") != std::string::npos);
   CHECK(emu.find("MJ_LAUNCH") != std::string::npos);
+}
+
+// As the C++ emitter's (test_cpu_targets.cc): kernel keys do not hash the source (docs/design.md
+// §5), so a change to what the CUDA emitter writes must come with a new kCudaCodegenVersion
+// (codegen/cuda_emitter.h), or caches keep serving kernels built from the old source. This digest
+// of the emitter's output for every graph of every_pattern(), for the GPU and the host emulation,
+// is recorded next to the version it belongs to; when the output changes, bump the version and
+// record the new pair here (a graph added to every_pattern() changes only the digest). The
+// emulation prelude is left out: its own hash is part of every emulated kernel's key.
+TEST_CASE("the CUDA emitter's output is pinned to the CUDA codegen version", "[cuda][codegen]") {
+  ScopedEnv fused("METAJIT_OPT_LEVEL", "1"), generic("METAJIT_SPECIALIZE_SHAPES", "0");
+  const char* kRecordedVersion = "cuda-5";
+  const char* kRecordedDigest = "90c44d17f2e2bb309a6a8cd9dfecfd42";
+  const std::string prelude = kCudaEmulationPrelude;
+  std::string all;
+  for (const auto& [what, vars] : every_pattern()) {
+    Planned p = planned(vars);
+    for (const KernelIR* ir : p.irs()) {
+      all += emit_cuda(*ir, CudaTarget::Gpu);
+      std::string emu = emit_cuda(*ir, CudaTarget::HostEmulation);
+      const size_t at = emu.find(prelude);
+      REQUIRE(at != std::string::npos);
+      all += emu.erase(at, prelude.size());
+    }
+  }
+  const std::string digest = xxh3_128_hex(all);
+  INFO("CUDA emitter output digest " << digest << " under " << kCudaCodegenVersion);
+  CHECK(std::string(kCudaCodegenVersion) == kRecordedVersion);
+  CHECK(digest == kRecordedDigest);
 }
 
 TEST_CASE("the CUDA key follows the architecture, the nvcc flags and never the shapes",
