@@ -221,10 +221,16 @@ class MetajitServer:
         """The median seconds of one block of `what` ("step" or "forward")."""
         self.proc.stdin.write("%s %g\n" % (what, budget))
         self.proc.stdin.flush()
-        line = self.proc.stdout.readline().strip()
-        if not line or line.startswith("error"):
-            raise RuntimeError("metajit_bench --serve-gpt: %s" % (line or "exited"))
-        return float(line.split()[0])
+        while True:  # the answer is "SECONDS CALLS"; any other line printed meanwhile is skipped
+            line = self.proc.stdout.readline().strip()
+            if not line or line.startswith("error"):
+                raise RuntimeError("metajit_bench --serve-gpt: %s" % (line or "exited"))
+            parts = line.split()
+            try:
+                if len(parts) == 2 and int(parts[1]) > 0:
+                    return float(parts[0])
+            except ValueError:
+                pass
 
     def close(self):
         try:
@@ -373,7 +379,7 @@ def gpt_rows(np, frameworks, names, cpp, budget, max_rel_err, target="native"):
             try:
                 server = MetajitServer(exe, target)
                 paired_rounds(server, rows, trainers, mine, budget)
-            except (OSError, RuntimeError) as e:
+            except Exception as e:  # noqa: BLE001 - report, keep the unpaired rows
                 notes.append("GPT rows not paired (each side's own blocks): %s" % e)
             finally:
                 if server:
