@@ -17,7 +17,6 @@
 #include <metajit/metajit.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
@@ -28,13 +27,14 @@
 #include <memory>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "bench/model_rows.h"
+#include "bench/timing.h"
 #include "gpt_model.h"  // samples/, on the bench's include path
 #include "text_data.h"
 
@@ -67,22 +67,20 @@ void add_note(Row& r, const std::string& note) {
   r.note += (r.note.empty() ? "" : "; ") + note;
 }
 
-// One block of single calls of f for about budget_s (as peers_training.time_steps times the
-// peers): idle 0.1 s first (the other process's thread pool stops spinning), 5 calls to
-// estimate, then between 5 and 1000 timed calls; the median and the count.
+// One block of single calls of f for about budget_s, through measure() (bench/timing.h): idle
+// 0.1 s first (the other process's thread pool stops spinning), a warm-up and an estimate, then
+// between 5 and 1000 timed calls; the median and the count.
 std::pair<double, int> time_block(const std::function<void()>& f, double budget_s) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  auto timed = [&f] {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  std::vector<double> est;
-  for (int i = 0; i < 5; ++i) est.push_back(timed());
-  const int reps = int(std::clamp(budget_s / std::max(median(est), 1e-9), 5.0, 1000.0));
-  std::vector<double> samples;
-  for (int i = 0; i < reps; ++i) samples.push_back(timed());
-  return {median(samples), reps};
+  Impl im;
+  im.name = "metajit";
+  im.run = f;
+  std::vector<Impl> one = {im};
+  Schedule block;
+  block.budget_s = budget_s, block.min_reps = 5, block.max_reps = 1000, block.passes = 1;
+  block.settle_s = 0.1;
+  const Timing t = measure(one, block, 0)[0];
+  if (!t.error.empty()) throw std::runtime_error(t.error);
+  return {t.median_s, t.reps};
 }
 
 // --serve-gpt's request loop (bench/gpt.h).
