@@ -400,35 +400,37 @@ void RemoteStore::reject(const std::string& remote_key, const std::string& why) 
   log_message(LogLevel::Info, "remote: rejected " + remote_key + ": " + why);
 }
 
-std::optional<std::string> RemoteStore::try_lease(const std::string& remote_key,
-                                                  bool& held_by_other) {
-  held_by_other = false;
-  if (!writable_) return std::nullopt;
+RemoteStore::Claim RemoteStore::claim(const std::string& remote_key, std::string& token) {
+  token.clear();
+  if (!readable_ && !writable_) return Claim::Free;
   Impl& m = *impl_;
-  std::string token = random_token();
-  bool taken = false;
+  const std::string mine = writable_ ? random_token() : std::string();
   // The lease outlives a compile by a margin; a holder that dies frees it when it expires.
   const long long ttl_ms = (long long)(std::max(m.wait_seconds, 1.0) * 1000);
+  bool taken = false, held = false, arrived = false;
   bool ok = m.run_fg([&](RedisConnection& c) {
-    RedisReply r = Impl::checked(
-        c, {"SET", lease_key_name(remote_key), token, "NX", "PX", std::to_string(ttl_ms)});
-    taken = r.kind == RedisReply::Kind::Status;
+    if (writable_)
+      held = !(taken = Impl::checked(c, {"SET", lease_key_name(remote_key), mine, "NX", "PX",
+                                         std::to_string(ttl_ms)})
+                           .kind == RedisReply::Kind::Status);
+    else
+      held = Impl::checked(c, {"EXISTS", lease_key_name(remote_key)}).integer > 0;
+    // Looked for after the lease: an entry written before its uploader released the lease is
+    // seen here. A writer looks also when another holds the lease (its upload may be done).
+    if (readable_ && (writable_ || !held))
+      arrived = Impl::checked(c, {"EXISTS", kernel_key_name(remote_key)}).integer > 0;
   });
-  if (!ok) return std::nullopt;
-  if (!taken) {
-    held_by_other = true;
-    return std::nullopt;
+  // Not usable: nobody waits. A lease taken although its reply was lost expires in the end.
+  if (!ok) return Claim::Free;
+  if (arrived) {
+    if (taken) release_lease(remote_key, mine);
+    return Claim::Arrived;
   }
-  return token;
-}
-
-bool RemoteStore::leased(const std::string& remote_key) {
-  if (!readable_) return false;
-  bool exists = false;
-  impl_->run_fg([&](RedisConnection& c) {
-    exists = Impl::checked(c, {"EXISTS", lease_key_name(remote_key)}).integer > 0;
-  });
-  return exists;
+  if (taken) {
+    token = mine;
+    return Claim::Mine;
+  }
+  return held && readable_ ? Claim::Others : Claim::Free;
 }
 
 RemoteStore::Lookup RemoteStore::wait_for_entry(const std::string& remote_key, OpenedEnvelope& out,

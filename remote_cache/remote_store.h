@@ -77,11 +77,18 @@ class RemoteStore {
   // generates for the kernel), with the same warning and log line as fetch()'s own refusals.
   void reject(const std::string& remote_key, const std::string& why);
 
-  // Takes the fleet-wide lease on compiling `remote_key`: its token, or nullopt when another
-  // machine holds it (or the remote cannot be used: then nobody waits).
-  std::optional<std::string> try_lease(const std::string& remote_key, bool& held_by_other);
-  // True when another machine holds the lease on `remote_key`.
-  bool leased(const std::string& remote_key);
+  // What a lookup's miss finds a moment later, in the fleet-wide lease on compiling it.
+  enum class Claim : uint8_t {
+    Mine,     // this process took the lease (writers only): compile, upload, release
+    Others,   // another machine holds it: wait for its entry (wait_for_entry)
+    Arrived,  // the entry was uploaded since the lookup: fetch it again
+    Free,     // nobody holds it (a reader), or the remote cannot be used: compile here
+  };
+  // Takes the lease on `remote_key` (writers; its token goes to `token`) or looks at it
+  // (readers). The entry is looked for after the lease, and an uploader writes the entry before
+  // it releases its lease, so a miss that raced with an upload ends in Arrived, never in a
+  // second compile (tests/test_remote_fleet.cc, "... order the kernels differently ...").
+  Claim claim(const std::string& remote_key, std::string& token);
   // Waits (METAJIT_REMOTE_WAIT at most) while another machine holds the lease: a Hit when its
   // entry arrives, Miss when the lease ends without one or the wait runs out.
   Lookup wait_for_entry(const std::string& remote_key, OpenedEnvelope& out, std::string& why);

@@ -573,24 +573,21 @@ std::optional<fs::path> install_envelope(RemoteStore& remote, CacheStore& store,
 // Looks `p` (its local lock held) up in the remote cache: a verified hit is installed
 // (install_envelope) and its kernel.so returned. On a miss a writer takes the fleet-wide lease
 // on compiling it; `leased_by_other` says another machine holds that lease, and the caller
-// waits for that machine's upload later (wait_and_install), once its own kernels are built.
+// waits for that machine's upload later (wait_and_install), once its own kernels are built. An
+// entry uploaded between the lookup and the lease (Claim::Arrived) is fetched again at once.
 std::optional<fs::path> install_from_remote(RemoteStore& remote, CacheStore& store, Pending& p,
                                             const Backend& backend, CacheCounters& delta,
                                             bool& leased_by_other) {
   OpenedEnvelope env;
   std::string why;
   using Lookup = RemoteStore::Lookup;
+  using Claim = RemoteStore::Claim;
   leased_by_other = false;
   Lookup found = remote.readable() ? remote.fetch(p.remote_key, env, why) : Lookup::Miss;
   if (found == Lookup::Miss) {
-    bool other = false;
-    if (remote.writable()) {
-      if (std::optional<std::string> token = remote.try_lease(p.remote_key, other))
-        p.lease_token = *token;
-    } else {
-      other = remote.leased(p.remote_key);
-    }
-    leased_by_other = other && remote.readable();
+    const Claim claim = remote.claim(p.remote_key, p.lease_token);
+    leased_by_other = claim == Claim::Others;
+    if (claim == Claim::Arrived) found = remote.fetch(p.remote_key, env, why);
   }
   if (found != Lookup::Hit) return std::nullopt;
   return install_envelope(remote, store, p, backend, env, delta);

@@ -1,9 +1,10 @@
 // The remote kernel cache's building blocks, in process (README "Sharing kernels across
 // machines"): the signed envelope each entry is (remote_cache/envelope.h), its Ed25519 keys
 // (signing_keys.h), SHA-256 (sha256.h), METAJIT_REMOTE URLs (redis_endpoint.h), the
-// METAJIT_REMOTE_* configuration (base/config.cc), and one Redis connection
-// (redis_connection.h) against a real redis-server the test starts (tests/support/
-// redis_server.h; those cases report themselves skipped where redis-server is not installed).
+// METAJIT_REMOTE_* configuration (base/config.cc), one Redis connection (redis_connection.h)
+// and the fleet-wide lease (remote_store.h) against a real redis-server the test starts
+// (tests/support/redis_server.h; those cases report themselves skipped where redis-server is
+// not installed).
 #include <metajit/error.h>
 #include <signal.h>
 #include <sodium.h>
@@ -32,6 +33,7 @@
 #include "remote_cache/envelope.h"
 #include "remote_cache/redis_connection.h"
 #include "remote_cache/redis_endpoint.h"
+#include "remote_cache/remote_store.h"
 #include "remote_cache/sha256.h"
 #include "remote_cache/signing_keys.h"
 #include "support/envelope_bytes.h"
@@ -1511,4 +1513,53 @@ TEST_CASE("a dropped connection raises no SIGPIPE in the host program", "[remote
   }
   ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   ::sigaction(SIGPIPE, &old_action, nullptr);
+}
+
+TEST_CASE(
+    "claiming a kernel after a miss: the lease, another's lease, an entry uploaded since the "
+    "lookup",
+    "[remote-unit]") {
+  RedisServer::require();
+  RedisServer server;
+  RemoteEnv env;
+  env.set("METAJIT_REMOTE", server.url());
+  env.set("METAJIT_REMOTE_TRUST", "unsigned");
+  env.set("METAJIT_REMOTE_NAMESPACE", "claims");
+  env.set("METAJIT_REMOTE_MODE", "readwrite");
+  reload_config();
+  RemoteStore writer(config());
+  env.set("METAJIT_REMOTE_MODE", "read");
+  reload_config();
+  RemoteStore reader(config());
+  REQUIRE(writer.writable());
+  REQUIRE(writer.readable());
+  REQUIRE(reader.readable());
+  REQUIRE_FALSE(reader.writable());
+  using Claim = RemoteStore::Claim;
+  const std::string lease = writer.lease_key_name(kKey);
+  auto lease_exists = [&] { return server.command({"EXISTS", lease}).integer > 0; };
+  std::string mine, token;
+
+  CHECK(reader.claim(kKey, token) == Claim::Free);  // nobody compiles it: the reader does
+  CHECK(token.empty());
+  CHECK_FALSE(lease_exists());
+  REQUIRE(writer.claim(kKey, mine) == Claim::Mine);
+  CHECK(mine.size() >= 16);
+  CHECK(server.command({"GET", lease}).str == mine);
+  CHECK(writer.claim(kKey, token) == Claim::Others);
+  CHECK(token.empty());
+  CHECK(reader.claim(kKey, token) == Claim::Others);
+
+  // The holder's upload: the entry first, then the lease released. A claim in between finds
+  // the entry; so does one after, and it leaves no lease behind (before, a writer whose lookup
+  // missed just before the upload took the released lease and compiled the kernel again).
+  REQUIRE(server.command({"SET", writer.kernel_key_name(kKey), "an entry"}).str == "OK");
+  CHECK(writer.claim(kKey, token) == Claim::Arrived);
+  CHECK(server.command({"GET", lease}).str == mine);
+  writer.release_lease(kKey, mine);
+  CHECK_FALSE(lease_exists());
+  CHECK(writer.claim(kKey, token) == Claim::Arrived);
+  CHECK(token.empty());
+  CHECK_FALSE(lease_exists());
+  CHECK(reader.claim(kKey, token) == Claim::Arrived);
 }
