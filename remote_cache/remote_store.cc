@@ -444,6 +444,9 @@ RemoteStore::Lookup RemoteStore::wait_for_entry(const std::string& remote_key, O
     bool ok = impl_->run_fg([&](RedisConnection& c) {
       exists = Impl::checked(c, {"EXISTS", kernel_key_name(remote_key)}).integer > 0;
       if (!exists) lease = Impl::checked(c, {"EXISTS", lease_key_name(remote_key)}).integer > 0;
+      // The upload may have ended between the two: its entry is written before its lease ends.
+      if (!exists && !lease)
+        exists = Impl::checked(c, {"EXISTS", kernel_key_name(remote_key)}).integer > 0;
     });
     if (!ok) return Lookup::Unavailable;
     if (exists) return fetch(remote_key, out, why);
