@@ -211,6 +211,35 @@ void run_latency(Report& report, const Options& opt) {
     report.rows.push_back(r);
   });
 
+  guarded("plan: element-wise chain 4000 deep", [&] {
+    // plan() of y = ((x + 0.5) * 1.0001 + 0.5) ... 4,000 ops deep: capture, the graph passes,
+    // the fusion plan, lowering and the one kernel's source and key; nothing compiled. Also at
+    // 2,000 deep: planning time should grow linearly with the graph.
+    Var x = metajit::randn({1024}, 7);
+    metajit::eval({x});
+    auto median_plan_s = [&](int depth) {
+      Var y = x;
+      for (int i = 0; i < depth; ++i) y = (i % 2) ? y * 1.0001 : y + 0.5;
+      std::vector<double> s;
+      for (int i = 0; i < 7; ++i) {
+        auto t0 = Clock::now();
+        metajit::plan({y});
+        s.push_back(seconds_since(t0));
+      }
+      return median(s);
+    };
+    const double half = median_plan_s(2000), full = median_plan_s(4000);
+    Row r = latency_row("plan: element-wise chain 4000 deep", "metajit", full, Unit::Ms);
+    r.reps = 7;
+    r.target = "<= 50 ms";
+    r.measured = fmt("%.1f ms", full * 1e3);
+    r.met = full <= 0.05;
+    r.note = fmt("plan() (passes, fusion plan, lowering, source and key; nothing compiled), "
+                 "median of 7; 2000 deep: %.1f ms (%.2fx for twice the depth)",
+                 half * 1e3, full / half);
+    report.rows.push_back(r);
+  });
+
   guarded("dispatch: a*b+c 2x3", [&] {
     Var a = metajit::rand({2, 3}, 1), b = metajit::rand({2, 3}, 2), c = metajit::rand({2, 3}, 3);
     metajit::eval({a, b, c});

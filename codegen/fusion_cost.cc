@@ -1,6 +1,7 @@
 #include "codegen/fusion_cost.h"
 
 #include <algorithm>
+#include <climits>
 #include <set>
 
 namespace metajit {
@@ -18,32 +19,6 @@ int suffix_expansion(const GNode& b) {
     if (!expands && first >= 0 && b.shape[k] != 1) return -1;  // a kept axis inside: no
   }
   return first;
-}
-
-bool is_row_broadcast(const Graph& g, const std::vector<std::vector<int>>& consumers, int b) {
-  const int p = suffix_expansion(g.nodes[size_t(b)]);
-  if (p < 0) return false;
-  const Shape& shape = g.nodes[size_t(b)].shape;
-  std::vector<int> todo{b};
-  std::vector<bool> seen(g.nodes.size(), false);
-  while (!todo.empty()) {
-    int id = todo.back();
-    todo.pop_back();
-    for (int c : consumers[size_t(id)]) {
-      const GNode& cn = g.nodes[size_t(c)];
-      if (is_elementwise(cn.kind) && cn.shape == shape) {
-        if (!seen[size_t(c)]) todo.push_back(c), seen[size_t(c)] = true;
-        continue;
-      }
-      if (cn.kind == OpKind::Reduce) {
-        for (int64_t a : cn.axes)
-          if (a < p) return false;
-        continue;
-      }
-      return false;
-    }
-  }
-  return true;
 }
 
 void index_vars(const IndexExpr* e, std::set<int64_t>& out) {
@@ -114,8 +89,28 @@ int64_t expansion_factor(const Graph& g, const GNode& consumer) {
 }
 
 std::vector<bool> row_broadcasts(const Graph& g, const std::vector<std::vector<int>>& consumers) {
-  std::vector<bool> out(g.nodes.size(), false);
-  for (size_t i = 0; i < g.nodes.size(); ++i) out[i] = is_row_broadcast(g, consumers, int(i));
+  // One pass from the last node back (consumers come after their inputs): lowest[i] is the
+  // lowest axis that a reduction reached from i through element-wise ops of i's shape reduces
+  // (INT_MAX: none), or -1 when such a path ends in any other consumer. A walk per broadcast
+  // instead made planning quadratic: a 4,000-deep chain of `y * s` broadcasts each scalar.
+  const size_t n = g.nodes.size();
+  std::vector<int> lowest(n, INT_MAX);
+  std::vector<bool> out(n, false);
+  for (size_t i = n; i-- > 0;) {
+    int low = INT_MAX;
+    for (int c : consumers[i]) {
+      const GNode& cn = g.nodes[size_t(c)];
+      if (is_elementwise(cn.kind) && cn.shape == g.nodes[i].shape)
+        low = std::min(low, lowest[size_t(c)]);
+      else if (cn.kind == OpKind::Reduce)
+        for (int64_t a : cn.axes) low = std::min(low, int(a));
+      else
+        low = -1;
+    }
+    lowest[i] = low;
+    const int p = suffix_expansion(g.nodes[i]);
+    out[i] = p >= 0 && low >= p;
+  }
   return out;
 }
 
