@@ -11,6 +11,7 @@
 
 #include "autograd/contraction_order.h"
 #include "autograd/scatter_as_gather.h"
+#include "base/check.h"
 #include "meta_ops/ops.h"
 
 namespace metajit {
@@ -78,7 +79,7 @@ Var unary_backward(UnaryOp op, const Var& x, const Var& y, const Var& g) {
     case UnaryOp::Acos:
       return -(g / sqrt(1.0 - x * x));
     default:
-      throw std::logic_error(std::string("autograd: no gradient for ") + unary_op_name(op));
+      METAJIT_UNREACHABLE(std::string("autograd: no gradient for ") + unary_op_name(op));
   }
 }
 
@@ -114,7 +115,7 @@ void binary_backward(BinaryOp op, const Var& a, const Var& b, const Var& y, cons
       da = share(a < b, a == b, g), db = share(b < a, a == b, g);
       return;
     default:
-      throw std::logic_error(std::string("autograd: no gradient for ") + binary_op_name(op));
+      METAJIT_UNREACHABLE(std::string("autograd: no gradient for ") + binary_op_name(op));
   }
 }
 
@@ -173,7 +174,7 @@ Var reduce_backward(const NodePtr& y, const Var& g) {
                    where(logical_and(zero_count == 1.0, is_zero), gb * others, zero(g)));
     }
     default:
-      throw std::logic_error("autograd: reduce mean is lowered to add");
+      METAJIT_UNREACHABLE("autograd: reduce mean is lowered to add");
   }
 }
 
@@ -231,7 +232,7 @@ Var reindex_reduce_backward(const NodePtr& y, const Var& g) {
                    where(logical_and(zero_count == 1.0, is_zero), gb * others, zero(g)));
     }
     default:
-      throw std::logic_error("autograd: reindex_reduce has no mean");
+      METAJIT_UNREACHABLE("autograd: reindex_reduce has no mean");
   }
 }
 

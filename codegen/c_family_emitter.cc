@@ -1,7 +1,8 @@
 #include "codegen/c_family_emitter.h"
 
 #include <cstdint>
-#include <stdexcept>
+
+#include "base/check.h"
 
 namespace metajit {
 
@@ -173,7 +174,7 @@ std::string CFamilyEmitter::ix(const IndexExpr& e) const {
     case IxKind::Param:
       return "p" + std::to_string(e.value);
     case IxKind::Extent:  // lowering made it a parameter (codegen/lowering.cc)
-      throw std::logic_error("emit: an extent leaf reached the kernel IR");
+      METAJIT_UNREACHABLE("emit: an extent leaf reached the kernel IR");
     case IxKind::Neg:
       return "(-" + ix(*e.a) + ")";
     case IxKind::Not:
@@ -364,7 +365,7 @@ std::string CFamilyEmitter::unary(UnaryOp op, DType t, const std::string& x) con
       if (t == DType::Bool) return "(!" + x + ")";
       return "(" + T + ")(~" + x + ")";
     default:
-      throw std::logic_error(std::string("emit: unary ") + unary_op_name(op) + " on " +
+      METAJIT_UNREACHABLE(std::string("emit: unary ") + unary_op_name(op) + " on " +
                              dtype_name(t));
   }
 }

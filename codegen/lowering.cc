@@ -5,6 +5,8 @@
 #include <map>
 #include <string>
 
+#include "base/check.h"
+
 namespace metajit {
 namespace {
 
@@ -232,7 +234,7 @@ class Lowerer {
         case OpKind::Reduce:
           return lower_reduce(node, idx, blk, key);
         default:
-          throw std::logic_error("lowering: unexpected inlined node " + describe_op(n));
+          METAJIT_UNREACHABLE("lowering: unexpected inlined node " + describe_op(n));
       }
     }
     int id = emit(blk, std::move(st));

@@ -6,8 +6,9 @@
 #include <cctype>
 #include <limits>
 #include <optional>
-#include <stdexcept>
 #include <utility>
+
+#include "base/check.h"
 
 namespace metajit {
 namespace {
@@ -560,7 +561,7 @@ int64_t ix_eval(const IndexExpr& e, const int64_t* vars, const int64_t* params,
     case IxKind::Param:
       return params[e.value];
     case IxKind::Extent:
-      throw std::logic_error("ix_eval: an extent leaf not replaced (ix_replace_extents)");
+      METAJIT_UNREACHABLE("ix_eval: an extent leaf not replaced (ix_replace_extents)");
     case IxKind::Neg:
       return wrap(0ULL - uint64_t(A()));
     case IxKind::Not:

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "base/check.h"
 #include "runtime/cuda_runtime.h"
 
 namespace metajit {
@@ -34,7 +35,7 @@ BufferPtr buffer_on(const Node& n, Device d) {
   if (n.data && n.data->device() == d) return n.data;
   std::lock_guard<std::recursive_mutex> lock(graph_mutex());
   Node& node = const_cast<Node&>(n);  // the mirror is a cache of the same value
-  if (!node.data) throw Error("internal: reading the buffer of a value that was never computed");
+  METAJIT_CHECK(node.data, "reading the buffer of a value that was never computed");
   if (!node.mirror || node.mirror->device() != d) node.mirror = copy_buffer(*node.data, d);
   return node.mirror;
 }

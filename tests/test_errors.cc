@@ -8,7 +8,9 @@
 #include <fstream>
 
 #include "cache/cache_store.h"
+#include "base/check.h"
 #include "codegen/cuda_emulation_abi.h"
+#include "meta_ops/index_expr.h"
 #include "runtime/loader.h"
 #include "support/exceptions.h"
 #include "support/files.h"
@@ -316,4 +318,21 @@ extern "C" void metajit_kernel(void* const* b, const long long*, const double*) 
   const std::string m = message_of<Error>([&] { load_kernel(old); });
   CHECK_THAT(m, Contains(old.string()) && Contains("another version of the CUDA host emulation") &&
                     Contains("version " + std::to_string(MJEMU_ABI_VERSION)));
+}
+
+// Internal invariants (base/check.h) throw InternalError, an Error a program can catch, naming
+// the check and its place in the source tree; before, they were std::logic_error or an Error
+// indistinguishable from bad input.
+TEST_CASE("a failed internal invariant is an InternalError naming the check and its place",
+          "[errors]") {
+  const std::string m = message_of<InternalError>([] { METAJIT_CHECK(1 + 1 == 3, "arithmetic"); });
+  CHECK_THAT(m, Contains("a bug; please report it") && Contains("arithmetic") &&
+                    Contains("`1 + 1 == 3`") && Contains(" tests/test_errors.cc:"));
+  // One of the library's own: an index expression still holding an extent leaf, evaluated.
+  const IndexExprPtr e = ix_binary(IxKind::Add, ix_var(0), ix_extent(1));
+  const int64_t vars[] = {3};
+  const std::string u = message_of<InternalError>([&] { ix_eval(*e, vars); });
+  CHECK_THAT(u, Contains("extent leaf not replaced") && Contains("meta_ops/index_expr.cc:") &&
+                    !Contains("/meta_ops/index_expr.cc"));
+  CHECK_THROWS_AS(METAJIT_UNREACHABLE("here"), Error);
 }

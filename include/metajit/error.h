@@ -43,6 +43,13 @@ class CacheError : public Error {
  public:
   using Error::Error;
 };
+// A bug in metajit, not in the program that called it: an internal invariant did not hold (a
+// pass left the IR in a state the next one does not accept). The message names the check and
+// its source file and line; please report it. Raised through METAJIT_CHECK (base/check.h).
+class InternalError : public Error {
+ public:
+  using Error::Error;
+};
 // A CUDA runtime failure: a kernel that did not launch or faulted (the message names its key
 // and ops), device memory exhausted, a failed copy.
 class CudaError : public Error {
