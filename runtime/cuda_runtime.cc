@@ -82,7 +82,7 @@ class RealCudaRuntime final : public CudaRuntime {
       return nullptr;
     }
     if (e != 0)
-      throw Error("CUDA: cannot allocate " + std::to_string(bytes) +
+      throw CudaError("CUDA: cannot allocate " + std::to_string(bytes) +
                   " bytes of device memory: " + error_text(e));
     return p;
   }
@@ -100,13 +100,13 @@ class RealCudaRuntime final : public CudaRuntime {
 
   void to_device(void* dst, const void* src, size_t bytes) override {
     if (cudaError e = api_.Memcpy(dst, src, bytes, kHostToDevice))
-      throw Error("CUDA: copying " + std::to_string(bytes) +
+      throw CudaError("CUDA: copying " + std::to_string(bytes) +
                   " bytes to the device failed: " + error_text(e));
   }
 
   void to_host(void* dst, const void* src, size_t bytes) override {
     if (cudaError e = api_.Memcpy(dst, src, bytes, kDeviceToHost))
-      throw Error("CUDA: copying " + std::to_string(bytes) +
+      throw CudaError("CUDA: copying " + std::to_string(bytes) +
                   " bytes to the host failed: " + error_text(e));
   }
 
