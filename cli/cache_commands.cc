@@ -15,6 +15,7 @@
 #include "cache/manifest.h"
 #include "cli/commands.h"
 #include "codegen/kernel_spec.h"
+#include "runtime/cache_warm.h"
 #include "runtime/kernel_library.h"
 #include "runtime/miss_cause.h"
 

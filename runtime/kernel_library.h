@@ -5,6 +5,9 @@
 // limit). With METAJIT_RECORD=FILE it also writes the manifest of the kernels used. A miss of a
 // kernel IR compiled before under another key says which part of the key changed, one info
 // line per cause per call, and is counted by cause in the cache's statistics (miss_cause.h).
+// The memory table is here; the tiers below it are disk_tier.h, remote_tier.h and
+// compile_tier.h, taken in order by find_or_compile.h; what differs between the C++ and the
+// CUDA path is kernel_backend.h; the CLI's warm and push are cache_warm.h.
 #pragma once
 #include <metajit/runtime.h>
 
@@ -48,31 +51,5 @@ std::string key_of(const KernelIR& ir, Device device = Device::CPU);
 // The source the emitter of `device` writes for `ir` (CUDA: for the GPU, or for the host
 // emulation under METAJIT_CUDA_EMULATE=1).
 std::string kernel_source(const KernelIR& ir, Device device);
-
-struct WarmSummary {
-  size_t total = 0, cached = 0, compiled = 0, failed = 0;  // distinct kernels
-  size_t fetched = 0;                 // of `cached`: installed from the remote cache
-  size_t pushed = 0, push_failed = 0;  // with `push`: uploaded to the remote cache
-  double seconds = 0;
-  std::vector<std::string> failed_keys;
-  std::string first_failure;  // the first CompileError's message
-};
-// `metajit cache warm`: makes sure every kernel of `irs` is in the cache, fetching the missing
-// ones from the remote cache when one is configured and compiling the rest (at most `jobs` at a
-// time) with a progress line on stderr. Loads nothing. Compile failures are counted, not
-// thrown; an unusable cache is a CacheError. With `push` (`cache warm --push`) every kernel of
-// `irs` is then uploaded to the remote cache (CacheError when remote writes are off).
-WarmSummary warm_kernels(const std::vector<KernelIR>& irs, int jobs, Device device = Device::CPU,
-                         bool push = false);
-
-struct PushResult {
-  std::string key;
-  bool pushed = false;
-  std::string why;  // not pushed: why
-};
-// `metajit cache push`: uploads the local entries `keys` to the remote cache under their remote
-// keys. An entry built by another toolchain than this machine's current one is skipped (its
-// remote key could not be told). CacheError when remote writes are off.
-std::vector<PushResult> push_kernels(const std::vector<std::string>& keys);
 
 }  // namespace metajit

@@ -19,6 +19,7 @@
 #include "codegen/cuda_emulation.h"
 #include "codegen/pipeline.h"
 #include "runtime/cuda_toolchain.h"
+#include "runtime/cache_warm.h"
 #include "runtime/kernel_library.h"
 #include "support/files.h"
 #include "support/processes.h"
