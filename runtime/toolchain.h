@@ -21,8 +21,10 @@ struct Toolchain {
       resolved_target;  // e.g. "-march=znver4 -mavx512f ..." as the compiler resolves native
   std::vector<std::string>
       flags;         // -std=c++17 -O3 -march=native -fPIC -shared -fopenmp -fno-math-errno
-                     // [-fno-tree-sink with GCC] [-mprefer-vector-width=512 with AVX-512]
-                     // + METAJIT_CXXFLAGS
+                     // -fwrapv -fno-exceptions [-fno-tree-sink -nodefaultlibs with GCC]
+                     // [-mprefer-vector-width=512 with AVX-512] + METAJIT_CXXFLAGS
+  // After the source: -lmvec, and with -nodefaultlibs the C libraries (-lm -lc -lgcc).
+  std::vector<std::string> link_libraries;
   CpuTarget target;  // the vector ISA of the full flag list: what the emitter schedules for
 
   std::string identity() const;  // labelled text of every field above, hashed into keys
@@ -30,7 +32,7 @@ struct Toolchain {
   // a cache miss compares to say "the compiler changed" (runtime/miss_cause.h).
   std::string binary_identity() const;
   std::string version_line() const;  // first line of version_output
-  // path, flags, source, -o output, -lmvec
+  // path, flags, source, -o output, link_libraries
   std::vector<std::string> compile_command(const std::filesystem::path& source,
                                            const std::filesystem::path& output) const;
 };
