@@ -11,6 +11,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "codegen/verify_kernel_ir.h"
+
 namespace metajit {
 namespace {
 
@@ -686,7 +688,13 @@ json kernel_spec_to_json(const KernelIR& ir) {
 
 KernelIR kernel_spec_from_json(const json& spec) {
   try {
-    return Reader().read(spec);
+    KernelIR ir = Reader().read(spec);
+    // The reader checks each field where it reads it; this checks the kernel whole, with the
+    // invariants the pipeline's own passes are held to (codegen/verify_kernel_ir.h): a spec
+    // from a foreign manifest reaches the emitters only if it could have come from lowering.
+    if (const std::optional<std::string> problem = verify_kernel_ir(ir))
+      throw Error("kernel spec: not a valid kernel: " + *problem);
+    return ir;
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "base/check.h"
+#include "codegen/verify_kernel_ir.h"
+
 namespace metajit {
 namespace {
 
@@ -111,6 +114,9 @@ std::vector<std::set<int>> value_variables(const KernelIR& ir) {
 void hoist_reduce_invariants(KernelIR& ir) {
   std::vector<std::set<int>> vars = value_variables(ir);
   hoist_block(ir.body, vars);
+  const std::optional<std::string> problem = verify_kernel_ir(ir);
+  METAJIT_CHECK(!problem, "hoist_reduce_invariants wrote invalid kernel IR: " + *problem + "\n" +
+                              serialize_ir(ir));
 }
 
 std::vector<int> statement_levels(const KernelIR& ir) {

@@ -1,8 +1,10 @@
 #include "codegen/pipeline.h"
 
+#include "base/check.h"
 #include "base/config.h"
 #include "base/log.h"
 #include "codegen/graph_passes.h"
+#include "codegen/verify_kernel_ir.h"
 
 namespace metajit {
 namespace {
@@ -41,6 +43,9 @@ PipelinePlan build_pipeline(Graph captured) {
                                      dump_plan(p.graph, p.fusion));
   for (const FusedGroup& group : p.fusion.groups) {
     p.kernels.push_back(lower_group(p.graph, p.fusion, group, cfg.specialize_shapes));
+    const std::optional<std::string> problem = verify_kernel_ir(p.kernels.back().ir);
+    METAJIT_CHECK(!problem, "lower_group wrote invalid kernel IR: " + *problem + "\n" +
+                                serialize_ir(p.kernels.back().ir));
     if (log_enabled(LogLevel::Debug))
       log_message(LogLevel::Debug, "kernel IR:\n" + serialize_ir(p.kernels.back().ir));
   }

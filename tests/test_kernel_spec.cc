@@ -15,7 +15,9 @@
 #include "codegen/cpp_emitter.h"
 #include "codegen/kernel_spec.h"
 #include "codegen/pipeline.h"
+#include "codegen/verify_kernel_ir.h"
 #include "meta_ops/ops.h"
+#include "support/exceptions.h"
 #include "support/scoped_env.h"
 
 using namespace metajit;
@@ -298,6 +300,90 @@ TEST_CASE("every planned kernel survives the JSON round trip exactly", "[kernel_
   // The reader's limits (256 expression levels, 64 blocks) leave real kernels ample room.
   CHECK(deepest.expr < 64);
   CHECK(deepest.block < 16);
+}
+
+namespace {
+
+// The first statement of `b` (or of a block inside it) of kind `k`.
+KStmt* find_stmt(KBlock& b, KOp k) {
+  for (KStmt& st : b.stmts) {
+    if (st.kind == k) return &st;
+    if (st.body)
+      if (KStmt* inner = find_stmt(*st.body, k)) return inner;
+  }
+  return nullptr;
+}
+
+// A copy of `ir` that shares no block with it (a KernelIR copy shares its nested bodies).
+KernelIR deep_copy(const KernelIR& ir) {
+  return kernel_spec_from_json(kernel_spec_to_json(ir));
+}
+
+// verify_kernel_ir's verdict on a copy of `ir` after `edit`: its message, "" when it finds
+// nothing. A broken kernel in a spec (a manifest's) is refused too.
+std::string broken(const KernelIR& ir, const std::function<void(KernelIR&)>& edit) {
+  KernelIR k = deep_copy(ir);
+  edit(k);
+  const std::string problem = verify_kernel_ir(k).value_or("");
+  if (!problem.empty()) {
+    const std::string refused =
+        metajit_test::message_of<Error>([&] { kernel_spec_from_json(kernel_spec_to_json(k)); });
+    CHECK_THAT(refused, Contains("kernel spec: "));
+  }
+  return problem;
+}
+
+}  // namespace
+
+TEST_CASE("every planned kernel holds the kernel IR's invariants, and each broken one is named",
+          "[kernel_spec]") {
+  size_t kernels = 0;
+  for (int opt : {0, 1}) {
+    metajit_test::ScopedEnv env("METAJIT_OPT_LEVEL", std::to_string(opt));
+    for (const Case& c : graphs()) {
+      INFO(c.name << " at O" << opt);
+      for (const KernelIR& ir : planned_kernels(c.outputs)) {
+        INFO(serialize_ir(ir));
+        CHECK(verify_kernel_ir(ir).value_or("") == "");
+        ++kernels;
+      }
+    }
+  }
+  CHECK(kernels > 200);
+
+  // A kernel with a load, a reduction and a binary op: one edit each breaks an invariant.
+  const std::vector<KernelIR> planned =
+      planned_kernels({sum(rand({3, 4}, 50) * rand({3, 4}, 51), {1}) + 1.0});
+  REQUIRE(planned.size() >= 1);
+  KernelIR ir = deep_copy(planned[0]);
+  REQUIRE(find_stmt(ir.body, KOp::Load));
+  REQUIRE(find_stmt(ir.body, KOp::Binary));
+  CHECK(broken(ir, [](KernelIR&) {}) == "");
+  CHECK_THAT(broken(ir, [](KernelIR& k) { find_stmt(k.body, KOp::Binary)->args[0] = 999; }),
+             Contains("reads v999 before it is defined"));
+  CHECK_THAT(broken(ir, [](KernelIR& k) { find_stmt(k.body, KOp::Load)->index.pop_back(); }),
+             Contains("indexes input") && Contains("expressions for its"));
+  CHECK_THAT(broken(ir, [](KernelIR& k) { find_stmt(k.body, KOp::Load)->buffer = 7; }),
+             Contains("loads from input 7"));
+  CHECK_THAT(broken(ir,
+                    [](KernelIR& k) {
+                      find_stmt(k.body, KOp::Load)->index[0] = ix_var(k.num_vars - 1 + 40);
+                    }),
+             Contains("outside the loops binding it"));
+  CHECK_THAT(broken(ir, [](KernelIR& k) { find_stmt(k.body, KOp::Load)->index[0] = ix_extent(0); }),
+             Contains("extent leaf"));
+  CHECK_THAT(broken(ir, [](KernelIR& k) { find_stmt(k.body, KOp::Load)->index[0] = ix_param(99); }),
+             Contains("reads parameter 99"));
+  CHECK_THAT(broken(ir,
+                    [](KernelIR& k) {
+                      find_stmt(k.body, KOp::Binary)->id = find_stmt(k.body, KOp::Load)->id;
+                    }),
+             Contains("defined twice"));
+  CHECK_THAT(broken(ir, [](KernelIR& k) { k.body.result = 999; }), Contains("yields v999"));
+  CHECK_THAT(broken(ir, [](KernelIR& k) { k.loops.pop_back(); }), Contains("a map has"));
+  CHECK_THAT(broken(ir, [](KernelIR& k) { find_stmt(k.body, KOp::Binary)->args.pop_back(); }),
+             Contains("has 1 operands, not 2"));
+  CHECK_NOTHROW(kernel_spec_from_json(kernel_spec_to_json(ir)));
 }
 
 TEST_CASE("index expressions come back exactly, unfolded", "[kernel_spec]") {
@@ -627,6 +713,7 @@ TEST_CASE("fuzzed specs give a kernel or an Error, nothing else", "[kernel_spec]
       ++accepted;
       // What is accepted is usable downstream: it prints, re-serialises and emits.
       CHECK(serialize_ir(kernel_spec_from_json(kernel_spec_to_json(ir))) == serialize_ir(ir));
+      CHECK_FALSE(verify_kernel_ir(ir));
       for (CpuIsa isa : {CpuIsa::Portable, CpuIsa::Avx2, CpuIsa::Avx512})
         CHECK_NOTHROW(emit_cpp(ir, CpuTarget{isa}));
     } catch (const Error& e) {
