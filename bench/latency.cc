@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
-#include <optional>
 #include <sstream>
 
 #include "bench/workloads.h"

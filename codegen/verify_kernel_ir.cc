@@ -1,5 +1,6 @@
 #include "codegen/verify_kernel_ir.h"
 
+#include <iterator>
 #include <set>
 #include <vector>
 
@@ -101,7 +102,8 @@ class Verifier {
 
   void statement(const KStmt& st, const std::set<int>& values, const std::set<int>& vars,
                  const std::string& at) {
-    static const size_t kArity[] = {0, 0, 0, 1, 2, 3, 1, 0, 0};  // by KOp
+    static constexpr size_t kArity[] = {0, 0, 0, 1, 2, 3, 1, 0, 0};  // by KOp
+    static_assert(std::size(kArity) == size_t(KOp::Reduce) + 1, "one arity per KOp");
     if (st.args.size() != kArity[size_t(st.kind)])
       fail(at + " has " + std::to_string(st.args.size()) + " operands, not " +
            std::to_string(kArity[size_t(st.kind)]));
