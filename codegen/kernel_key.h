@@ -35,8 +35,10 @@ namespace metajit {
 // whose numerator is negative at its first element runs that element on its own only when the
 // numerator's terms are read outside its reindex's i + c >= 0 test (read_only_where_nonnegative),
 // and the preludes' text from codegen/cpp_kernel_prelude.h and cpp_contraction_prelude.h, whose
-// comments now come with it
-inline constexpr const char* kCodegenVersion = "cpp-35";
+// comments now come with it; 36: a reduction whose guards each hold on an interval of its
+// innermost loop run in sub-ranges where they are constants, a failing guard's value taken once
+// where that is exact (partitioned_reduce in codegen/cpp_emitter.cc)
+inline constexpr const char* kCodegenVersion = "cpp-36";
 
 class KernelKeyBuilder {
  public:

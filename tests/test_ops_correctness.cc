@@ -751,6 +751,47 @@ TEST_CASE("a chunked loop's guards run as constants per sub-range and match the 
   }
 }
 
+// A reduction over a reindex whose tests of the reduced index are intervals (a causal mask,
+// j <= i) runs in sub-ranges where each test is one value (cpp_emitter.cc partitioned_reduce),
+// taking a failing test's fill once where that is exact. Against the reference: a causal
+// logsumexp with fully masked rows (NaN), fills that are and are not the reduction's identity
+// (a sum adds 2 once per masked element), NaNs read, products, an integer sum, and rows
+// shorter than kMinSimdReduceExtent (the plain loop of the same kernel).
+TEST_CASE("a reduction's interval guards run as constants per sub-range and match the reference",
+          "[ops][reindex]") {
+  auto partitioned = [](const Var& y) {
+    for (const KernelInfo& k : plan({y}, Device::CPU))
+      if (k.source.find("mj_ra") != std::string::npos) return true;
+    return false;
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int64_t n : {5, 8, 20, 37}) {
+    INFO("rows of " << n);
+    std::vector<float> data(size_t(3 * n * n));
+    for (size_t k = 0; k < data.size(); ++k) data[k] = float(std::sin(0.7 * double(k)));
+    data[size_t(n + 1)] = std::numeric_limits<float>::quiet_NaN();  // [0, 1, 1]
+    data[size_t(4 * n + 1)] = std::numeric_limits<float>::quiet_NaN();  // [0, 4, 1]
+    Var x = array(data, {3, n, n});
+    auto under = [&](const Var& v, double fill, const char* hidden) {
+      return reindex(v, {3, n, n}, {"i0", "i1", "i2"}, fill, {hidden});
+    };
+    // Key j hidden from query i where j > i - 2: rows 0 and 1 see nothing.
+    Var masked = under(x, -inf, "i2 > i1 - 2");
+    Var m = max(masked, {2}, true);
+    Var lse = log(sum(exp(masked - m), {2}, true)) + m;
+    Var filled = sum(under(x, 2.0, "i2 > i1"), {2});
+    Var zero_filled = sum(under(x, 0.0, "i2 < i1"), {2});
+    Var smallest = min(under(x, inf, "i2 >= i1 + 3"), {2});
+    Var product = prod(under(x * 0.5 + 1.0, 1.25, "i2 > i1"), {2});
+    Var unit_product = prod(under(x * 0.5 + 1.0, 1.0, "i2 > i1"), {2});
+    Var counts = sum(under(cast(floor(randn({3, n, n}, 31) * 4.0), DType::Int32), 3.0, "i2 > i1"),
+                     {2});
+    for (const Var& y : {lse, filled, zero_filled, smallest, product, unit_product, counts})
+      CHECK(partitioned(y));
+    check_against_reference({lse, filled, zero_filled, smallest, product, unit_product, counts});
+  }
+}
+
 // An operand read through nested reindexes (a head split of a packed qkv: slice, reshape,
 // transpose) packs along the reduction as a plain copy where every guard holds over a block of
 // steps (cpp_emitter.cc step_span_tests), whole panels of rows in one loop (interleaved_panel),
