@@ -37,8 +37,9 @@ namespace metajit {
 // and the preludes' text from codegen/cpp_kernel_prelude.h and cpp_contraction_prelude.h, whose
 // comments now come with it; 36: a reduction whose guards each hold on an interval of its
 // innermost loop run in sub-ranges where they are constants, a failing guard's value taken once
-// where that is exact (partitioned_reduce in codegen/cpp_emitter.cc)
-inline constexpr const char* kCodegenVersion = "cpp-36";
+// where that is exact (partitioned_reduce in codegen/cpp_emitter.cc); 37: on 16-float targets
+// its passed sub-range rounded up to whole vectors, the guard tested past its end
+inline constexpr const char* kCodegenVersion = "cpp-37";
 
 class KernelKeyBuilder {
  public:
