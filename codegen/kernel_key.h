@@ -38,8 +38,9 @@ namespace metajit {
 // comments now come with it; 36: a reduction whose guards each hold on an interval of its
 // innermost loop run in sub-ranges where they are constants, a failing guard's value taken once
 // where that is exact (partitioned_reduce in codegen/cpp_emitter.cc); 37: on 16-float targets
-// its passed sub-range rounded up to whole vectors, the guard tested past its end
-inline constexpr const char* kCodegenVersion = "cpp-37";
+// its passed sub-range rounded up to whole vectors, the guard tested past its end; 38: a
+// contraction's blocks shared among the threads statically
+inline constexpr const char* kCodegenVersion = "cpp-38";
 
 class KernelKeyBuilder {
  public:
