@@ -521,32 +521,37 @@ void CFamilyEmitter::sequential_reduce(const KStmt& st, int depth,
     line(d, "for (i64 " + i + " = 0; " + i + " < " + ix(*st.loops[k].extent) + "; ++" + i + ") {");
     ++d;
   }
-  const KLoop& inner = st.loops[n - 1];
-  const std::string i = "i" + std::to_string(inner.var), extent = ix(*inner.extent);
-  auto inner_loop = [&](int at_depth, const std::string& pragma) {
-    if (!pragma.empty()) line(at_depth, pragma);
-    line(at_depth, "for (i64 " + i + " = 0; " + i + " < " + extent + "; ++" + i + ") {");
-    block(*st.body, at_depth + 1);
-    reduce_body_extra(st, at_depth + 1);
-    line(at_depth + 1, acc + " = " + combine(op, at, acc, v(st.body->result)) + ";");
-    line(at_depth, "}");
-  };
+  const std::string extent = ix(*st.loops[n - 1].extent);
   if (n == 1 && !outermost_pragma.empty()) {
-    inner_loop(d, outermost_pragma);
-  } else if (!innermost_pragma.empty()) {
-    // A SIMD reduction sets up and combines a vector of partial results around the loop: over a
-    // pooling or convolution window (2, 3, 9 elements) that costs up to 8x a plain loop, so
+    reduce_loop(st, st.body->stmts, "0", extent, outermost_pragma, d);
+  } else if (innermost_pragma.empty()) {
+    reduce_loop(st, st.body->stmts, "0", extent, "", d);
+  } else if (!outermost_pragma.empty() || !custom_innermost_reduce(st, innermost_pragma, d)) {
+    // A SIMD reduction sets up and combines a vector of partial results around the loop: over
+    // a pooling or convolution window (2, 3, 9 elements) that costs up to 8x a plain loop, so
     // short extents (known only at run time: kernels are shape-generic) take the plain loop.
     line(d, "if (" + extent + " >= " + std::to_string(kMinSimdReduceExtent) + ") {");
-    inner_loop(d + 1, innermost_pragma);
+    reduce_loop(st, st.body->stmts, "0", extent, innermost_pragma, d + 1);
     line(d, "} else {");
-    inner_loop(d + 1, "");
+    reduce_loop(st, st.body->stmts, "0", extent, "", d + 1);
     line(d, "}");
-  } else {
-    inner_loop(d, "");
   }
   for (size_t k = 0; k + 1 < n; ++k) line(--d, "}");
   line(depth, "const " + T + " " + v(st.id) + " = (" + T + ")" + acc + ";");
+}
+
+void CFamilyEmitter::reduce_loop(const KStmt& st, const std::vector<KStmt>& stmts,
+                                 const std::string& from, const std::string& to,
+                                 const std::string& pragma, int depth) {
+  const ReduceOp op = ReduceOp(st.op);
+  const std::string i = "i" + std::to_string(st.loops.back().var);
+  const std::string acc = "acc" + std::to_string(st.id);
+  if (!pragma.empty()) line(depth, pragma);
+  line(depth, "for (i64 " + i + " = " + from + "; " + i + " < " + to + "; ++" + i + ") {");
+  for (const KStmt& s : stmts) stmt(s, depth + 1);
+  reduce_body_extra(st, depth + 1);
+  line(depth + 1, acc + " = " + combine(op, acc_dtype(op, st.dtype), acc, v(st.body->result)) + ";");
+  line(depth, "}");
 }
 
 }  // namespace metajit

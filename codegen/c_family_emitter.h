@@ -88,6 +88,17 @@ class CFamilyEmitter {
                          const std::string& outermost_pragma);
   // Hook inside a sequential Reduce's innermost loop, after its body (CPU: scratch rows).
   virtual void reduce_body_extra(const KStmt& /*st*/, int /*depth*/) {}
+  // Hook for the innermost loop of a Reduce that no thread splits and whose loop takes the SIMD
+  // pragma `simd`: true when it wrote that loop another way (CPU: in sub-ranges of its guards),
+  // false, writing nothing, to keep the plain and SIMD loops.
+  virtual bool custom_innermost_reduce(const KStmt& /*st*/, const std::string& /*simd*/,
+                                       int /*depth*/) {
+    return false;
+  }
+  // for (i = from; i < to; ++i) over `stmts` (the Reduce's body, or that body rewritten),
+  // accumulating into acc<id>, with `pragma` (may be empty) before it.
+  void reduce_loop(const KStmt& st, const std::vector<KStmt>& stmts, const std::string& from,
+                   const std::string& to, const std::string& pragma, int depth);
 
   const KernelIR& ir_;
   Dialect dialect_;

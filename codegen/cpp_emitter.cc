@@ -210,8 +210,6 @@ class CppEmitter : public CFamilyEmitter {
     if (parallel)
       outer = std::string("#pragma omp parallel for") + (st.loops.size() == 1 ? " simd " : " ") +
               clause + " schedule(static) if(" + work(st.loops) + " > 32768)";
-    else if (partitioned_reduce(st, depth))
-      return;
     sequential_reduce(st, depth, "#pragma omp simd " + clause, outer);
   }
 
@@ -230,36 +228,26 @@ class CppEmitter : public CFamilyEmitter {
   // ran 237 -> 148 us on AVX2 (a scratch copy of the GPT's kernel, 2 threads). Extents below
   // kMinSimdReduceExtent (pooling windows) keep the plain loop. False, writing nothing, where
   // the statement does not qualify.
-  bool partitioned_reduce(const KStmt& st, int depth) {
+  bool custom_innermost_reduce(const KStmt& st, const std::string& simd, int d) override {
+    return partitioned_reduce(st, simd, d);
+  }
+  bool partitioned_reduce(const KStmt& st, const std::string& simd, int d) {
     const KLoop& inner = st.loops.back();
     std::set<int> speculative;
     speculative_buffers(*st.body, speculative);
     if ((row_reuse_ && row_reuse_->reduce_id == st.id) || !speculative.empty()) return false;
     const std::vector<GuardInterval> gs = find_guard_intervals(st.body->stmts, inner.var);
     if (gs.empty()) return false;
-    dtypes_[st.id] = st.dtype;
-    const ReduceOp op = ReduceOp(st.op);
-    const std::string T = ctype(st.dtype), acc = "acc" + std::to_string(st.id);
-    line(depth, acc_ctype(op, st.dtype) + " " + acc + " = " +
-                    identity(op, acc_dtype(op, st.dtype)) + ";");
-    int d = depth;
-    for (size_t k = 0; k + 1 < st.loops.size(); ++k, ++d) {
-      const std::string i = "i" + std::to_string(st.loops[k].var);
-      line(d, "for (i64 " + i + " = 0; " + i + " < " + ix(*st.loops[k].extent) + "; ++" + i +
-                  ") {");
-    }
-    const std::string i = "i" + std::to_string(inner.var), extent = ix(*inner.extent);
+    const std::string extent = ix(*inner.extent);
     const std::string a = "mj_ra" + std::to_string(st.id), b = "mj_rb" + std::to_string(st.id);
     line(d, "if (" + extent + " < " + std::to_string(kMinSimdReduceExtent) + ") {");
-    reduce_loop(st, st.body->stmts, i, "0", extent, false, d + 1);
+    reduce_loop(st, st.body->stmts, "0", extent, "", d + 1);
     line(d, "} else {");
     const SubRange r = open_sub_ranges(gs, inner.var, "0", extent, a, b, reduce_split_var_, d + 1);
-    sub_range_reduce(st, gs, r, i, a, b, extent, d + 2);
+    sub_range_reduce(st, gs, r, simd, a, b, extent, d + 2);
     line(d + 2, a + " = " + b + ";");
     line(d + 1, "}");
     line(d, "}");
-    for (size_t k = 0; k + 1 < st.loops.size(); ++k) line(--d, "}");
-    line(depth, "const " + T + " " + v(st.id) + " = (" + T + ")" + acc + ";");
     return true;
   }
 
@@ -269,7 +257,7 @@ class CppEmitter : public CFamilyEmitter {
   // the identity. Adding 0 or multiplying by 1 changes no accumulator (one that starts at +0 is
   // never -0), so the masked half of causal attention's rows costs nothing.
   void sub_range_reduce(const KStmt& st, const std::vector<GuardInterval>& gs, const SubRange& r,
-                        const std::string& i, const std::string& a, const std::string& b,
+                        const std::string& simd, const std::string& a, const std::string& b,
                         const std::string& to, int d) {
     const ReduceOp op = ReduceOp(st.op);
     const DType at = acc_dtype(op, st.dtype);
@@ -277,7 +265,7 @@ class CppEmitter : public CFamilyEmitter {
     if (gs.size() != 1 || gs[0].rest || stmts_read_var(failed, st.loops.back().var)) {
       std::vector<KStmt> replaced;
       for (const KStmt& s : st.body->stmts) replaced.push_back(replace_guard_tests(s, r.conds));
-      reduce_loop(st, replaced, i, a, b, true, d);
+      reduce_loop(st, replaced, a, b, simd, d);
       return;
     }
     line(d, "if (" + r.value.at(gs[0].guard) + ") {");
@@ -290,13 +278,14 @@ class CppEmitter : public CFamilyEmitter {
       const std::map<int, IndexExprPtr> tests{{gs[0].guard, r.element_tests.at(gs[0].guard)}};
       std::vector<KStmt> tested;
       for (const KStmt& s : st.body->stmts) tested.push_back(replace_guard_tests(s, tests));
-      reduce_loop(st, tested, i, a, b, true, d + 1);
+      reduce_loop(st, tested, a, b, simd, d + 1);
     } else {
-      reduce_loop(st, guards_passed(*st.body), i, a, b, true, d + 1);
+      reduce_loop(st, guards_passed(*st.body), a, b, simd, d + 1);
     }
     line(d, "} else {");
     for (const KStmt& s : failed) stmt(s, d + 1);
     const std::string acc = "acc" + std::to_string(st.id), x = v(st.body->result);
+    const std::string i = "i" + std::to_string(st.loops.back().var);
     const std::string once = acc + " = " + combine(op, at, acc, x) + ";";
     if (op == ReduceOp::Max || op == ReduceOp::Min || at == DType::Bool)
       line(d + 1, once);
@@ -304,38 +293,6 @@ class CppEmitter : public CFamilyEmitter {
       line(d + 1, "if (" + x + " != " + identity(op, at) + ") for (i64 " + i + " = " + a + "; " +
                       i + " < " + b + "; ++" + i + ") " + once);
     line(d, "}");
-  }
-
-  // for (i = from; i < to; ++i) accumulating reduction `st` over `stmts` (its body's, with
-  // their guards rewritten), as a SIMD reduction with `simd`.
-  void reduce_loop(const KStmt& st, const std::vector<KStmt>& stmts, const std::string& i,
-                   const std::string& from, const std::string& to, bool simd, int d) {
-    const ReduceOp op = ReduceOp(st.op);
-    const DType at = acc_dtype(op, st.dtype);
-    const std::string acc = "acc" + std::to_string(st.id);
-    if (simd) line(d, "#pragma omp simd " + reduction_clause(op, at, acc));
-    line(d, "for (i64 " + i + " = " + from + "; " + i + " < " + to + "; ++" + i + ") {");
-    for (const KStmt& s : stmts) stmt(s, d + 1);
-    line(d + 1, acc + " = " + combine(op, at, acc, v(st.body->result)) + ";");
-    line(d, "}");
-  }
-
-  // `stmts` where guard `id` (one of them) fails: it is its scalar argument.
-  static std::vector<KStmt> guard_failed(const std::vector<KStmt>& stmts, int id) {
-    std::vector<KStmt> out;
-    for (const KStmt& st : stmts) {
-      if (st.kind != KOp::Guard || st.id != id) {
-        out.push_back(st);
-        continue;
-      }
-      KStmt fill;
-      fill.kind = KOp::Scalar;
-      fill.id = st.id;
-      fill.dtype = st.dtype;
-      fill.slot = st.slot;
-      out.push_back(std::move(fill));
-    }
-    return out;
   }
 
   // Whether a statement of `stmts`, or of their bodies, reads loop variable `var`.

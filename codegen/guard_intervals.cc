@@ -159,6 +159,23 @@ std::vector<KStmt> guards_passed(const KBlock& b) {
   return out;
 }
 
+std::vector<KStmt> guard_failed(const std::vector<KStmt>& stmts, int id) {
+  std::vector<KStmt> out;
+  for (const KStmt& st : stmts) {
+    if (st.kind != KOp::Guard || st.id != id) {
+      out.push_back(st);
+      continue;
+    }
+    KStmt fill;
+    fill.kind = KOp::Scalar;
+    fill.id = st.id;
+    fill.dtype = st.dtype;
+    fill.slot = st.slot;
+    out.push_back(std::move(fill));
+  }
+  return out;
+}
+
 std::vector<int> guard_ids(const KStmt& st) {
   std::vector<int> out;
   if (st.kind == KOp::Guard) out.push_back(st.id);

@@ -41,6 +41,10 @@ bool self_contained_guard(const KStmt& st);
 // body's result under the guard's id: `b` where every guard passes.
 std::vector<KStmt> guards_passed(const KBlock& b);
 
+// `stmts` with guard `id` (one of them, not nested) replaced by its scalar argument: `stmts`
+// where that guard fails.
+std::vector<KStmt> guard_failed(const std::vector<KStmt>& stmts, int id);
+
 // The ids of guard `st` and of the guards in its body, outer first.
 std::vector<int> guard_ids(const KStmt& st);
 
