@@ -10,6 +10,7 @@
 #include <metajit/error.h>
 #include <metajit/eval.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -187,7 +188,7 @@ class DotWriter {
     std::string edges;
     for (int id : grp.nodes) {
       const GNode& n = g_.nodes[size_t(id)];
-      if (constant_[size_t(id)] && id != grp.root) continue;
+      if (constant_[size_t(id)] && !writes(grp, id)) continue;
       std::string label = describe_op(n) + "\n" + value_type(n);
       std::string with;
       for (int in : n.inputs) {
@@ -201,8 +202,10 @@ class DotWriter {
               (n.backward ? kBackwardFill : kForwardFill) + "\"];\n";
       for (int in : n.inputs) {
         if (constant_[size_t(in)]) continue;
-        const std::string edge = source_name(k, in) + " -> " + prefix + std::to_string(id) + ";\n";
-        if (stored(in))
+        const bool here = writes(grp, in);  // an extra root: computed in this kernel
+        const std::string edge = (here ? prefix + std::to_string(in) : source_name(k, in)) +
+                                 " -> " + prefix + std::to_string(id) + ";\n";
+        if (stored(in) && !here)
           external_edges_ += "  " + edge;
         else
           edges += "    " + edge;
@@ -210,25 +213,33 @@ class DotWriter {
     }
     out_ += edges;
     out_ += "  }\n";
-    external_edges_ +=
-        "  " + prefix + std::to_string(grp.root) + " -> v" + std::to_string(grp.root) + ";\n";
+    for (int r : group_outputs(grp))
+      external_edges_ += "  " + prefix + std::to_string(r) + " -> v" + std::to_string(r) + ";\n";
   }
 
-  // Each kernel's result: stored for later kernels, or requested.
+  static bool writes(const FusedGroup& grp, int id) {
+    const std::vector<int> outs = group_outputs(grp);
+    return std::find(outs.begin(), outs.end(), id) != outs.end();
+  }
+
+  void write_stored_value(int id, std::unordered_set<int>& drawn) {
+    const GNode& n = g_.nodes[size_t(id)];
+    auto out = output_label_.find(id);
+    const bool requested = out != output_label_.end();
+    const std::string label =
+        (requested ? out->second : std::string("stored")) + "\n" + value_type(n);
+    out_ += "  v" + std::to_string(id) + " [label=" + quote(label) +
+            ", shape=cylinder, style=\"filled\", fillcolor=\"" +
+            (requested ? kOutputFill : kStoredFill) + "\"" + (requested ? ", penwidth=2" : "") +
+            "];\n";
+    drawn.insert(id);
+  }
+
+  // Each kernel's results: stored for later kernels, or requested.
   void write_stored_values() {
     std::unordered_set<int> drawn;
-    for (const FusedGroup& grp : p_.fusion.groups) {
-      const GNode& n = g_.nodes[size_t(grp.root)];
-      auto out = output_label_.find(grp.root);
-      const bool requested = out != output_label_.end();
-      const std::string label =
-          (requested ? out->second : std::string("stored")) + "\n" + value_type(n);
-      out_ += "  v" + std::to_string(grp.root) + " [label=" + quote(label) +
-              ", shape=cylinder, style=\"filled\", fillcolor=\"" +
-              (requested ? kOutputFill : kStoredFill) + "\"" + (requested ? ", penwidth=2" : "") +
-              "];\n";
-      drawn.insert(grp.root);
-    }
+    for (const FusedGroup& grp : p_.fusion.groups)
+      for (int r : group_outputs(grp)) write_stored_value(r, drawn);
     // A requested value that is neither an input nor a kernel's result (not expected: the
     // planner stores every requested value) is still drawn, so that no output goes missing.
     for (const auto& [id, label] : output_label_) {

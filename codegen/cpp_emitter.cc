@@ -92,6 +92,11 @@ class CppEmitter : public CFamilyEmitter {
     std::string ot = ctype(ir_.output.dtype);
     line(1, ot + "* __restrict__ out = (" + ot + "*)B[" + std::to_string(ir_.inputs.size()) + "];");
     strides("out", ir_.output);
+    for (size_t k = 0; k < ir_.extra_outputs.size(); ++k) {  // same extents: out's strides
+      const std::string t = ctype(ir_.extra_outputs[k].buffer.dtype);
+      line(1, t + "* __restrict__ out" + std::to_string(k + 1) + " = (" + t + "*)B[" +
+                  std::to_string(ir_.inputs.size() + 1 + k) + "];");
+    }
     if (ir_.kind == KernelKind::Map)
       map_kernel();
     else
@@ -336,6 +341,15 @@ class CppEmitter : public CFamilyEmitter {
     for (size_t k = n; k-- > 0;) line(depth + int(k), "}");
   }
 
+  // The statement storing a map's output element at `idx`, and its extra outputs' there.
+  std::string map_store(const std::vector<IndexExprPtr>& idx, int result) const {
+    const std::string at = offset("out", idx);
+    std::string s = "out[" + at + "] = " + v(result) + ";";
+    for (size_t k = 0; k < ir_.extra_outputs.size(); ++k)
+      s += " out" + std::to_string(k + 1) + "[" + at + "] = " + v(ir_.extra_outputs[k].value) + ";";
+    return s;
+  }
+
   // Map kernels: every top-level statement is placed in the loop it depends on (loop-invariant
   // work such as a row's max and sum runs once per row); the outer loops run in parallel, the
   // innermost under `omp simd`; a column reduction is interchanged to run along memory.
@@ -347,7 +361,7 @@ class CppEmitter : public CFamilyEmitter {
     const std::vector<int> level_of_value = levels_by_value(ir, levels);
     std::vector<IndexExprPtr> out_idx;
     for (const KLoop& l : ir.loops) out_idx.push_back(ix_var(l.var));
-    const std::string store = "out[" + offset("out", out_idx) + "] = " + v(ir.body.result) + ";";
+    const std::string store = map_store(out_idx, ir.body.result);
 
     // Level -1: once per launch, before any parallel loop (a Reduce here is itself parallel).
     for (size_t s = 0; s < ir.body.stmts.size(); ++s)

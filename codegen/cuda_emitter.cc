@@ -108,6 +108,8 @@ class CudaEmitter : public CFamilyEmitter {
     for (size_t k = 0; k < ir_.inputs.size(); ++k)
       line(1, "const " + ctype(ir_.inputs[k].dtype) + "* in" + std::to_string(k) + ";");
     line(1, ctype(ir_.output.dtype) + "* out;");
+    for (size_t k = 0; k < ir_.extra_outputs.size(); ++k)
+      line(1, ctype(ir_.extra_outputs[k].buffer.dtype) + "* " + extra_out(k) + ";");
     line(1, "i64 p[" + std::to_string(std::max(ir_.num_params, 1)) + "];");
     line(1, "double s[" + std::to_string(std::max(ir_.num_scalars, 1)) + "];");
     out_ += "};\n";
@@ -159,8 +161,15 @@ class CudaEmitter : public CFamilyEmitter {
   std::string store() const {
     std::vector<IndexExprPtr> idx;
     for (const KLoop& l : sched_.loops) idx.push_back(ix_var(l.var));
-    return "out[" + offset("out", idx) + "] = " + v(sched_.body.result) + ";";
+    const std::string at = offset("out", idx);
+    std::string s = "out[" + at + "] = " + v(sched_.body.result) + ";";
+    for (size_t k = 0; k < ir_.extra_outputs.size(); ++k)
+      s += " " + extra_out(k) + "[" + at + "] = " + v(ir_.extra_outputs[k].value) + ";";
+    return s;
   }
+
+  // The name of extra output `k` (codegen/output_merging.h): out1, out2, ...
+  static std::string extra_out(size_t k) { return "out" + std::to_string(k + 1); }
 
   // A functor combining two accumulators of Reduce `st` (for mj_block_reduce).
   void reduce_functor(const KStmt& st) {
@@ -247,6 +256,8 @@ class CudaEmitter : public CFamilyEmitter {
   std::optional<std::vector<std::string>> vec4_same_dims() const {
     std::vector<std::string> same;
     if (!is_word(ir_.output.dtype) || !walks_the_loops({}, ir_.output, &same)) return {};
+    for (const KOutput& o : ir_.extra_outputs)
+      if (!is_word(o.buffer.dtype)) return {};
     for (size_t s = 0; s < sched_.body.stmts.size(); ++s) {
       const KStmt& st = sched_.body.stmts[s];
       switch (st.kind) {
@@ -324,6 +335,8 @@ class CudaEmitter : public CFamilyEmitter {
       lane_loads_[b] = "mj_lane(mj_l" + B + ", mj_k)";
     }
     line(2, O + " mj_o[4];");
+    for (size_t k = 0; k < ir_.extra_outputs.size(); ++k)
+      line(2, ctype(ir_.extra_outputs[k].buffer.dtype) + " mj_o" + std::to_string(k + 1) + "[4];");
     line(2, "MJ_UNROLL");
     line(2, "for (int mj_k = 0; mj_k < 4; ++mj_k) {");
     line(3, "const i64 mj_f = (i64)mj_q * 4 + mj_k;");
@@ -332,8 +345,15 @@ class CudaEmitter : public CFamilyEmitter {
       if (levels_[s] >= 0) stmt(sched_.body.stmts[s], 3);
     lane_loads_.clear();
     line(3, "mj_o[mj_k] = " + v(sched_.body.result) + ";");
+    for (size_t k = 0; k < ir_.extra_outputs.size(); ++k)
+      line(3, "mj_o" + std::to_string(k + 1) + "[mj_k] = " + v(ir_.extra_outputs[k].value) + ";");
     line(2, "}");
     line(2, "((" + O + "4*)out)[mj_q] = make_" + O + "4(mj_o[0], mj_o[1], mj_o[2], mj_o[3]);");
+    for (size_t k = 0; k < ir_.extra_outputs.size(); ++k) {
+      const std::string E = ctype(ir_.extra_outputs[k].buffer.dtype), o = "mj_o" + std::to_string(k + 1);
+      line(2, "((" + E + "4*)" + extra_out(k) + ")[mj_q] = make_" + E + "4(" + o + "[0], " + o +
+                  "[1], " + o + "[2], " + o + "[3]);");
+    }
     line(1, "}");
     line(1, "const i64 mj_t = (i64)mj_n4 * 4 + (i64)blockIdx.x * blockDim.x + threadIdx.x;");
     line(1, "if (mj_t < mj_n) {");
@@ -418,6 +438,9 @@ class CudaEmitter : public CFamilyEmitter {
     }
     line(1, ctype(ir_.output.dtype) + "* __restrict__ out = a.out;");
     strides("out", ir_.output);
+    for (size_t k = 0; k < ir_.extra_outputs.size(); ++k)  // the output's extents and strides
+      line(1, ctype(ir_.extra_outputs[k].buffer.dtype) + "* __restrict__ " + extra_out(k) +
+                  " = a." + extra_out(k) + ";");
   }
 
   // One block per row (the output loops 0..row_level): the row's reductions are block
@@ -799,6 +822,8 @@ class CudaEmitter : public CFamilyEmitter {
     }
     if (vec4) {
       std::string aligned = "(unsigned long long)a.out";
+      for (size_t k = 0; k < ir_.extra_outputs.size(); ++k)
+        aligned += " | (unsigned long long)a." + extra_out(k);
       for (int b : vec4_buffers()) aligned += " | (unsigned long long)a.in" + std::to_string(b);
       std::string same;
       for (const std::string& c : *vec4) same += " && " + c;
@@ -826,6 +851,9 @@ class CudaEmitter : public CFamilyEmitter {
                   std::to_string(k) + "];");
     line(1,
          "a.out = (" + ctype(ir_.output.dtype) + "*)B[" + std::to_string(ir_.inputs.size()) + "];");
+    for (size_t k = 0; k < ir_.extra_outputs.size(); ++k)
+      line(1, "a." + extra_out(k) + " = (" + ctype(ir_.extra_outputs[k].buffer.dtype) + "*)B[" +
+                  std::to_string(ir_.inputs.size() + 1 + k) + "];");
     for (int k = 0; k < ir_.num_params; ++k)
       line(1, "const i64 p" + std::to_string(k) + " = a.p[" + std::to_string(k) + "] = P[" +
                   std::to_string(k) + "];");

@@ -292,6 +292,12 @@ FusionPlan plan_fusion(const Graph& g, int opt_level) {
   return plan;
 }
 
+std::vector<int> group_outputs(const FusedGroup& group) {
+  std::vector<int> out = group.extra_roots;
+  out.push_back(group.root);
+  return out;
+}
+
 int group_of(const FusionPlan& plan, int id) {
   for (size_t k = 0; k < plan.groups.size(); ++k)
     if (std::binary_search(plan.groups[k].nodes.begin(), plan.groups[k].nodes.end(), id))
@@ -326,6 +332,9 @@ std::string describe_decision(const Graph& g, const FusionPlan& plan, const Fusi
     case FusionReason::ContractionBesideReduction:
       return value + " stored: a contraction beside another reduction in " + kernel +
              " would lose its blocked schedule";
+    case FusionReason::ReadersMerged:
+      return value + " fused: every reader is in " + kernel + ", which writes several values " +
+             "and computes it once per element (" + per + ")";
     case FusionReason::Prologue:
       return value + " fused into " + kernel + " as a contraction prologue: computed while " +
              "packing the operand, " + std::to_string(d.recompute) + "x per element (" + per +
@@ -340,7 +349,11 @@ std::string dump_plan(const Graph& g, const FusionPlan& plan) {
     const FusedGroup& grp = plan.groups[k];
     const GNode& root = g.nodes[size_t(grp.root)];
     out += "kernel " + std::to_string(k) + ": -> %" + std::to_string(grp.root) + " " +
-           dtype_name(root.dtype) + shape_str(root.shape) + "\n  fuses:";
+           dtype_name(root.dtype) + shape_str(root.shape);
+    for (int e : grp.extra_roots)
+      out += ", %" + std::to_string(e) + " " + dtype_name(g.nodes[size_t(e)].dtype) +
+             shape_str(g.nodes[size_t(e)].shape);
+    out += "\n  fuses:";
     for (int id : grp.nodes)
       if (g.nodes[size_t(id)].kind != OpKind::Scalar) out += " " + describe_op(g.nodes[size_t(id)]);
     out += "\n  reads:";

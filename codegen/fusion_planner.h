@@ -28,6 +28,9 @@ struct FusedGroup {
   int root = -1;           // the node whose value the kernel writes
   std::vector<int> nodes;  // nodes computed inside the kernel, topological, root last
   std::vector<int> reads;  // stored nodes (leaves or other groups' roots) the kernel reads
+  // Further stored nodes of root's shape the kernel also writes, computed in its loop nest
+  // (merge_kernel_outputs, codegen/output_merging.h), in node order.
+  std::vector<int> extra_roots;
 };
 
 // Why the planner stored a value or fused it where fusing is not free.
@@ -39,6 +42,7 @@ enum class FusionReason : uint8_t {
   SharedReduction,             // stored: a reduction several kernels would compute
   SharedValue,                 // stored: a costly value several kernels would compute
   Prologue,                    // fused: computed while packing a contraction operand
+  ReadersMerged,               // fused: every reader ended up in one multi-output kernel
 };
 
 struct FusionDecision {
@@ -58,6 +62,9 @@ struct FusionPlan {
 };
 
 FusionPlan plan_fusion(const Graph& g, int opt_level);
+
+// Every value the kernel of `group` writes: its extra roots, then its root.
+std::vector<int> group_outputs(const FusedGroup& group);
 
 // The kernel (index into plan.groups) that computes node `id`, or -1 (a leaf).
 int group_of(const FusionPlan& plan, int id);

@@ -87,6 +87,10 @@ std::string serialize_ir(const KernelIR& ir) {
     out += "in" + std::to_string(k) + " " + dtype_name(ir.inputs[k].dtype) +
            exprs(ir.inputs[k].dims) + "\n";
   out += std::string("out ") + dtype_name(ir.output.dtype) + exprs(ir.output.dims) + "\n";
+  for (size_t k = 0; k < ir.extra_outputs.size(); ++k)
+    out += "out" + std::to_string(k + 1) + " " + dtype_name(ir.extra_outputs[k].buffer.dtype) +
+           exprs(ir.extra_outputs[k].buffer.dims) + " = v" +
+           std::to_string(ir.extra_outputs[k].value) + "\n";
   out += "loops" + loops(ir.loops) + "\n";
   print_block(ir.body, "  ", out);
   if (ir.kind == KernelKind::Scatter)

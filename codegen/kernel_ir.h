@@ -57,6 +57,13 @@ struct KBuffer {
   std::vector<IndexExprPtr> dims;  // extents (usually Param slots); strides are row-major
 };
 
+// A further value a Map kernel writes: `value` (a top-level statement of the body) stored at the
+// output's index into a buffer of the output's extents (codegen/output_merging.h).
+struct KOutput {
+  KBuffer buffer;
+  int value = -1;
+};
+
 enum class KernelKind : uint8_t {
   Map,      // for each output index (loops over output dims): out[i] = body
   Scatter,  // out = identity; for each source index: out[target] = op(out[target], body)
@@ -66,6 +73,7 @@ struct KernelIR {
   KernelKind kind = KernelKind::Map;
   std::vector<KBuffer> inputs;
   KBuffer output;
+  std::vector<KOutput> extra_outputs;  // Map only; buffers after the output's
   std::vector<KLoop> loops;  // Map: over output axes; Scatter: over the source space
   KBlock body;
   // Scatter only: target index per output axis, skip conditions, combining op.
@@ -88,7 +96,7 @@ struct KernelArgs {
 std::string serialize_ir(const KernelIR& ir);
 
 // Signature the generated function has in every backend:
-//   extern "C" void metajit_kernel(void* const* buffers /* inputs..., output */,
+//   extern "C" void metajit_kernel(void* const* buffers /* inputs..., output, extra outputs */,
 //                                  const long long* params, const double* scalars);
 inline constexpr const char* kKernelSymbol = "metajit_kernel";
 using KernelFn = void (*)(void* const*, const long long*, const double*);

@@ -225,8 +225,8 @@ class Reader {
                   "scatter_op", "num_params", "num_scalars", "num_vars", "ops", "ir"});
     else
       check_keys(spec, root,
-                 {"version", "kind", "inputs", "output", "loops", "body", "num_params",
-                  "num_scalars", "num_vars", "ops", "ir"},
+                 {"version", "kind", "inputs", "output", "extra_outputs", "loops", "body",
+                  "num_params", "num_scalars", "num_vars", "ops", "ir"},
                  " (target, target_valid and scatter_op are only for scatter kernels)");
 
     const Path inputs_path = root / "inputs";
@@ -244,6 +244,8 @@ class Reader {
                            std::to_string(ir.loops.size()));
     bind(ir.loops, loops_path, true);
     ir.body = block(field(spec, root, "body"), root / "body", 1);
+    if (!scatter && spec.contains("extra_outputs"))
+      ir.extra_outputs = extra_outputs(spec["extra_outputs"], root / "extra_outputs");
 
     if (scatter) {
       const Path target_path = root / "target";
@@ -512,6 +514,27 @@ class Reader {
     return id;
   }
 
+  // A map's further outputs: {"buffer", "value"} each; verify_kernel_ir checks that a value is
+  // a top-level statement of the output's dtype and that the extents are the output's.
+  std::vector<KOutput> extra_outputs(const json& j, const Path& p) {
+    const json& list = array(j, p);
+    if (list.size() > size_t(kMaxSlots))
+      fail(p, std::to_string(list.size()) + " extra outputs (valid: at most " +
+                  std::to_string(kMaxSlots) + ")");
+    std::vector<KOutput> out;
+    for (size_t k = 0; k < list.size(); ++k) {
+      const Path item = p[k];
+      need_object(list[k], item);
+      check_keys(list[k], item, {"buffer", "value"});
+      KOutput o;
+      o.buffer = buffer(field(list[k], item, "buffer"), item / "buffer");
+      o.value = int(integer(field(list[k], item, "value"), item / "value", 0,
+                            std::numeric_limits<int>::max()));
+      out.push_back(std::move(o));
+    }
+    return out;
+  }
+
   KBlock block(const json& j, const Path& p, int depth) {
     if (depth == 1) block_root_ = &p;
     if (depth > kMaxBlockDepth)
@@ -671,6 +694,12 @@ json kernel_spec_to_json(const KernelIR& ir) {
   for (const KBuffer& b : ir.inputs) inputs.push_back(buffer_to_json(b));
   j["inputs"] = std::move(inputs);
   j["output"] = buffer_to_json(ir.output);
+  if (!ir.extra_outputs.empty()) {
+    json extra = json::array();
+    for (const KOutput& o : ir.extra_outputs)
+      extra.push_back(json{{"buffer", buffer_to_json(o.buffer)}, {"value", o.value}});
+    j["extra_outputs"] = std::move(extra);
+  }
   j["loops"] = loops_to_json(ir.loops);
   j["body"] = block_to_json(ir.body);
   if (ir.kind == KernelKind::Scatter) {

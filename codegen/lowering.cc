@@ -44,6 +44,15 @@ class Lowerer {
     } else {
       ir.kind = KernelKind::Map;
       std::vector<IndexExprPtr> idx = new_loops(group_.root, ir.loops);
+      // Extra outputs first: the root's computation finds them by memo_key, the same element.
+      for (int extra : group_.extra_roots) {
+        KOutput o;
+        o.buffer = ir.output;  // the root's extents (the same shape, output_merging.h)
+        o.buffer.dtype = g_.nodes[size_t(extra)].dtype;
+        o.value = value(extra, idx, ir.body, /*is_root=*/true);
+        ir.extra_outputs.push_back(std::move(o));
+        out_.extra_output_nodes.push_back(extra);
+      }
       ir.body.result = value(group_.root, idx, ir.body, /*is_root=*/true);
     }
     ir.num_params = int(out_.args.params.size());
@@ -131,6 +140,11 @@ class Lowerer {
     return ix_param(it->second);
   }
 
+  // Whether `node` is one of the group's extra roots: computed here, never read from memory.
+  bool written_here(int node) const {
+    return std::binary_search(group_.extra_roots.begin(), group_.extra_roots.end(), node);
+  }
+
   KBuffer buffer_desc(int node) {
     KBuffer b;
     b.dtype = g_.nodes[node].dtype;
@@ -189,7 +203,8 @@ class Lowerer {
   // Value of graph node `node` at index `idx`, computed into `blk`.
   int value(int node, const std::vector<IndexExprPtr>& idx, KBlock& blk, bool is_root = false) {
     const GNode& n = g_.nodes[node];
-    if (n.kind == OpKind::BroadcastTo && !(plan_.stored[node] && !is_root)) {
+    const bool from_memory = plan_.stored[node] && !is_root && !written_here(node);
+    if (n.kind == OpKind::BroadcastTo && !from_memory) {
       std::vector<IndexExprPtr> in_idx;
       for (size_t k = 0; k < n.bcast.size(); ++k) {
         if (n.bcast[k] == BroadcastAxis::Keep)
@@ -205,7 +220,7 @@ class Lowerer {
     KStmt st;
     st.dtype = n.dtype;
     st.op = n.op;
-    if ((plan_.stored[node] && !is_root) || n.kind == OpKind::Leaf) {
+    if (from_memory || n.kind == OpKind::Leaf) {
       st.kind = KOp::Load;
       st.buffer = buffer_slot(node);
       st.index = idx;

@@ -15,6 +15,7 @@ struct LoweredKernel {
   KernelArgs args;
   std::vector<int> input_nodes;  // graph node read by each input buffer slot
   int output_node = -1;
+  std::vector<int> extra_output_nodes;  // graph node of each ir.extra_outputs entry
 };
 
 LoweredKernel lower_group(const Graph& g, const FusionPlan& plan, const FusedGroup& group,

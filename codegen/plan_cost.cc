@@ -48,6 +48,7 @@ PlanCost plan_cost(const Graph& g, const FusionPlan& plan) {
     std::fill(evals.begin(), evals.end(), 0.0);
     std::fill(reach.begin(), reach.end(), 0.0);
     evals[size_t(group.root)] = reach[size_t(group.root)] = elements(g.nodes[size_t(group.root)]);
+    for (int e : group.extra_roots) evals[size_t(e)] = reach[size_t(e)] = elements(g.nodes[size_t(e)]);
     // group.nodes is topological: readers after what they read.
     for (auto it = group.nodes.rbegin(); it != group.nodes.rend(); ++it) {
       const int c = *it;
@@ -73,8 +74,10 @@ PlanCost plan_cost(const Graph& g, const FusionPlan& plan) {
       if (rn.kind == OpKind::Scalar) continue;
       cost.bytes += double(dtype_size(rn.dtype)) * std::min(elements(rn), reach[size_t(r)]);
     }
-    cost.bytes += dtype_bytes(g.nodes[size_t(group.root)]);
-    cost.flops += elements(g.nodes[size_t(group.root)]);  // storing each element: one op
+    for (int r : group_outputs(group)) {
+      cost.bytes += dtype_bytes(g.nodes[size_t(r)]);
+      cost.flops += elements(g.nodes[size_t(r)]);  // storing each element: one op
+    }
   }
   return cost;
 }

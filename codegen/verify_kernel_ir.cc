@@ -22,6 +22,7 @@ class Verifier {
            std::to_string(ir_.output.dims.size()));
     std::set<int> values;
     block(ir_.body, values, vars, "the body");
+    extra_outputs();
     if (ir_.kind == KernelKind::Scatter) {
       if (ir_.target.size() != ir_.output.dims.size())
         fail("a scatter targets " + std::to_string(ir_.target.size()) +
@@ -33,6 +34,31 @@ class Verifier {
   }
 
  private:
+  // Each further output of a map: the output's extents and a top-level value of its dtype.
+  void extra_outputs() {
+    if (!ir_.extra_outputs.empty() && ir_.kind != KernelKind::Map)
+      return fail("a scatter kernel has extra outputs; only a map writes several");
+    for (size_t k = 0; k < ir_.extra_outputs.size(); ++k) {
+      const KOutput& o = ir_.extra_outputs[k];
+      const std::string name = "extra output " + std::to_string(k + 1);
+      check_dims(o.buffer, name);
+      bool same = o.buffer.dims.size() == ir_.output.dims.size();
+      for (size_t a = 0; same && a < o.buffer.dims.size(); ++a)
+        same = o.buffer.dims[a] && ir_.output.dims[a] &&
+               ix_to_string(*o.buffer.dims[a]) == ix_to_string(*ir_.output.dims[a]);
+      if (!same) fail(name + " does not have the output's extents");
+      const KStmt* def = nullptr;
+      for (const KStmt& st : ir_.body.stmts)
+        if (st.id == o.value) def = &st;
+      if (!def)
+        fail(name + " stores v" + std::to_string(o.value) +
+             ", which is not a top-level statement of the body");
+      else if (def->dtype != o.buffer.dtype)
+        fail(name + " is " + dtype_name(o.buffer.dtype) + " but stores v" +
+             std::to_string(o.value) + " of " + dtype_name(def->dtype));
+    }
+  }
+
   void fail(const std::string& what) {
     if (!problem_) problem_ = what;
   }

@@ -83,7 +83,10 @@ ExecProgram make_program(const Graph& g, const FusionPlan& plan,
       p.stored_scalars.push_back({slot[i], node.dtype, node.scalar});
     }
   }
-  for (const LoweredKernel& lk : kernels) slot[lk.output_node] = int32_t(p.num_slots++);
+  for (const LoweredKernel& lk : kernels) {
+    slot[lk.output_node] = int32_t(p.num_slots++);
+    for (int e : lk.extra_output_nodes) slot[e] = int32_t(p.num_slots++);
+  }
 
   // The step after which each slot is read no more.
   std::vector<int> last_reader(p.num_slots, -1);
@@ -106,6 +109,13 @@ ExecProgram make_program(const Graph& g, const FusionPlan& plan,
     s.out_bytes = size_t(out.numel()) * dtype_size(out.dtype);
     s.launch = out.numel() > 0;
     s.bytes_moved = s.out_bytes;
+    s.extras_begin = uint32_t(p.extra_outputs.size());
+    for (int e : lk.extra_output_nodes) {
+      const size_t bytes = size_t(g.nodes[e].numel()) * dtype_size(g.nodes[e].dtype);
+      p.extra_outputs.push_back({slot[e], bytes});
+      s.bytes_moved += bytes;
+    }
+    s.extras_end = uint32_t(p.extra_outputs.size());
     for (int in : lk.input_nodes)
       s.bytes_moved += uint64_t(g.nodes[in].numel()) * dtype_size(g.nodes[in].dtype);
     p.handles.push_back(handles[k]);
@@ -120,7 +130,8 @@ ExecProgram make_program(const Graph& g, const FusionPlan& plan,
         p.free_slots.push_back(sl);  // last reader done: back to the allocator
     }
     s.frees_end = uint32_t(p.free_slots.size());
-    p.max_args = std::max(p.max_args, s.inputs_end - s.inputs_begin + 1);
+    p.max_args =
+        std::max(p.max_args, s.inputs_end - s.inputs_begin + 1 + s.extras_end - s.extras_begin);
     p.steps.push_back(s);
   }
   for (int o : g.outputs)
@@ -148,11 +159,18 @@ void run_program(const ExecProgram& p, void* const* leaf_data, BufferPtr* output
     const ExecProgram::Step& s = p.steps[step];
     BufferPtr result = allocate_buffer(s.out_bytes, p.device);
     void* out = result->data();
+    for (uint32_t j = s.extras_begin; j < s.extras_end; ++j) {
+      const ExecProgram::ExtraOutput& e = p.extra_outputs[j];
+      owned[size_t(e.slot)] = allocate_buffer(e.bytes, p.device);
+      ptr[size_t(e.slot)] = owned[size_t(e.slot)]->data();
+    }
     if (s.launch) {
       size_t k = 0;
       for (uint32_t j = s.inputs_begin; j < s.inputs_end; ++j)
         args[k++] = ptr[size_t(p.input_slots[j])];
       args[k] = out;
+      for (uint32_t j = s.extras_begin; j < s.extras_end; ++j)
+        args[++k] = ptr[size_t(p.extra_outputs[j].slot)];
       const uint64_t start_ns = profiled ? profile_clock_ns() : 0;
       if (rt) {
         // A launcher may issue several launches that share the module's __device__ scratch

@@ -26,6 +26,7 @@ struct ExecProgram {
     uint32_t params = 0, scalars = 0;           // offsets into params / scalars
     int32_t out_slot = -1;
     size_t out_bytes = 0;
+    uint32_t extras_begin = 0, extras_end = 0;  // range of extra_outputs: more values written
     bool launch = true;  // false when the output is empty (numel 0): allocated, never launched
     uint64_t bytes_moved = 0;  // inputs' and output's sizes, for the profiler
   };
@@ -34,6 +35,10 @@ struct ExecProgram {
     DType dtype = DType::Float32;
     double value = 0;
   };
+  struct ExtraOutput {  // a further value a multi-output kernel writes (codegen/output_merging.h)
+    int32_t slot = -1;
+    size_t bytes = 0;
+  };
   struct Output {
     int32_t slot = -1;  // the value's slot
     int32_t leaf = -1;  // >= 0: the output is Graph::leaves[leaf] itself (nothing computed)
@@ -41,12 +46,13 @@ struct ExecProgram {
 
   Device device = Device::CPU;      // where the kernels run and every slot's buffer lives
   uint32_t num_slots = 0;           // stored values: leaves read, stored scalars, kernel outputs
-  uint32_t max_args = 1;            // the most buffers one kernel takes (inputs and output)
+  uint32_t max_args = 1;            // the most buffers one kernel takes (inputs and outputs)
   std::vector<int32_t> leaf_slots;  // per Graph::leaves entry: its slot, -1 when nothing reads it
   std::vector<StoredScalar> stored_scalars;
   std::vector<Step> steps;           // in dependency order
   std::vector<int32_t> input_slots;  // per step, its kernel's input buffers in slot order
   std::vector<int32_t> free_slots;
+  std::vector<ExtraOutput> extra_outputs;  // per step, after its output, in the kernel's order
   std::vector<long long> params;              // every step's shape parameters, concatenated
   std::vector<double> scalars;                // every step's scalar arguments, concatenated
   std::vector<Output> outputs;                // one per Graph::outputs entry

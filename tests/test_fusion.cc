@@ -4,12 +4,14 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <functional>
 
 #include "support/reference_check.h"
 #include "support/scoped_env.h"
 #include "support/text.h"
 
 using namespace metajit;
+using Catch::Matchers::Contains;
 
 namespace {
 
@@ -196,4 +198,82 @@ TEST_CASE("a matrix product beside another reduction is its own contraction kern
     conv_transposed += !has_max && k.source.find("// schedule: contraction") != std::string::npos;
   }
   CHECK(conv_transposed >= 1);
+}
+
+TEST_CASE("an Adam step's m, v and p are one kernel that reads the gradient once", "[fusion]") {
+  Var m = randn({33, 17}, 1), v = rand({33, 17}, 2), p = randn({33, 17}, 3),
+      g = randn({33, 17}, 4);
+  eval({m, v, p, g});
+  auto step = [&] {
+    Var m2 = m * 0.9 + g * 0.1, v2 = v * 0.999 + g * g * 0.001;
+    return std::vector<Var>{p - m2 * 0.01 / (sqrt(v2) + 1e-8), m2, v2};
+  };
+  const std::vector<KernelInfo> kernels = plan(step());
+  REQUIRE(kernels.size() == 1);
+  CHECK_THAT(kernels[0].source, Contains("out1[") && Contains("out2["));
+  CHECK_THAT(explain(step()), Contains("kernel 0: -> %"));
+  check_against_reference(step());
+  CHECK(launched_by(step()) == 1);
+  {
+    metajit_test::ScopedEnv o0("METAJIT_OPT_LEVEL", "0");
+    CHECK(plan(step()).size() > 3);  // O0: every meta-op its own kernel
+  }
+}
+
+TEST_CASE("a value read through a broadcast or a reindex, or by a kernel before its reader, "
+          "keeps its own kernel",
+          "[fusion]") {
+  Var x = rand({8, 8}, 1), y = rand({8}, 2);
+  eval({x, y});
+  // Each case builds its values afresh: an evaluated `a` would be a leaf of the next.
+  using Build = std::function<std::vector<Var>()>;
+  auto kernels = [](const Build& build, size_t expected) {
+    CHECK(plan(build()).size() == expected);
+    check_against_reference(build());
+    CHECK(launched_by(build()) == expected);
+  };
+  // Read transposed: the reader's element is not the value's.
+  kernels([&] { Var a = exp(x); return std::vector<Var>{a, transpose(a, {1, 0}) + 1.0}; }, 2);
+  // Read by a kernel with a reduction (a row sum over the stored value): two loop nests.
+  kernels([&] { Var a = exp(x); return std::vector<Var>{a, a / sum(a, {1}, true)}; }, 2);
+  // A reduction reads `a` in a kernel planned before the element-wise reader: `a` must exist
+  // by then, so it stays its own kernel; planned after the reader, the reader writes it.
+  kernels(
+      [&] {
+        Var a = exp(x);
+        Var before = sum(a, {1});
+        return std::vector<Var>{a, before, a * 2.0};
+      },
+      3);
+  kernels(
+      [&] {
+        Var a = exp(x);
+        Var reader = a * 3.0;
+        return std::vector<Var>{a, reader, sum(a, {1})};
+      },
+      2);
+  // Different shapes: never one loop nest.
+  kernels([&] { Var b = exp(y); return std::vector<Var>{b, broadcast_to(b, {8, 8}) + x}; }, 2);
+}
+
+TEST_CASE("a costly value stored for two element-wise readers is kept in registers when one "
+          "kernel writes both",
+          "[fusion]") {
+  Var x = rand({16, 16}, 1);
+  eval({x});
+  auto build = [&] {
+    Var h = tanh(exp(sin(x) * cos(x)) + sqrt(x + 1.0)) * log(x + 2.0);  // cost > 8 per element
+    return std::vector<Var>{h + 1.0, h * 2.0};
+  };
+  // The planner stores h (two readers would each compute it); both readers end in one kernel.
+  const std::string plan_text = explain(build());
+  CHECK_THAT(plan_text, Contains("fused: every reader is in kernel 0, which writes several"));
+  const std::vector<KernelInfo> kernels = plan(build());
+  REQUIRE(kernels.size() == 1);
+  CHECK_THAT(kernels[0].source, Contains("out1["));
+  CHECK_THAT(kernels[0].source, !Contains("out2["));  // h itself is never written
+  int tanhs = 0;
+  for (const std::string& op : kernels[0].ops) tanhs += op.find("tanh") != std::string::npos;
+  CHECK(tanhs == 1);
+  check_against_reference(build());
 }

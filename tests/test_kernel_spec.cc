@@ -53,6 +53,14 @@ std::vector<Case> extras_graphs() {
 }
 
 // Graphs covering every op and meta-op the planner lowers.
+// One Adam step's new m, v and p from m, v and p, with g = x * 2: one kernel writing three
+// values at O1 (codegen/output_merging.h).
+std::vector<Var> adam_like(const Var& m, const Var& v, const Var& p) {
+  Var g = p * 2.0;
+  Var m2 = m * 0.9 + g * 0.1, v2 = v * 0.999 + g * g * 0.001;
+  return {m2, v2, p - m2 * 0.01 / (sqrt(v2) + 1e-8)};
+}
+
 std::vector<Case> graphs() {
   std::vector<Case> c;
   Var x = rand({3, 4}, 1), y = rand({3, 4}, 2), v = rand({4}, 3);
@@ -102,6 +110,7 @@ std::vector<Case> graphs() {
                {exp(reshape(transpose(reshape(rand({2, 3, 4}, 17), {6, 4}), {1, 0}), {2, 12}))}});
   c.push_back({"0-d", {exp(array<float>({1.5f}, {})) + 1.0, sum(array<float>({2.f}, {}))}});
   c.push_back({"iota", {cast(arange(10), DType::Float32) * 0.5, arange(4, DType::Int64) + 1}});
+  c.push_back({"multi-output", adam_like(rand({3, 4}, 18), rand({3, 4}, 19), rand({3, 4}, 20))});
   for (Case& e : extras_graphs()) c.push_back(std::move(e));
   return c;
 }
@@ -384,6 +393,55 @@ TEST_CASE("every planned kernel holds the kernel IR's invariants, and each broke
   CHECK_THAT(broken(ir, [](KernelIR& k) { find_stmt(k.body, KOp::Binary)->args.pop_back(); }),
              Contains("has 1 operands, not 2"));
   CHECK_NOTHROW(kernel_spec_from_json(kernel_spec_to_json(ir)));
+}
+
+TEST_CASE("a multi-output kernel's further outputs come back exactly and are checked",
+          "[kernel_spec]") {
+  const std::vector<KernelIR> planned =
+      planned_kernels(adam_like(rand({3, 4}, 21), rand({3, 4}, 22), rand({3, 4}, 23)));
+  REQUIRE(planned.size() == 2);  // the kernel, and the same with shapes specialised
+  const KernelIR& ir = planned[0];
+  REQUIRE(ir.extra_outputs.size() == 2);
+  check_round_trip(ir);
+  CHECK(kernel_spec_to_json(ir).contains("extra_outputs"));
+  CHECK_THAT(serialize_ir(ir), Contains("out1 float32[p0,p1] = v"));
+  CHECK(broken(ir, [](KernelIR&) {}) == "");
+  CHECK_THAT(broken(ir, [](KernelIR& k) { k.extra_outputs[0].value = 999; }),
+             Contains("extra output 1 stores v999, which is not a top-level statement"));
+  CHECK_THAT(broken(ir, [](KernelIR& k) { k.extra_outputs[1].buffer.dims.pop_back(); }),
+             Contains("extra output 2 does not have the output's extents"));
+  CHECK_THAT(broken(ir, [](KernelIR& k) { k.extra_outputs[1].buffer.dims[0] = ix_const(3); }),
+             Contains("extra output 2 does not have the output's extents"));
+  CHECK_THAT(broken(ir, [](KernelIR& k) { k.extra_outputs[0].buffer.dtype = DType::Int32; }),
+             Contains("extra output 1 is int32 but stores v"));
+  // A value inside a reduction's body is not stored per output element.
+  const std::vector<KernelIR> reduced = planned_kernels({sum(rand({3, 4}, 24) * 2.0, {1}) + 1.0});
+  KernelIR r = deep_copy(reduced[0]);
+  REQUIRE(find_stmt(r.body, KOp::Reduce));
+  const KStmt* inner = &find_stmt(r.body, KOp::Reduce)->body->stmts.back();
+  KOutput o;
+  o.buffer = r.output;
+  o.buffer.dtype = inner->dtype;
+  o.value = inner->id;
+  r.extra_outputs.push_back(o);
+  CHECK_THAT(verify_kernel_ir(r).value_or(""), Contains("not a top-level statement"));
+
+  // The reader: only map kernels have the field, and each entry is checked where it is read.
+  json spec = kernel_spec_to_json(ir);
+  spec["extra_outputs"][0]["value"] = "v3";
+  CHECK_THAT(metajit_test::message_of<Error>([&] { kernel_spec_from_json(spec); }),
+             Contains("extra_outputs[0].value") && Contains("expected an integer"));
+  spec = kernel_spec_to_json(ir);
+  spec["extra_outputs"][1]["stride"] = 1;
+  CHECK_THAT(metajit_test::message_of<Error>([&] { kernel_spec_from_json(spec); }),
+             Contains("extra_outputs[1]") && Contains("unknown field \"stride\""));
+  const std::vector<KernelIR> scatter = planned_kernels(
+      {reindex_reduce(rand({3, 4}, 25), ReduceOp::Add, {2, 5}, Strs{"i0%2", "i1+1"})});
+  json s = kernel_spec_to_json(scatter[0]);
+  REQUIRE(s["kind"] == "scatter");
+  s["extra_outputs"] = spec["extra_outputs"];
+  CHECK_THAT(metajit_test::message_of<Error>([&] { kernel_spec_from_json(s); }),
+             Contains("unknown field \"extra_outputs\""));
 }
 
 TEST_CASE("index expressions come back exactly, unfolded", "[kernel_spec]") {
