@@ -128,23 +128,15 @@ std::string explain(const std::vector<Var>& vars) {
       s += " %" + std::to_string(p.graph.outputs[i]);
     s += "\n";
   }
-  // The emitter names the target and any schedule other than the plain loop nest in the
-  // source's leading comments; explain repeats them: the target once (it is the same for every
-  // kernel of a device; issue 26: it was printed with its tile on every kernel), each
-  // kernel's schedule under it.
-  auto leading = [](const std::string& src, const char* tag) -> std::string {
-    const size_t at = src.find(tag);
-    if (at == std::string::npos || at > src.find("metajit_kernel")) return {};
-    return src.substr(at + 3, src.find('\n', at) - at - 3);
-  };
+  // The target once (it is the same for every kernel of a device; issue 26: it was printed
+  // with its tile on every kernel), each kernel's schedule under it: data from the backend's
+  // schedule pass (codegen/cpu_schedule.h), no source generated.
   std::string target;
   for (size_t k = 0; k < p.kernels.size(); ++k) {
-    const std::string src = kernel_source(p.kernels[k].ir, device());
-    const std::string t = leading(src, "// target: ");
-    if (!t.empty() && t != target) s += (target = t) + "\n";
+    const KernelScheduleLine line = kernel_schedule(p.kernels[k].ir, device());
+    if (!line.target.empty() && line.target != target) s += "target: " + (target = line.target) + "\n";
     s += "kernel " + std::to_string(k) + " key " + key_of(p.kernels[k].ir, device()) + "\n";
-    const std::string schedule = leading(src, "// schedule: ");
-    if (!schedule.empty()) s += "  " + schedule + "\n";
+    if (!line.schedule.empty()) s += "  schedule: " + line.schedule + "\n";
   }
   return s;
 }

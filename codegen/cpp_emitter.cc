@@ -7,7 +7,9 @@
 #include <set>
 #include <stdexcept>
 
+#include "base/log.h"
 #include "codegen/c_family_emitter.h"
+#include "codegen/cpu_schedule.h"
 #include "codegen/cpp_preludes.h"
 #include "codegen/division_chunks.h"
 #include "codegen/guard_intervals.h"
@@ -19,11 +21,8 @@ namespace {
 
 class CppEmitter : public CFamilyEmitter {
  public:
-  // Output loops walked as one column dimension of a contraction: the loops just outside the
-  // column loop j that only b reads (conv2d: the output row, with j the output column: 8 x 56
-  // x 56 outputs are 64 rows by 3136 columns, not 448 blocks of 64 by 56, 56 padded to the
-  // tile's 64; conv2d's weight gradient: input channel, kernel row and column are 576 columns,
-  // not 192 blocks of 3).
+  // Output loops walked as one column dimension of a contraction
+  // (ContractionSchedule::merged_outer_vars, codegen/cpu_schedule.h) and their extents.
   struct MergedColumns {
     std::vector<int> outer_vars;  // outermost first; the column loop j is inside the last
     std::vector<std::string> outer_extents;
@@ -198,13 +197,6 @@ class CppEmitter : public CFamilyEmitter {
 
   void reduce_stmt(const KStmt& st, int depth) override { reduce_stmt(st, depth, false); }
 
-  // Contractions with at least this many output columns take the target's wide tile (its
-  // panels then at most a quarter padding), fewer the narrow one (cpu_target.h) unless the wide
-  // tile's panels are at most a quarter padding anyway (128 or 192 columns on AVX-512: 6x16 has
-  // 6 accumulators, too few to keep two FMA units busy; [1024,512]x[512,128] ran at 187
-  // GFLOP/s on it, 228 on 6x64, on 2 threads of an AVX-512 Xeon).
-  static constexpr int kWideTileMinColumns = 256;
-
   // A Reduce statement: its loops with a SIMD reduction on the innermost one; with `parallel`
   // (a statement outside every parallel loop, e.g. a sum over everything) the outermost loop is
   // split across threads too.
@@ -354,11 +346,13 @@ class CppEmitter : public CFamilyEmitter {
   // work such as a row's max and sum runs once per row); the outer loops run in parallel, the
   // innermost under `omp simd`; a column reduction is interchanged to run along memory.
   void map_kernel() {
-    KernelIR ir = ir_;  // the scheduled copy: invariants hoisted out of reductions
-    hoist_reduce_invariants(ir);
-    const std::vector<int> levels = statement_levels(ir);
+    const CpuSchedule sched = schedule_cpu_kernel(ir_, target_);
+    if (log_enabled(LogLevel::Debug)) log_message(LogLevel::Debug, dump_schedule(sched, target_));
+    schedule_ = describe_schedule(sched, target_);
+    const KernelIR& ir = sched.ir;
+    const std::vector<int>& levels = sched.levels;
     const int k = int(ir.loops.size());
-    const std::vector<int> level_of_value = levels_by_value(ir, levels);
+    const std::vector<int>& level_of_value = sched.level_of_value;
     std::vector<IndexExprPtr> out_idx;
     for (const KLoop& l : ir.loops) out_idx.push_back(ix_var(l.var));
     const std::string store = map_store(out_idx, ir.body.result);
@@ -375,8 +369,8 @@ class CppEmitter : public CFamilyEmitter {
       line(1, store);
       return;
     }
-    if (std::optional<Contraction> c = find_contraction(ir, levels, level_of_value)) {
-      contraction_kernel(ir, levels, level_of_value, *c, store);
+    if (sched.contraction) {
+      contraction_kernel(ir, levels, level_of_value, *sched.contraction, store);
       return;
     }
     if (std::optional<RowReuse> rr = find_row_reuse(ir, levels)) {
@@ -1419,32 +1413,6 @@ class CppEmitter : public CFamilyEmitter {
     (uses ? varying : fixed).push_back(cond);
   }
 
-  // The loop variables the statements computing an operand read.
-  static std::set<int> operand_vars(const KernelIR& ir, const KStmt& r,
-                                    const std::vector<size_t>& stmts) {
-    const std::vector<std::set<int>> vars = value_variables(ir);
-    std::set<int> out;
-    for (size_t s : stmts) {
-      const std::set<int>& v = vars[size_t(r.body->stmts[s].id)];
-      out.insert(v.begin(), v.end());
-    }
-    return out;
-  }
-
-  // Whether an operand reading the loop variables `vars` reads no output loop but `own` (its
-  // row or column variable, and `more` for merged columns) and the reduction's: then it is
-  // the same for every iteration of the outer loops (conv2d's weights, a matmul without batch)
-  // and is packed once per launch.
-  static bool invariant_operand(const std::set<int>& vars, const KStmt& r, int own,
-                                const std::vector<int>& more = {}) {
-    std::set<int> allowed(more.begin(), more.end());
-    allowed.insert(own);
-    for (const KLoop& l : r.loops) allowed.insert(l.var);
-    for (int x : vars)
-      if (!allowed.count(x)) return false;
-    return true;
-  }
-
   // Packs operand `side` (0: A, rows `var`, panels of pw = mr; 1: B, columns, pw = nr) once for
   // the whole launch into mj_apre / mj_bpre (taken from scratch slot `side`) when `reused`
   // holds at run time, panels in parallel. Panels go in groups of at least kPackRows rows where the
@@ -1495,42 +1463,34 @@ class CppEmitter : public CFamilyEmitter {
   // output loops (MergedColumns). After the last block the rest of the kernel (the epilogue:
   // bias, activation ...) runs on the finished sums. Without scratch memory: the plain schedule.
   void contraction_kernel(const KernelIR& ir, const std::vector<int>& levels,
-                          const std::vector<int>& level_of_value, const Contraction& c,
+                          const std::vector<int>& level_of_value, const ContractionSchedule& cs,
                           const std::string& store) {
+    const Contraction& c = cs.match;
     const KStmt& r = ir.body.stmts[c.reduce_index];
     const std::string iv = "i" + std::to_string(c.i_var), jv = "i" + std::to_string(c.j_var);
     const ContractionLoops cl = contraction_loops(ir, c);
     std::vector<const KLoop*> outer = cl.outer;
     std::optional<MergedColumns> merged;
-    const std::set<int> va = operand_vars(ir, r, c.a_stmts), vb = operand_vars(ir, r, c.b_stmts);
     std::vector<KStmt> a_pre, b_pre;
     for (size_t s : c.a_outer) a_pre.push_back(ir.body.stmts[s]);
     for (size_t s : c.b_outer) b_pre.push_back(ir.body.stmts[s]);
-    {
-      size_t pj = 0;
-      while (ir.loops[pj].var != c.j_var) ++pj;
+    if (!cs.merged_outer_vars.empty()) {
       MergedColumns m;
-      for (size_t p = pj; p-- > 0;) {
-        const int o = ir.loops[p].var;
-        if (o == c.i_var || !vb.count(o) || va.count(o)) break;
-        m.outer_vars.insert(m.outer_vars.begin(), o);
-        m.outer_extents.insert(m.outer_extents.begin(), ix(*ir.loops[p].extent));
-        outer.erase(std::find(outer.begin(), outer.end(), &ir.loops[p]));
+      for (int o : cs.merged_outer_vars) {
+        const auto at = std::find_if(outer.begin(), outer.end(),
+                                     [&](const KLoop* l) { return l->var == o; });
+        m.outer_vars.push_back(o);
+        m.outer_extents.push_back(ix(*(*at)->extent));
+        outer.erase(at);
       }
-      if (!m.outer_vars.empty()) merged = std::move(m);
+      merged = std::move(m);
     }
     const std::string ei = ix(*cl.i->extent);
     const std::string eji = ix(*cl.j->extent);
-    const bool a_once = invariant_operand(va, r, c.i_var);
-    const bool b_once =
-        invariant_operand(vb, r, c.j_var, merged ? merged->outer_vars : std::vector<int>{});
+    const bool a_once = cs.a_once, b_once = cs.b_once;
     const MergedColumns* mc = merged ? &*merged : nullptr;
-    const ContractionTile wide = tile_, narrow = target_.narrow_contraction_tile();
+    const ContractionTile wide = cs.wide, narrow = cs.narrow;
     const bool two_tiles = !(narrow == wide);
-    auto tile_name = [](const ContractionTile& t) {
-      return std::to_string(t.mr) + "x" + std::to_string(t.nr) + " micro-kernel, blocks kc " +
-             std::to_string(t.kc) + " mc " + std::to_string(t.mc) + " nc " + std::to_string(t.nc);
-    };
     helpers_ += kCppContractionPrelude;
     helpers_ += micro_kernel(wide, "mj_micro", true);
     if (two_tiles) helpers_ += micro_kernel(narrow, "mj_micro_narrow", false);
@@ -1538,19 +1498,6 @@ class CppEmitter : public CFamilyEmitter {
       helpers_ += transpose_helper(wide.vector_floats);
       helpers_ += interleave_helper(wide.vector_floats, wide.mr);
     }
-    schedule_ =
-        std::string("contraction, packed A and B panels, ") + target_.name() + " " +
-        tile_name(wide) +
-        (two_tiles ? " (below " + std::to_string(kWideTileMinColumns) + " columns, unless " +
-                         std::to_string(wide.nr) + "-wide panels are at most a quarter padding, " +
-                         tile_name(narrow) + ")"
-                   : "") +
-        (a_once ? "; A packed once per launch" : "") +
-        (b_once ? "; B packed once per launch" : "") +
-        (!merged ? ""
-         : merged->outer_vars.size() == 1
-             ? "; columns span two output loops"
-             : "; columns span " + std::to_string(merged->outer_vars.size() + 1) + " output loops");
 
     // The schedule for tile `t`, its micro-kernel the function `micro`.
     auto schedule = [&](const ContractionTile& t, const std::string& micro) {

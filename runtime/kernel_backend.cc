@@ -3,6 +3,7 @@
 #include "base/checksum.h"
 #include "base/config.h"
 #include "codegen/cpp_emitter.h"
+#include "codegen/cpu_schedule.h"
 #include "codegen/cuda_emitter.h"
 #include "codegen/cuda_emulation.h"
 #include "codegen/kernel_key.h"
@@ -37,6 +38,10 @@ Backend backend_for(Device device) {
     b.identity = tc.identity();
     b.source_file = "kernel.cc";
     b.emit = [&tc](const KernelIR& ir) { return emit_cpp(ir, tc.target); };
+    b.schedule = [&tc](const KernelIR& ir) {
+      return describe_schedule(schedule_cpu_kernel(ir, tc.target), tc.target);
+    };
+    b.target = tc.target.describe();
     b.command = [&tc](const fs::path& src, const fs::path& so) {
       return tc.compile_command(src, so);
     };
@@ -61,6 +66,7 @@ Backend backend_for(Device device) {
   b.identity = tc.identity();
   b.source_file = "kernel.cu";
   b.emit = tc.emulated ? emit_cuda_for_emulation : emit_cuda_for_gpu;
+  b.schedule = [](const KernelIR&) { return std::string(); };  // the CUDA emitter names none
   b.command = [&tc](const fs::path& src, const fs::path& so) {
     return tc.compile_command(src, so);
   };

@@ -20,6 +20,10 @@ struct Backend {
   std::string identity;     // the toolchain's, hashed into every key
   std::string source_file;  // kernel.cc | kernel.cu
   std::function<std::string(const KernelIR&)> emit;
+  // The kernel's schedule in one line where it is not the plain loop nest (explain()), and
+  // the target the source is written for; both empty where the backend names none.
+  std::function<std::string(const KernelIR&)> schedule;
+  std::string target;
   std::function<std::vector<std::string>(const std::filesystem::path&,
                                          const std::filesystem::path&)>
       command;

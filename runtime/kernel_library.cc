@@ -74,6 +74,11 @@ std::string kernel_source(const KernelIR& ir, Device device) {
   return backend_for(device).emit(ir);
 }
 
+KernelScheduleLine kernel_schedule(const KernelIR& ir, Device device) {
+  const Backend b = backend_for(device);
+  return {b.target, b.schedule(ir)};
+}
+
 std::vector<KernelHandle> obtain_kernels(const std::vector<const KernelIR*>& irs, Device device) {
   RuntimeCounters& counters = runtime_counters();
   std::vector<KernelHandle> out(irs.size());

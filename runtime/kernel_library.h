@@ -51,5 +51,11 @@ std::string key_of(const KernelIR& ir, Device device = Device::CPU);
 // The source the emitter of `device` writes for `ir` (CUDA: for the GPU, or for the host
 // emulation under METAJIT_CUDA_EMULATE=1).
 std::string kernel_source(const KernelIR& ir, Device device);
+// What explain() says of `ir` on `device`: the target its source is written for and its
+// schedule in one line (codegen/cpu_schedule.h), each empty where the backend names none.
+struct KernelScheduleLine {
+  std::string target, schedule;
+};
+KernelScheduleLine kernel_schedule(const KernelIR& ir, Device device);
 
 }  // namespace metajit

@@ -14,6 +14,7 @@
 #include "base/config.h"
 #include "cache/cache_store.h"
 #include "codegen/cpp_emitter.h"
+#include "codegen/cpu_schedule.h"
 #include "codegen/cpu_target.h"
 #include "codegen/kernel_key.h"
 #include "codegen/pipeline.h"
@@ -26,6 +27,7 @@
 #include "support/skip.h"
 
 using namespace metajit;
+using Catch::Matchers::Contains;
 using metajit_test::ScopedEnv;
 using metajit_test::TempDir;
 
@@ -272,4 +274,76 @@ TEST_CASE("the C++ emitter's output is pinned to the codegen version", "[targets
   INFO("emitter output digest " << digest << " under " << kCodegenVersion);
   CHECK(std::string(kCodegenVersion) == kRecordedVersion);
   CHECK(digest == kRecordedDigest);
+}
+
+namespace {
+
+// The kernels build_pipeline lowers for `outputs` (nothing compiled).
+std::vector<KernelIR> lowered(const std::vector<Var>& outputs) {
+  std::vector<NodePtr> nodes;
+  for (const Var& v : outputs) nodes.push_back(v.node());
+  std::vector<KernelIR> out;
+  for (const LoweredKernel& k : build_pipeline(nodes).kernels) out.push_back(k.ir);
+  return out;
+}
+
+// The source's "// schedule: " line, without the tag; empty without one.
+std::string schedule_comment(const std::string& src) {
+  const size_t at = src.find("// schedule: ");
+  if (at == std::string::npos) return {};
+  return src.substr(at + 13, src.find('\n', at) - at - 13);
+}
+
+}  // namespace
+
+TEST_CASE("the C++ schedule pass decides a contraction's blocking as data, which the source and "
+          "explain() print",
+          "[targets]") {
+  Var a = rand({40, 24}, 1), b = rand({24, 36}, 2), batched = rand({3, 40, 24}, 3);
+  Var x = rand({2, 3, 8, 8}, 4), w = rand({5, 3, 3, 3}, 5);
+  eval({a, b, batched, x, w});
+  const std::vector<KernelIR> mm = lowered({matmul(a, b)});
+  const std::vector<KernelIR> bmm = lowered({matmul(batched, b)});
+  const std::vector<KernelIR> conv = lowered({conv2d(x, w, 1, 1)});
+  const std::vector<KernelIR> map = lowered({exp(a) + 1.0});
+  REQUIRE(mm.size() == 1);
+  REQUIRE(bmm.size() == 1);
+  REQUIRE(conv.size() == 1);
+  REQUIRE(map.size() == 1);
+  for (CpuIsa isa : {CpuIsa::Portable, CpuIsa::Avx2, CpuIsa::Avx512}) {
+    const CpuTarget t{isa};
+    INFO(t.name());
+    const CpuSchedule s = schedule_cpu_kernel(mm[0], t);
+    REQUIRE(s.contraction);
+    CHECK(s.contraction->wide == t.contraction_tile());
+    CHECK(s.contraction->narrow == t.narrow_contraction_tile());
+    CHECK(s.contraction->a_once);  // no batch: both operands serve every block
+    CHECK(s.contraction->b_once);
+    CHECK(s.contraction->merged_outer_vars.empty());
+    CHECK(s.levels.size() == s.ir.body.stmts.size());
+    // A batched A changes with the batch loop; the shared B does not.
+    const CpuSchedule sb = schedule_cpu_kernel(bmm[0], t);
+    REQUIRE(sb.contraction);
+    CHECK_FALSE(sb.contraction->a_once);
+    CHECK(sb.contraction->b_once);
+    // conv2d: the output row joins the output column as one column dimension.
+    const CpuSchedule sc = schedule_cpu_kernel(conv[0], t);
+    REQUIRE(sc.contraction);
+    CHECK(sc.contraction->merged_outer_vars.size() == 1);
+    CHECK_THAT(describe_schedule(sc, t), Contains("columns span two output loops"));
+    // A plain loop nest has no contraction and no schedule line.
+    const CpuSchedule sm = schedule_cpu_kernel(map[0], t);
+    CHECK_FALSE(sm.contraction);
+    CHECK(describe_schedule(sm, t).empty());
+    // The emitter prints the schedule it was given: the same line as the data.
+    for (const KernelIR* ir : {&mm[0], &bmm[0], &conv[0], &map[0]})
+      CHECK(schedule_comment(emit_cpp(*ir, t)) ==
+            describe_schedule(schedule_cpu_kernel(*ir, t), t));
+    CHECK_THAT(dump_schedule(s, t), Contains("rows i") && Contains("in loop i") &&
+                                        Contains("reduce.add"));
+  }
+  // explain() reads the schedule of the machine's target, without generating source.
+  const std::string text = explain({matmul(a, b)});
+  CHECK_THAT(text, Contains("  schedule: contraction, packed A and B panels, "));
+  CHECK_THAT(text, Contains("target: "));
 }

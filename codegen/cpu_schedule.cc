@@ -1,0 +1,120 @@
+#include "codegen/cpu_schedule.h"
+
+#include <algorithm>
+#include <set>
+
+#include "codegen/loop_invariants.h"
+
+namespace metajit {
+namespace {
+
+// The loop variables the statements computing an operand read.
+std::set<int> operand_vars(const KernelIR& ir, const KStmt& r, const std::vector<size_t>& stmts) {
+  const std::vector<std::set<int>> vars = value_variables(ir);
+  std::set<int> out;
+  for (size_t s : stmts) {
+    const std::set<int>& v = vars[size_t(r.body->stmts[s].id)];
+    out.insert(v.begin(), v.end());
+  }
+  return out;
+}
+
+// Whether an operand reading the loop variables `vars` reads no output loop but `own` (its row
+// or column variable, and `more` for merged columns) and the reduction's: then it is the same
+// for every iteration of the outer loops (conv2d's weights, a matmul without batch) and is
+// packed once per launch.
+bool invariant_operand(const std::set<int>& vars, const KStmt& r, int own,
+                       const std::vector<int>& more) {
+  std::set<int> allowed(more.begin(), more.end());
+  allowed.insert(own);
+  for (const KLoop& l : r.loops) allowed.insert(l.var);
+  for (int x : vars)
+    if (!allowed.count(x)) return false;
+  return true;
+}
+
+ContractionSchedule schedule_contraction(const KernelIR& ir, const Contraction& c,
+                                         const CpuTarget& target) {
+  ContractionSchedule cs;
+  cs.match = c;
+  cs.wide = target.contraction_tile();
+  cs.narrow = target.narrow_contraction_tile();
+  const KStmt& r = ir.body.stmts[c.reduce_index];
+  const std::set<int> va = operand_vars(ir, r, c.a_stmts), vb = operand_vars(ir, r, c.b_stmts);
+  // Output loops just outside j that only b reads join the columns (conv2d: the output row,
+  // with j the output column: 8 x 56 x 56 outputs are 64 rows by 3136 columns, not 448 blocks
+  // of 64 by 56, 56 padded to the tile's 64; conv2d's weight gradient: input channel, kernel
+  // row and column are 576 columns, not 192 blocks of 3).
+  size_t pj = 0;
+  while (ir.loops[pj].var != c.j_var) ++pj;
+  for (size_t p = pj; p-- > 0;) {
+    const int o = ir.loops[p].var;
+    if (o == c.i_var || !vb.count(o) || va.count(o)) break;
+    cs.merged_outer_vars.insert(cs.merged_outer_vars.begin(), o);
+  }
+  cs.a_once = invariant_operand(va, r, c.i_var, {});
+  cs.b_once = invariant_operand(vb, r, c.j_var, cs.merged_outer_vars);
+  return cs;
+}
+
+std::string tile_name(const ContractionTile& t) {
+  return std::to_string(t.mr) + "x" + std::to_string(t.nr) + " micro-kernel, blocks kc " +
+         std::to_string(t.kc) + " mc " + std::to_string(t.mc) + " nc " + std::to_string(t.nc);
+}
+
+}  // namespace
+
+CpuSchedule schedule_cpu_kernel(const KernelIR& ir, const CpuTarget& target) {
+  CpuSchedule s;
+  s.ir = ir;
+  if (ir.kind != KernelKind::Map) return s;
+  hoist_reduce_invariants(s.ir);
+  s.levels = statement_levels(s.ir);
+  s.level_of_value = levels_by_value(s.ir, s.levels);
+  if (s.ir.loops.empty()) return s;
+  if (std::optional<Contraction> c = find_contraction(s.ir, s.levels, s.level_of_value))
+    s.contraction = schedule_contraction(s.ir, *c, target);
+  return s;
+}
+
+std::string describe_schedule(const CpuSchedule& s, const CpuTarget& target) {
+  if (!s.contraction) return {};
+  const ContractionSchedule& c = *s.contraction;
+  const bool two_tiles = !(c.narrow == c.wide);
+  const size_t merged = c.merged_outer_vars.size();
+  return std::string("contraction, packed A and B panels, ") + target.name() + " " +
+         tile_name(c.wide) +
+         (two_tiles ? " (below " + std::to_string(kWideTileMinColumns) + " columns, unless " +
+                          std::to_string(c.wide.nr) + "-wide panels are at most a quarter " +
+                          "padding, " + tile_name(c.narrow) + ")"
+                    : "") +
+         (c.a_once ? "; A packed once per launch" : "") +
+         (c.b_once ? "; B packed once per launch" : "") +
+         (merged == 0   ? ""
+          : merged == 1 ? "; columns span two output loops"
+                        : "; columns span " + std::to_string(merged + 1) + " output loops");
+}
+
+std::string dump_schedule(const CpuSchedule& s, const CpuTarget& target) {
+  std::string out = "schedule (" + std::string(target.name()) + "): ";
+  const std::string line = describe_schedule(s, target);
+  out += line.empty() ? (s.ir.kind == KernelKind::Map ? "loop nest" : "scatter") : line;
+  out += "\n";
+  if (s.contraction) {
+    const ContractionSchedule& c = *s.contraction;
+    out += "  rows i" + std::to_string(c.match.i_var) + ", columns i" +
+           std::to_string(c.match.j_var);
+    for (int v : c.merged_outer_vars) out += " with i" + std::to_string(v);
+    out += ", reduction v" + std::to_string(s.ir.body.stmts[c.match.reduce_index].id) + "\n";
+  }
+  for (size_t k = 0; k < s.levels.size(); ++k) {
+    const int lv = s.levels[k];
+    out += "  v" + std::to_string(s.ir.body.stmts[k].id) + ": " +
+           (lv < 0 ? std::string("once per launch")
+                   : "in loop i" + std::to_string(s.ir.loops[size_t(lv)].var)) +
+           "\n";
+  }
+  return out + serialize_ir(s.ir);
+}
+
+}  // namespace metajit

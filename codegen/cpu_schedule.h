@@ -1,0 +1,54 @@
+// The schedule pass of the C++ backend (issue 28, first part): what the C++ emitter will do
+// with a kernel, decided before anything is printed and kept as data. explain() and
+// METAJIT_LOG=debug read it from here, not from the generated source; the emitter prints it.
+//
+// It holds today: the scheduled copy of the IR (each reduction's loop invariants hoisted in
+// front of it, codegen/loop_invariants.h), the loop level of every top-level statement, and a
+// contraction's blocked schedule (the register tiles of the target, which operands are packed
+// once per launch, the output loops walked as one column dimension). The row-reuse, strip-mined
+// column reduction, division-chunk and sub-range schedules of map kernels are still chosen
+// while printing (codegen/cpp_emitter.cc).
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "codegen/cpu_target.h"
+#include "codegen/kernel_ir.h"
+#include "codegen/kernel_patterns.h"
+
+namespace metajit {
+
+// Contractions with at least this many output columns take the target's wide tile (its panels
+// then at most a quarter padding), fewer the narrow one (cpu_target.h) unless the wide tile's
+// panels are at most a quarter padding anyway (128 or 192 columns on AVX-512: 6x16 has 6
+// accumulators, too few to keep two FMA units busy; [1024,512]x[512,128] ran at 187 GFLOP/s on
+// it, 228 on 6x64, on 2 threads of an AVX-512 Xeon). The choice is made at run time, from the
+// launch's extents; the schedule holds both tiles.
+inline constexpr int kWideTileMinColumns = 256;
+
+struct ContractionSchedule {
+  Contraction match;                   // kernel_patterns.h: the reduction and its operands
+  ContractionTile wide, narrow;        // the target's tiles; equal where it has one
+  std::vector<int> merged_outer_vars;  // output loops just outside j walked as columns too,
+                                       // outermost first (conv2d: 64 rows x 3136 columns)
+  bool a_once = false, b_once = false;  // packed once per launch (reads no outer loop)
+};
+
+struct CpuSchedule {
+  KernelIR ir;  // the scheduled copy: reduction invariants hoisted (map kernels)
+  std::vector<int> levels;          // per top-level statement: its loop (statement_levels)
+  std::vector<int> level_of_value;  // the same by value id
+  std::optional<ContractionSchedule> contraction;
+};
+
+CpuSchedule schedule_cpu_kernel(const KernelIR& ir, const CpuTarget& target);
+
+// One line naming the schedule where it is not the plain loop nest (the source's
+// "// schedule:" comment and explain()), empty otherwise.
+std::string describe_schedule(const CpuSchedule& s, const CpuTarget& target);
+
+// The scheduled IR with each statement's loop level, and the line above: METAJIT_LOG=debug.
+std::string dump_schedule(const CpuSchedule& s, const CpuTarget& target);
+
+}  // namespace metajit
