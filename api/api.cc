@@ -134,7 +134,8 @@ std::string explain(const std::vector<Var>& vars) {
   std::string target;
   for (size_t k = 0; k < p.kernels.size(); ++k) {
     const KernelScheduleLine line = kernel_schedule(p.kernels[k].ir, device());
-    if (!line.target.empty() && line.target != target) s += "target: " + (target = line.target) + "\n";
+    if (!line.target.empty() && line.target != target)
+      s += "target: " + (target = line.target) + "\n";
     s += "kernel " + std::to_string(k) + " key " + key_of(p.kernels[k].ir, device()) + "\n";
     if (!line.schedule.empty()) s += "  schedule: " + line.schedule + "\n";
   }

@@ -9,8 +9,8 @@
 
 #include "base/log.h"
 #include "codegen/c_family_emitter.h"
-#include "codegen/cpu_schedule.h"
 #include "codegen/cpp_preludes.h"
+#include "codegen/cpu_schedule.h"
 #include "codegen/division_chunks.h"
 #include "codegen/guard_intervals.h"
 #include "codegen/kernel_patterns.h"
@@ -342,7 +342,7 @@ class CppEmitter : public CFamilyEmitter {
   // work is large, directly otherwise, where the orphaned loop runs on its own thread without
   // entering libgomp.
   void open_parallel(int d, const std::string& for_clauses, const std::string& w) {
-    const std::string name = "mj_nest" + std::to_string(open_nests_.size() + nests_++);
+    const std::string name = "mj_nest" + std::to_string(nests_++);
     open_nests_.push_back({name, w, d});
     line(d, "auto " + name + " = [&]() {");
     line(d + 1, "#pragma omp for " + for_clauses + " nowait");
@@ -570,9 +570,10 @@ class CppEmitter : public CFamilyEmitter {
     }
     // One loop only: it is both the parallel and the SIMD loop.
     const bool single_simd = k == 1 && !strips && simd_friendly(ir, levels, 0);
-    open_parallel(base, std::string(single_simd ? "simd " : "") +
-                            (collapse > 1 ? "collapse(" + std::to_string(collapse) + ") " : "") +
-                            "schedule(static)",
+    open_parallel(base,
+                  std::string(single_simd ? "simd " : "") +
+                      (collapse > 1 ? "collapse(" + std::to_string(collapse) + ") " : "") +
+                      "schedule(static)",
                   w);
     int d = base + 1;
     for (int lv = 0; lv < k; ++lv) {
@@ -1514,8 +1515,8 @@ class CppEmitter : public CFamilyEmitter {
     if (!cs.merged_outer_vars.empty()) {
       MergedColumns m;
       for (int o : cs.merged_outer_vars) {
-        const auto at = std::find_if(outer.begin(), outer.end(),
-                                     [&](const KLoop* l) { return l->var == o; });
+        const auto at =
+            std::find_if(outer.begin(), outer.end(), [&](const KLoop* l) { return l->var == o; });
         m.outer_vars.push_back(o);
         m.outer_extents.push_back(ix(*(*at)->extent));
         outer.erase(at);

@@ -102,8 +102,8 @@ std::string dump_schedule(const CpuSchedule& s, const CpuTarget& target) {
   out += "\n";
   if (s.contraction) {
     const ContractionSchedule& c = *s.contraction;
-    out += "  rows i" + std::to_string(c.match.i_var) + ", columns i" +
-           std::to_string(c.match.j_var);
+    out +=
+        "  rows i" + std::to_string(c.match.i_var) + ", columns i" + std::to_string(c.match.j_var);
     for (int v : c.merged_outer_vars) out += " with i" + std::to_string(v);
     out += ", reduction v" + std::to_string(s.ir.body.stmts[c.match.reduce_index].id) + "\n";
   }

@@ -28,16 +28,16 @@ namespace metajit {
 inline constexpr int kWideTileMinColumns = 256;
 
 struct ContractionSchedule {
-  Contraction match;                   // kernel_patterns.h: the reduction and its operands
-  ContractionTile wide, narrow;        // the target's tiles; equal where it has one
-  std::vector<int> merged_outer_vars;  // output loops just outside j walked as columns too,
-                                       // outermost first (conv2d: 64 rows x 3136 columns)
+  Contraction match;                    // kernel_patterns.h: the reduction and its operands
+  ContractionTile wide, narrow;         // the target's tiles; equal where it has one
+  std::vector<int> merged_outer_vars;   // output loops just outside j walked as columns too,
+                                        // outermost first (conv2d: 64 rows x 3136 columns)
   bool a_once = false, b_once = false;  // packed once per launch (reads no outer loop)
 };
 
 struct CpuSchedule {
-  KernelIR ir;  // the scheduled copy: reduction invariants hoisted (map kernels)
-  std::vector<int> levels;          // per top-level statement: its loop (statement_levels)
+  KernelIR ir;              // the scheduled copy: reduction invariants hoisted (map kernels)
+  std::vector<int> levels;  // per top-level statement: its loop (statement_levels)
   std::vector<int> level_of_value;  // the same by value id
   std::optional<ContractionSchedule> contraction;
 };

@@ -350,7 +350,8 @@ class CudaEmitter : public CFamilyEmitter {
     line(2, "}");
     line(2, "((" + O + "4*)out)[mj_q] = make_" + O + "4(mj_o[0], mj_o[1], mj_o[2], mj_o[3]);");
     for (size_t k = 0; k < ir_.extra_outputs.size(); ++k) {
-      const std::string E = ctype(ir_.extra_outputs[k].buffer.dtype), o = "mj_o" + std::to_string(k + 1);
+      const std::string E = ctype(ir_.extra_outputs[k].buffer.dtype),
+                        o = "mj_o" + std::to_string(k + 1);
       line(2, "((" + E + "4*)" + extra_out(k) + ")[mj_q] = make_" + E + "4(" + o + "[0], " + o +
                   "[1], " + o + "[2], " + o + "[3]);");
     }

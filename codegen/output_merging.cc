@@ -59,8 +59,10 @@ bool mergeable(const Graph& g, const FusionPlan& plan, const std::vector<bool>& 
   if (g.nodes[size_t(pg.root)].shape != g.nodes[size_t(cg.root)].shape) return false;
   if (pg.extra_roots.size() + cg.extra_roots.size() + 2 > size_t(kMaxKernelOutputs)) return false;
   const std::vector<int> moved = group_outputs(pg);
-  for (int v : moved)
+  for (int v : moved) {
+    if (g.nodes[size_t(v)].fusion_barrier) return false;  // its readers read it from memory
     if (contains(cg.reads, v) && !read_elementwise(g, consumers, cg, v)) return false;
+  }
   for (size_t q = p + 1; q < c; ++q) {
     if (gone[q]) continue;
     for (int v : moved)

@@ -11,7 +11,8 @@
 //     the merge could change;
 //   - P's value has exactly C's shape and C reads it only through element-wise ops (the same
 //     element of the same loop iteration, never through a broadcast or a reindex);
-//   - no kernel between them reads P's value (it does not exist before C runs).
+//   - no kernel between them reads P's value (it does not exist before C runs);
+//   - P's value is not behind a fusion_barrier() (its readers read it from memory).
 // Merging repeats until nothing qualifies, so a chain or several siblings end in one kernel, up
 // to kMaxKernelOutputs values written.
 #pragma once

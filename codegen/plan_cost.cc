@@ -48,7 +48,8 @@ PlanCost plan_cost(const Graph& g, const FusionPlan& plan) {
     std::fill(evals.begin(), evals.end(), 0.0);
     std::fill(reach.begin(), reach.end(), 0.0);
     evals[size_t(group.root)] = reach[size_t(group.root)] = elements(g.nodes[size_t(group.root)]);
-    for (int e : group.extra_roots) evals[size_t(e)] = reach[size_t(e)] = elements(g.nodes[size_t(e)]);
+    for (int e : group.extra_roots)
+      evals[size_t(e)] = reach[size_t(e)] = elements(g.nodes[size_t(e)]);
     // group.nodes is topological: readers after what they read.
     for (auto it = group.nodes.rbegin(); it != group.nodes.rend(); ++it) {
       const int c = *it;

@@ -52,7 +52,7 @@ struct ExecProgram {
   std::vector<Step> steps;           // in dependency order
   std::vector<int32_t> input_slots;  // per step, its kernel's input buffers in slot order
   std::vector<int32_t> free_slots;
-  std::vector<ExtraOutput> extra_outputs;  // per step, after its output, in the kernel's order
+  std::vector<ExtraOutput> extra_outputs;     // per step, after its output, in the kernel's order
   std::vector<long long> params;              // every step's shape parameters, concatenated
   std::vector<double> scalars;                // every step's scalar arguments, concatenated
   std::vector<Output> outputs;                // one per Graph::outputs entry

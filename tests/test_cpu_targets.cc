@@ -296,9 +296,10 @@ std::string schedule_comment(const std::string& src) {
 
 }  // namespace
 
-TEST_CASE("the C++ schedule pass decides a contraction's blocking as data, which the source and "
-          "explain() print",
-          "[targets]") {
+TEST_CASE(
+    "the C++ schedule pass decides a contraction's blocking as data, which the source and "
+    "explain() print",
+    "[targets]") {
   Var a = rand({40, 24}, 1), b = rand({24, 36}, 2), batched = rand({3, 40, 24}, 3);
   Var x = rand({2, 3, 8, 8}, 4), w = rand({5, 3, 3, 3}, 5);
   eval({a, b, batched, x, w});
@@ -339,8 +340,8 @@ TEST_CASE("the C++ schedule pass decides a contraction's blocking as data, which
     for (const KernelIR* ir : {&mm[0], &bmm[0], &conv[0], &map[0]})
       CHECK(schedule_comment(emit_cpp(*ir, t)) ==
             describe_schedule(schedule_cpu_kernel(*ir, t), t));
-    CHECK_THAT(dump_schedule(s, t), Contains("rows i") && Contains("in loop i") &&
-                                        Contains("reduce.add"));
+    CHECK_THAT(dump_schedule(s, t),
+               Contains("rows i") && Contains("in loop i") && Contains("reduce.add"));
   }
   // explain() reads the schedule of the machine's target, without generating source.
   const std::string text = explain({matmul(a, b)});

@@ -201,8 +201,7 @@ TEST_CASE("a matrix product beside another reduction is its own contraction kern
 }
 
 TEST_CASE("an Adam step's m, v and p are one kernel that reads the gradient once", "[fusion]") {
-  Var m = randn({33, 17}, 1), v = rand({33, 17}, 2), p = randn({33, 17}, 3),
-      g = randn({33, 17}, 4);
+  Var m = randn({33, 17}, 1), v = rand({33, 17}, 2), p = randn({33, 17}, 3), g = randn({33, 17}, 4);
   eval({m, v, p, g});
   auto step = [&] {
     Var m2 = m * 0.9 + g * 0.1, v2 = v * 0.999 + g * g * 0.001;
@@ -220,9 +219,10 @@ TEST_CASE("an Adam step's m, v and p are one kernel that reads the gradient once
   }
 }
 
-TEST_CASE("a value read through a broadcast or a reindex, or by a kernel before its reader, "
-          "keeps its own kernel",
-          "[fusion]") {
+TEST_CASE(
+    "a value read through a broadcast or a reindex, or by a kernel before its reader, "
+    "keeps its own kernel",
+    "[fusion]") {
   Var x = rand({8, 8}, 1), y = rand({8}, 2);
   eval({x, y});
   // Each case builds its values afresh: an evaluated `a` would be a leaf of the next.
@@ -233,9 +233,19 @@ TEST_CASE("a value read through a broadcast or a reindex, or by a kernel before 
     CHECK(launched_by(build()) == expected);
   };
   // Read transposed: the reader's element is not the value's.
-  kernels([&] { Var a = exp(x); return std::vector<Var>{a, transpose(a, {1, 0}) + 1.0}; }, 2);
+  kernels(
+      [&] {
+        Var a = exp(x);
+        return std::vector<Var>{a, transpose(a, {1, 0}) + 1.0};
+      },
+      2);
   // Read by a kernel with a reduction (a row sum over the stored value): two loop nests.
-  kernels([&] { Var a = exp(x); return std::vector<Var>{a, a / sum(a, {1}, true)}; }, 2);
+  kernels(
+      [&] {
+        Var a = exp(x);
+        return std::vector<Var>{a, a / sum(a, {1}, true)};
+      },
+      2);
   // A reduction reads `a` in a kernel planned before the element-wise reader: `a` must exist
   // by then, so it stays its own kernel; planned after the reader, the reader writes it.
   kernels(
@@ -252,13 +262,26 @@ TEST_CASE("a value read through a broadcast or a reindex, or by a kernel before 
         return std::vector<Var>{a, reader, sum(a, {1})};
       },
       2);
+  // Behind a fusion barrier: stored, and read from memory by its reader's own kernel.
+  kernels(
+      [&] {
+        Var a = fusion_barrier(exp(x));
+        return std::vector<Var>{a, a * 2.0};
+      },
+      2);
   // Different shapes: never one loop nest.
-  kernels([&] { Var b = exp(y); return std::vector<Var>{b, broadcast_to(b, {8, 8}) + x}; }, 2);
+  kernels(
+      [&] {
+        Var b = exp(y);
+        return std::vector<Var>{b, broadcast_to(b, {8, 8}) + x};
+      },
+      2);
 }
 
-TEST_CASE("a costly value stored for two element-wise readers is kept in registers when one "
-          "kernel writes both",
-          "[fusion]") {
+TEST_CASE(
+    "a costly value stored for two element-wise readers is kept in registers when one "
+    "kernel writes both",
+    "[fusion]") {
   Var x = rand({16, 16}, 1);
   eval({x});
   auto build = [&] {
