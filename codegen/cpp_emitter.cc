@@ -333,40 +333,6 @@ class CppEmitter : public CFamilyEmitter {
     for (size_t k = n; k-- > 0;) line(depth + int(k), "}");
   }
 
-  // A loop nest shared among the threads when its work `w` exceeds kParallelWork, opened at
-  // `d` (its `for` lines follow at d + 1) and closed by close_parallel(). OpenMP's `parallel
-  // for if(false)` still enters libgomp, which forms a team of one and wakes its barrier's
-  // futex on the way out: 0.34 us a call around a 6-element loop that takes 0.01 (gcc 12,
-  // libgomp, AMD EPYC; jit() of a*b+c on 2x3 took 0.6 us a call, one futex syscall each).
-  // So the nest is a lambda whose `omp for` is orphaned: called inside `omp parallel` when the
-  // work is large, directly otherwise, where the orphaned loop runs on its own thread without
-  // entering libgomp.
-  void open_parallel(int d, const std::string& for_clauses, const std::string& w) {
-    const std::string name = "mj_nest" + std::to_string(nests_++);
-    open_nests_.push_back({name, w, d});
-    line(d, "auto " + name + " = [&]() {");
-    line(d + 1, "#pragma omp for " + for_clauses + " nowait");
-  }
-  void close_parallel() {
-    const OpenNest n = open_nests_.back();
-    open_nests_.pop_back();
-    line(n.depth, "};");
-    line(n.depth, "if (" + n.work + " > " + std::to_string(kParallelWork) + ") {");
-    line(n.depth + 1, "#pragma omp parallel");
-    line(n.depth + 1, n.name + "();");
-    line(n.depth, "} else {");
-    line(n.depth + 1, n.name + "();");
-    line(n.depth, "}");
-  }
-  struct OpenNest {
-    std::string name, work;
-    int depth;
-  };
-  std::vector<OpenNest> open_nests_;
-  int nests_ = 0;
-  // Iterations from which a loop nest is shared among the threads.
-  static constexpr int kParallelWork = 32768;
-
   // The statement storing a map's output element at `idx`, and its extra outputs' there.
   std::string map_store(const std::vector<IndexExprPtr>& idx, int result) const {
     const std::string at = offset("out", idx);
@@ -570,12 +536,10 @@ class CppEmitter : public CFamilyEmitter {
     }
     // One loop only: it is both the parallel and the SIMD loop.
     const bool single_simd = k == 1 && !strips && simd_friendly(ir, levels, 0);
-    open_parallel(base,
-                  std::string(single_simd ? "simd " : "") +
-                      (collapse > 1 ? "collapse(" + std::to_string(collapse) + ") " : "") +
-                      "schedule(static)",
-                  w);
-    int d = base + 1;
+    line(base, "#pragma omp parallel for" + std::string(single_simd ? " simd" : "") +
+                   (collapse > 1 ? " collapse(" + std::to_string(collapse) + ")" : std::string()) +
+                   " schedule(static) if(" + w + " > 32768)");
+    int d = base;
     for (int lv = 0; lv < k; ++lv) {
       const KLoop& l = ir.loops[size_t(lv)];
       const std::string i = "i" + std::to_string(l.var);
@@ -615,8 +579,7 @@ class CppEmitter : public CFamilyEmitter {
       }
       if (innermost) line(d, store);
     }
-    for (; d > base + 1; --d) line(d - 1, "}");
-    close_parallel();
+    for (; d > base; --d) line(d - 1, "}");
     forget_hoisted_extras();
     guard_tests_.clear();
   }
@@ -1479,15 +1442,14 @@ class CppEmitter : public CFamilyEmitter {
                           reads_along_rows(all, own));
     const std::string G = std::to_string(grouped ? (kPackRows + pw - 1) / pw : 1);
     const std::string panels = pad + " / " + PW;
-    open_parallel(2, "schedule(static)", pad + " * mj_k");
-    line(3, "for (i64 mj_p = 0; mj_p < " + panels + "; mj_p += " + G + ") {");
-    line(4, "const i64 mj_pn = (" + panels + " - mj_p < " + G + " ? " + panels + " - mj_p : " + G +
+    line(2, "#pragma omp parallel for schedule(static) if(" + pad + " * mj_k > 32768)");
+    line(2, "for (i64 mj_p = 0; mj_p < " + panels + "; mj_p += " + G + ") {");
+    line(3, "const i64 mj_pn = (" + panels + " - mj_p < " + G + " ? " + panels + " - mj_p : " + G +
                 ") * " + PW + ";");
     pack_operand(r, pre, stmts, value, var, pw, buf + " + mj_p * mj_k * " + PW, "mj_k * " + PW,
-                 "mj_p * " + PW, "(" + extent + " - mj_p * " + PW + ")", "mj_pn", "0", "mj_k", 4,
+                 "mj_p * " + PW, "(" + extent + " - mj_p * " + PW + ")", "mj_pn", "0", "mj_k", 3,
                  merged);
-    line(3, "}");
-    close_parallel();
+    line(2, "}");
     line(1, "}");
   }
 
@@ -1607,8 +1569,9 @@ class CppEmitter : public CFamilyEmitter {
       // complexes (two L3s; each alone streams memory at a different speed then): there the
       // GPT forward took 19.5 ms with blocks handed out dynamically, 17.2 static, and 12.7
       // either way otherwise (AVX2, bench --serve-gpt).
-      open_parallel(2, "collapse(" + std::to_string(outer.size() + 2) + ") schedule(static)", w);
-      int d = 3;
+      line(2, "#pragma omp parallel for collapse(" + std::to_string(outer.size() + 2) +
+                  ") schedule(static) if(" + w + " > 32768)");
+      int d = 2;
       for (const KLoop* l : outer) {
         const std::string i = "i" + std::to_string(l->var);
         line(d++, "for (i64 " + i + " = 0; " + i + " < " + ix(*l->extent) + "; ++" + i + ") {");
@@ -1696,8 +1659,7 @@ class CppEmitter : public CFamilyEmitter {
         line(--e, "}");
       }
       line(d, "}");
-      for (; d > 3; --d) line(d - 1, "}");
-      close_parallel();
+      for (; d > 2; --d) line(d - 1, "}");
       line(2, "mj_give(2, mj_scratch);");
       line(1, "} else {");
       generic_map(ir, levels, level_of_value, store, 2);
@@ -2154,9 +2116,8 @@ class CppEmitter : public CFamilyEmitter {
     std::string n = "1LL";
     for (const auto& d : ir_.output.dims) n += " * " + ix(*d);
     line(1, "const i64 out_n = " + n + ";");
-    open_parallel(1, "schedule(static)", "out_n");
-    line(2, "for (i64 j = 0; j < out_n; ++j) out[j] = " + identity(op, ir_.output.dtype) + ";");
-    close_parallel();
+    line(1, "#pragma omp parallel for schedule(static) if(out_n > 32768)");
+    line(1, "for (i64 j = 0; j < out_n; ++j) out[j] = " + identity(op, ir_.output.dtype) + ";");
     const int split = independent_scatter_loop();
     std::vector<KLoop> loops = ir_.loops;
     int depth = 1;
@@ -2168,10 +2129,10 @@ class CppEmitter : public CFamilyEmitter {
       const std::string e = ix(*own.extent), i = "i" + std::to_string(own.var);
       line(1, "const i64 mj_se = " + e + ";");
       line(1, "const i64 mj_sc = mj_se < omp_get_max_threads() ? mj_se : omp_get_max_threads();");
-      open_parallel(1, "schedule(static)", work(ir_.loops));
-      line(2, "for (i64 mj_c = 0; mj_c < mj_sc; ++mj_c) {");
-      line(3, "const i64 mj_lo = mj_se * mj_c / mj_sc, mj_hi = mj_se * (mj_c + 1) / mj_sc;");
-      depth = 3;
+      line(1, "#pragma omp parallel for schedule(static) if(" + work(ir_.loops) + " > 32768)");
+      line(1, "for (i64 mj_c = 0; mj_c < mj_sc; ++mj_c) {");
+      line(2, "const i64 mj_lo = mj_se * mj_c / mj_sc, mj_hi = mj_se * (mj_c + 1) / mj_sc;");
+      depth = 2;
       for (size_t k = 0; k < loops.size(); ++k) {
         const std::string l = "i" + std::to_string(loops[k].var);
         line(depth++,
@@ -2225,9 +2186,7 @@ class CppEmitter : public CFamilyEmitter {
     if (!always) line(depth++, "if (" + ix(*valid) + ") {");
     line(depth, ctype(ir_.output.dtype) + "& t = out[" + offset("out", ir_.target) + "];");
     line(depth, "t = " + combine(op, ir_.output.dtype, "t", v(ir_.body.result)) + ";");
-    const int base = split >= 0 ? 2 : 1;  // the split loop sits in open_parallel's lambda
-    while (depth-- > base) line(depth, "}");
-    if (split >= 0) close_parallel();
+    while (depth-- > 1) line(depth, "}");
     forget_hoisted_extras();
   }
   std::vector<IndexExprPtr> valid_;  // scatter_kernel: the target test's per-lane conjuncts

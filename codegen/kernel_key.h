@@ -39,10 +39,8 @@ namespace metajit {
 // innermost loop run in sub-ranges where they are constants, a failing guard's value taken once
 // where that is exact (partitioned_reduce in codegen/cpp_emitter.cc); 37: on 16-float targets
 // its passed sub-range rounded up to whole vectors, the guard tested past its end; 38: a
-// contraction's blocks shared among the threads statically; 39: parallel loop nests as lambdas
-// whose orphaned `omp for` runs inside `omp parallel` only above the work threshold
-// (open_parallel in codegen/cpp_emitter.cc: no libgomp call for small launches)
-inline constexpr const char* kCodegenVersion = "cpp-39";
+// contraction's blocks shared among the threads statically
+inline constexpr const char* kCodegenVersion = "cpp-38";
 
 class KernelKeyBuilder {
  public:
