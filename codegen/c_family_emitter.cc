@@ -308,8 +308,8 @@ std::string CFamilyEmitter::unary(UnaryOp op, DType t, const std::string& x) con
       case UnaryOp::Abs:
         return builtin("fabs");
       case UnaryOp::Exp:
-        // The C++ prelude's guarded exp (codegen/cpp_emitter.cc, mj_expf); CUDA's expf has no
-        // slow lanes.
+        // The C++ prelude's exp (codegen/cpp_kernel_prelude.h: float32 inline, float64 libmvec
+        // guarded); CUDA's expf has no slow lanes.
         return dialect_ == Dialect::Cuda ? fn("exp") : fn("mj_exp");
       case UnaryOp::Log:
         return fn("log");
@@ -324,7 +324,9 @@ std::string CFamilyEmitter::unary(UnaryOp op, DType t, const std::string& x) con
       case UnaryOp::Floor:
         return builtin("floor");
       case UnaryOp::Sigmoid:
-        return "((" + T + ")1 / ((" + T + ")1 + exp" + (f32 ? "f" : "") + "(-" + x + ")))";
+        // Through the prelude's exp as Exp is: no slow lanes for large x.
+        return "((" + T + ")1 / ((" + T + ")1 + " + (dialect_ == Dialect::Cuda ? "exp" : "mj_exp") +
+               (f32 ? "f" : "") + "(-" + x + ")))";
       case UnaryOp::Relu:
         return "(" + x + " > 0 ? " + x + " : (" + T + ")0)";
       case UnaryOp::LogicalNot:

@@ -39,8 +39,10 @@ namespace metajit {
 // innermost loop run in sub-ranges where they are constants, a failing guard's value taken once
 // where that is exact (partitioned_reduce in codegen/cpp_emitter.cc); 37: on 16-float targets
 // its passed sub-range rounded up to whole vectors, the guard tested past its end; 38: a
-// contraction's blocks shared among the threads statically
-inline constexpr const char* kCodegenVersion = "cpp-38";
+// contraction's blocks shared among the threads statically; (39 was the lambda loop nests of
+// b41c886, reverted: caches may hold its kernels) 40: float32 exp (and sigmoid's) inline in the
+// prelude, not libmvec's expf (mj_expf in codegen/cpp_kernel_prelude.h)
+inline constexpr const char* kCodegenVersion = "cpp-40";
 
 class KernelKeyBuilder {
  public:
