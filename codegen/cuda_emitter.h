@@ -34,9 +34,11 @@ enum class CudaTarget { Gpu, HostEmulation };
 // Bump when the emitted CUDA source for the same IR changes (part of every CUDA key, with a
 // hash of the emulation prelude for emulated kernels). 3: integer arithmetic wraps; 4: integer
 // pow from the exact power (CUDA's double pow is not exact), 16-byte element-wise accesses;
-// 5: 16-byte loads in row reductions. tests/test_cuda_codegen.cc pins the output to the version
+// 5: 16-byte loads in row reductions; 6: the GPU and common preludes from headers
+// (codegen/cuda_gpu_prelude.h, cuda_common_prelude.h), their comments now in the source.
+// tests/test_cuda_codegen.cc pins the output to the version
 // (a digest of every_pattern()'s kernels on both targets): a change without a bump fails there.
-inline constexpr const char* kCudaCodegenVersion = "cuda-5";
+inline constexpr const char* kCudaCodegenVersion = "cuda-6";
 
 std::string emit_cuda(const KernelIR& ir, CudaTarget target = CudaTarget::Gpu);
 

@@ -11,5 +11,9 @@ namespace metajit {
 // The text of codegen/cuda_emulation_prelude.h with codegen/cuda_emulation_abi.h in place of its
 // #include, embedded by the build (CMakeLists.txt).
 extern const char* const kCudaEmulationPrelude;
+// The texts of codegen/cuda_gpu_prelude.h (a GPU kernel's first lines) and
+// codegen/cuda_common_prelude.h (both targets', after the integer prelude), embedded the same way.
+extern const char* const kCudaGpuPrelude;
+extern const char* const kCudaCommonPrelude;
 
 }  // namespace metajit

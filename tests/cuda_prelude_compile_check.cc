@@ -1,0 +1,16 @@
+// The CUDA preludes as the host emulation compiles them, built as the project's own code with
+// its warnings (tests/CMakeLists.txt; -Werror in CI): every emulated kernel's source carries
+// their text (codegen/cuda_emitter.cc), which otherwise only g++ at kernel-compile time would
+// see, without warnings. The GPU prelude (codegen/cuda_gpu_prelude.h) needs nvcc: the GPU kernel
+// tests compile it (tests/test_cuda_codegen.cc).
+#include "codegen/cuda_emulation_prelude.h"
+// The integer prelude (CFamilyEmitter::integer_prelude) comes between the two; its types here.
+typedef long long i64;
+typedef unsigned long long u64;
+#include "codegen/cuda_common_prelude.h"
+
+// A use of the helpers, as a kernel's (-Wunused-function).
+extern "C" double metajit_cuda_prelude_compile_check(i64 a, i64 b) {
+  return mj_pow_int(a, b) + mj_pow_i32(a, b) + double(mj_pow_i64(a, b)) +
+         double(mj_blocks(a, 256, 1024u));
+}
