@@ -163,6 +163,9 @@ std::string CFamilyEmitter::extra_readers(const std::string& qualifier) const {
 }
 
 std::string CFamilyEmitter::ix(const IndexExpr& e) const {
+  if (in_bounds_ && (e.kind == IxKind::Lt || e.kind == IxKind::Ge) &&
+      in_bounds_->true_tests.count(ix_to_string(e)))
+    return "true";
   auto bin = [&](const char* op) { return "(" + ix(*e.a) + " " + op + " " + ix(*e.b) + ")"; };
   switch (e.kind) {
     case IxKind::Const:
@@ -221,6 +224,12 @@ std::string CFamilyEmitter::ix(const IndexExpr& e) const {
         if (auto it = hoisted_extras_.find(ix_to_string(e)); it != hoisted_extras_.end())
           return it->second;
       const KBuffer& b = ir_.inputs.at(size_t(e.value));
+      if (in_bounds_ && in_bounds_->unchecked_reads.count(ix_to_string(e))) {
+        std::string flat;
+        for (size_t k = 0; k < e.args.size(); ++k)
+          flat = k ? "(" + flat + ") * " + ix(*b.dims[k]) + " + " + ix(*e.args[k]) : ix(*e.args[k]);
+        return "(i64)in" + std::to_string(e.value) + "[" + (flat.empty() ? "0" : flat) + "]";
+      }
       std::string s = "mj_read" + std::to_string(b.dims.size()) + "(in" + std::to_string(e.value);
       for (const IndexExprPtr& d : b.dims) s += ", " + ix(*d);
       for (const IndexExprPtr& a : e.args) s += ", " + ix(*a);

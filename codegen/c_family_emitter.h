@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/extra_bounds.h"
 #include "codegen/kernel_ir.h"
 
 namespace metajit {
@@ -108,6 +109,9 @@ class CFamilyEmitter {
   std::set<std::pair<int, DType>> scalar_locals_;
   std::map<int, DType> dtypes_;  // value id -> dtype of the values emitted so far
   std::map<std::string, std::string> hoisted_extras_;  // ix_to_string(read) -> its local
+  // While set, ix() prints these extra reads as plain loads and these tests as true (the
+  // in-bounds version of a map kernel's loop nest, codegen/extra_bounds.h).
+  const InBoundsVersion* in_bounds_ = nullptr;
   int next_hoisted_extra_ = 0;
 };
 

@@ -373,6 +373,26 @@ class CppEmitter : public CFamilyEmitter {
       contraction_kernel(ir, levels, level_of_value, *sched.contraction, store);
       return;
     }
+    if (sched.in_bounds.empty()) {
+      map_nest(ir, levels, level_of_value, out_idx, store, 1);
+      return;
+    }
+    std::string fits;
+    for (const auto& [extent, limit] : sched.in_bounds.conditions)
+      fits += (fits.empty() ? "(" : " && (") + ix(*extent) + " <= " + ix(*limit) + ")";
+    line(1, "if (" + fits + ") {");
+    in_bounds_ = &sched.in_bounds;
+    map_nest(ir, levels, level_of_value, out_idx, store, 2);
+    in_bounds_ = nullptr;
+    line(1, "} else {");
+    map_nest(ir, levels, level_of_value, out_idx, store, 2);
+    line(1, "}");
+  }
+
+  // map_kernel's loop nest, at `depth`: with a row reduction's values reused, or plain.
+  void map_nest(const KernelIR& ir, const std::vector<int>& levels,
+                const std::vector<int>& level_of_value, const std::vector<IndexExprPtr>& out_idx,
+                const std::string& store, int depth) {
     if (std::optional<RowReuse> rr = find_row_reuse(ir, levels)) {
       if (rr->dtype == ir.output.dtype) {
         // The row's values go straight into the output row they belong to, and the innermost
@@ -382,31 +402,31 @@ class CppEmitter : public CFamilyEmitter {
         std::vector<IndexExprPtr> row_start = out_idx;
         row_start.back() = ix_const(0);
         rr->in_output = "out + (" + offset("out", row_start) + ")";
-        line(1, "if " + rr->same_length + " {");
+        line(depth, "if " + rr->same_length + " {");
         row_reuse_ = rr;
-        generic_map(ir, levels, level_of_value, store, 2);
+        generic_map(ir, levels, level_of_value, store, depth + 1);
         row_reuse_.reset();
-        line(1, "} else {");
-        generic_map(ir, levels, level_of_value, store, 2);
-        line(1, "}");
+        line(depth, "} else {");
+        generic_map(ir, levels, level_of_value, store, depth + 1);
+        line(depth, "}");
         return;
       }
       // One scratch row per thread; without it, the plain schedule.
-      line(1, "const i64 mj_rowlen = " + rr->extent + ";");
-      line(1, ctype(rr->dtype) + "* mj_rows = " + rr->same_length + " ? (" + ctype(rr->dtype) +
-                  "*)malloc(sizeof(" + ctype(rr->dtype) +
-                  ") * (mj_rowlen > 0 ? mj_rowlen : 1) * omp_get_max_threads()) : 0;");
-      line(1, "if (mj_rows) {");
+      line(depth, "const i64 mj_rowlen = " + rr->extent + ";");
+      line(depth, ctype(rr->dtype) + "* mj_rows = " + rr->same_length + " ? (" + ctype(rr->dtype) +
+                      "*)malloc(sizeof(" + ctype(rr->dtype) +
+                      ") * (mj_rowlen > 0 ? mj_rowlen : 1) * omp_get_max_threads()) : 0;");
+      line(depth, "if (mj_rows) {");
       row_reuse_ = rr;
-      generic_map(ir, levels, level_of_value, store, 2);
+      generic_map(ir, levels, level_of_value, store, depth + 1);
       row_reuse_.reset();
-      line(2, "free(mj_rows);");
-      line(1, "} else {");
-      generic_map(ir, levels, level_of_value, store, 2);
-      line(1, "}");
+      line(depth + 1, "free(mj_rows);");
+      line(depth, "} else {");
+      generic_map(ir, levels, level_of_value, store, depth + 1);
+      line(depth, "}");
       return;
     }
-    generic_map(ir, levels, level_of_value, store, 1);
+    generic_map(ir, levels, level_of_value, store, depth);
   }
 
   // A value of the innermost loop that a row reduction just outside it already computed for

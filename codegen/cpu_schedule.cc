@@ -74,10 +74,15 @@ CpuSchedule schedule_cpu_kernel(const KernelIR& ir, const CpuTarget& target) {
   if (s.ir.loops.empty()) return s;
   if (std::optional<Contraction> c = find_contraction(s.ir, s.levels, s.level_of_value))
     s.contraction = schedule_contraction(s.ir, *c, target);
+  else
+    s.in_bounds = extra_reads_in_bounds(s.ir);
   return s;
 }
 
 std::string describe_schedule(const CpuSchedule& s, const CpuTarget& target) {
+  if (!s.in_bounds.empty())
+    return "loop nest; extra reads without bounds tests where every loop's extent fits the "
+           "array it indexes (tested once per launch)";
   if (!s.contraction) return {};
   const ContractionSchedule& c = *s.contraction;
   const bool two_tiles = !(c.narrow == c.wide);
@@ -106,6 +111,14 @@ std::string dump_schedule(const CpuSchedule& s, const CpuTarget& target) {
         "  rows i" + std::to_string(c.match.i_var) + ", columns i" + std::to_string(c.match.j_var);
     for (int v : c.merged_outer_vars) out += " with i" + std::to_string(v);
     out += ", reduction v" + std::to_string(s.ir.body.stmts[c.match.reduce_index].id) + "\n";
+  }
+  if (!s.in_bounds.empty()) {
+    out += "  unchecked when";
+    for (const auto& [extent, limit] : s.in_bounds.conditions)
+      out += " " + ix_to_string(*extent) + " <= " + ix_to_string(*limit);
+    out += ":";
+    for (const std::string& r : s.in_bounds.unchecked_reads) out += " " + r;
+    out += "\n";
   }
   for (size_t k = 0; k < s.levels.size(); ++k) {
     const int lv = s.levels[k];

@@ -5,15 +5,17 @@
 // It holds today: the scheduled copy of the IR (each reduction's loop invariants hoisted in
 // front of it, codegen/loop_invariants.h), the loop level of every top-level statement, and a
 // contraction's blocked schedule (the register tiles of the target, which operands are packed
-// once per launch, the output loops walked as one column dimension). The row-reuse, strip-mined
-// column reduction, division-chunk and sub-range schedules of map kernels are still chosen
-// while printing (codegen/cpp_emitter.cc).
+// once per launch, the output loops walked as one column dimension), and the version of a map
+// kernel's loop nest whose extra reads need no bounds tests (codegen/extra_bounds.h). The
+// row-reuse, strip-mined column reduction, division-chunk and sub-range schedules of map kernels
+// are still chosen while printing (codegen/cpp_emitter.cc).
 #pragma once
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "codegen/cpu_target.h"
+#include "codegen/extra_bounds.h"
 #include "codegen/kernel_ir.h"
 #include "codegen/kernel_patterns.h"
 
@@ -40,6 +42,9 @@ struct CpuSchedule {
   std::vector<int> levels;  // per top-level statement: its loop (statement_levels)
   std::vector<int> level_of_value;  // the same by value id
   std::optional<ContractionSchedule> contraction;
+  // Map kernels that are not contractions: the version of the loop nest whose extra reads load
+  // without bounds tests, and when it runs (codegen/extra_bounds.h); empty when there is none.
+  InBoundsVersion in_bounds;
 };
 
 CpuSchedule schedule_cpu_kernel(const KernelIR& ir, const CpuTarget& target);

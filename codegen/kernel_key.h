@@ -41,8 +41,10 @@ namespace metajit {
 // its passed sub-range rounded up to whole vectors, the guard tested past its end; 38: a
 // contraction's blocks shared among the threads statically; (39 was the lambda loop nests of
 // b41c886, reverted: caches may hold its kernels) 40: float32 exp (and sigmoid's) inline in the
-// prelude, not libmvec's expf (mj_expf in codegen/cpp_kernel_prelude.h)
-inline constexpr const char* kCodegenVersion = "cpp-40";
+// prelude, not libmvec's expf (mj_expf in codegen/cpp_kernel_prelude.h); 41: a second version
+// of a map kernel's loop nest whose extra reads at the loops' own variables load without bounds
+// tests, run when every loop's extent fits (codegen/extra_bounds.h)
+inline constexpr const char* kCodegenVersion = "cpp-41";
 
 class KernelKeyBuilder {
  public:

@@ -157,6 +157,44 @@ TEST_CASE("reindex: extras far outside every axis read the overflow value", "[ex
   });
 }
 
+// codegen/extra_bounds.h: a read of an extra at the output's own index needs no bounds test
+// when the output's extents fit the extra's, which the kernel checks once per launch. One
+// kernel (shapes are parameters) serves a launch where they fit, whose reads load directly, and
+// one where they do not, whose reads keep their tests; in a sanitizer build a wrong condition
+// would show as an out-of-bounds read of the extra.
+TEST_CASE("extras read at the output's index load without tests when the extents fit", "[extras]") {
+  AsanKernels asan;
+  const Var x = floats({5, 3});
+  auto rows_of = [&](std::vector<int64_t> pos, int64_t rows) {
+    const int64_t n = int64_t(pos.size());
+    return reindex(x, {rows, 3}, {"@e0(i0)", "i1"}, -1.5, {}, {array(pos, {n})});
+  };
+  const Var fits = rows_of({4, -1, 0, 7, 2}, 5);  // e has the output's 5 rows
+  const Var beyond = rows_of({3, 1, 4}, 5);       // rows 3 and 4 read past the end of e
+  const std::vector<KernelInfo> k = plan({fits}), k2 = plan({beyond});
+  REQUIRE(k.size() == 1);
+  REQUIRE(k2.size() == 1);
+  CHECK(k[0].key == k2[0].key);
+  const std::string& src = k[0].source;
+  CHECK_THAT(src, Contains("extra reads without bounds tests where every loop's extent fits"));
+  CHECK_THAT(src, Contains("(i64)in0[i0]"));  // the version that loads directly
+  CHECK_THAT(src, Contains("mj_read1(in0"));  // and the one that tests
+  std::vector<float> want;
+  for (int64_t r : {4, -1, 0, 7, 2})
+    for (int64_t j = 0; j < 3; ++j) want.push_back(r >= 0 && r < 5 ? float(r * 3 + j + 1) : -1.5f);
+  CHECK(fits.to_vector<float>() == want);
+  want.clear();
+  for (int64_t i = 0; i < 5; ++i)
+    for (int64_t j = 0; j < 3; ++j)
+      want.push_back(i < 3 ? float(std::vector<int64_t>{3, 1, 4}[size_t(i)] * 3 + j + 1) : -1.5f);
+  CHECK(beyond.to_vector<float>() == want);
+  check_against_reference({fits, beyond});
+  // gather's index has the output's shape: its kernel has the unchecked version too.
+  const Var g = gather(x, 1, array(std::vector<int64_t>{2, 0, -1, 1, 1, 0}, {2, 3}));
+  CHECK_THAT(plan({g})[0].source, Contains("extra reads without bounds tests"));
+  check_against_reference(g);
+}
+
 TEST_CASE("reindex_reduce: far targets and far reads are skipped", "[extras]") {
   AsanKernels asan;
   const std::vector<int64_t> pos = far_positions(4);
