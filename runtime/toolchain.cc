@@ -237,8 +237,11 @@ Toolchain resolve(const Config& c) {
   // the loops' affine accesses with -fwrapv.
   // -fno-exceptions: kernels neither throw nor catch, and without it a contraction kernel
   // references libstdc++'s personality routine.
-  t.flags = {"-std=c++17", "-O3",      "-march=native",   "-fPIC",
-             "-shared",    "-fopenmp", "-fno-math-errno", "-fwrapv", "-fno-exceptions"};
+  // -pipe: the compiler hands its assembly to the assembler through a pipe, not a file in
+  // /tmp: an element-wise kernel's compile and link 58 -> 52 ms, a matmul's 559 -> 538 ms
+  // (medians of 25 interleaved runs, g++ 12, 2026-11-30).
+  t.flags = {"-std=c++17", "-O3",      "-march=native",   "-fPIC",           "-shared",
+             "-fopenmp",   "-fno-math-errno", "-fwrapv", "-fno-exceptions", "-pipe"};
 
   const std::string name = facts_digest(f) + ".json";
   const std::filesystem::path file = c.cache_dir / "v1" / "toolchains" / name;
