@@ -16,12 +16,12 @@ bool launch_invariant(const IndexExpr& e) {
 class Finder {
  public:
   explicit Finder(const KernelIR& ir) : ir_(ir) {
-    for (const KLoop& l : ir.loops) extent_[l.var] = l.extent;
+    for (const KLoop& l : ir.loops) bind(l);
   }
 
   void block(const KBlock& b) {
     for (const KStmt& st : b.stmts) {
-      for (const KLoop& l : st.loops) extent_[l.var] = l.extent;
+      for (const KLoop& l : st.loops) bind(l);
       for (const IndexExprPtr& e : st.index) expr(e.get());
       expr(st.cond.get());
       if (st.body) block(*st.body);
@@ -34,6 +34,13 @@ class Finder {
   }
 
  private:
+  // Only a loop whose extent is the same for the whole launch counts: the condition is tested
+  // before any loop runs (a reduction's extent may read an outer loop's variable, kernel specs
+  // allow it: docs/design.md "Kernel specs").
+  void bind(const KLoop& l) {
+    if (launch_invariant(*l.extent)) extent_[l.var] = l.extent;
+  }
+
   // The loop variable `e` is, when it is one whose extent is known.
   const IndexExprPtr* loop_extent(const IndexExpr* e) const {
     if (!e || e->kind != IxKind::Var) return nullptr;

@@ -22,7 +22,9 @@
 #include <string>
 #include <vector>
 
+#include "codegen/extra_bounds.h"
 #include "codegen/kernel_ir.h"
+#include "codegen/verify_kernel_ir.h"
 #include "runtime/kernel_library.h"
 #include "support/files.h"
 #include "support/reference_check.h"
@@ -432,7 +434,42 @@ KernelIR shifted_copy(bool extra_read) {
   return ir;
 }
 
+// in0 int64[p0] -> out int64[p0]: out[i0] = sum over i1 < `extent` of @in0(i1).
+KernelIR prefix_of_extra(const IndexExprPtr& extent) {
+  KernelIR ir = shifted_copy(true);
+  KStmt read = ir.body.stmts[0];
+  read.index = {ix_extra(0, {ix_var(1)})};
+  KStmt red;
+  red.kind = KOp::Reduce;
+  red.id = 1;
+  red.dtype = DType::Int64;
+  red.op = int(ReduceOp::Add);
+  red.loops.push_back({1, extent});
+  red.body = std::make_shared<KBlock>();
+  red.body->stmts = {read};
+  red.body->result = 0;
+  ir.body.stmts = {red};
+  ir.body.result = 1;
+  ir.num_vars = 2;
+  return ir;
+}
+
 }  // namespace
+
+// codegen/extra_bounds.h decides from the loops' extents, tested once before any loop runs: a
+// reduction whose extent reads an outer loop's variable (kernel specs allow it) gives no
+// unchecked version, since that extent has no value at launch; one over a parameter does, on
+// the condition that it fits the array.
+TEST_CASE("an extra read's bounds test is dropped only on extents known at launch", "[extras]") {
+  const InBoundsVersion by_param = extra_reads_in_bounds(prefix_of_extra(ix_param(1)));
+  REQUIRE(by_param.unchecked_reads.size() == 1);
+  REQUIRE(by_param.conditions.size() == 1);
+  CHECK(ix_to_string(*by_param.conditions[0].first) == "p1");
+  CHECK(ix_to_string(*by_param.conditions[0].second) == "p0");
+  const IndexExprPtr triangle = ix_binary(IxKind::Add, ix_var(0), ix_const(1));
+  CHECK(extra_reads_in_bounds(prefix_of_extra(triangle)).empty());
+  CHECK_FALSE(verify_kernel_ir(prefix_of_extra(triangle)).has_value());  // a valid kernel
+}
 
 // The other half of the argument: if a kernel did read outside an array, AddressSanitizer would
 // say so. A hand-made kernel whose plain load runs past the end of its input is run in a child
