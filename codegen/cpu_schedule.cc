@@ -8,9 +8,9 @@
 namespace metajit {
 namespace {
 
-// The loop variables the statements computing an operand read.
-std::set<int> operand_vars(const KernelIR& ir, const KStmt& r, const std::vector<size_t>& stmts) {
-  const std::vector<std::set<int>> vars = value_variables(ir);
+// The loop variables the statements computing an operand read (`vars`: value_variables(ir)).
+std::set<int> operand_vars(const std::vector<std::set<int>>& vars, const KStmt& r,
+                           const std::vector<size_t>& stmts) {
   std::set<int> out;
   for (size_t s : stmts) {
     const std::set<int>& v = vars[size_t(r.body->stmts[s].id)];
@@ -40,7 +40,8 @@ ContractionSchedule schedule_contraction(const KernelIR& ir, const Contraction& 
   cs.wide = target.contraction_tile();
   cs.narrow = target.narrow_contraction_tile();
   const KStmt& r = ir.body.stmts[c.reduce_index];
-  const std::set<int> va = operand_vars(ir, r, c.a_stmts), vb = operand_vars(ir, r, c.b_stmts);
+  const std::vector<std::set<int>> vars = value_variables(ir);
+  const std::set<int> va = operand_vars(vars, r, c.a_stmts), vb = operand_vars(vars, r, c.b_stmts);
   // Output loops just outside j that only b reads join the columns (conv2d: the output row,
   // with j the output column: 8 x 56 x 56 outputs are 64 rows by 3136 columns, not 448 blocks
   // of 64 by 56, 56 padded to the tile's 64; conv2d's weight gradient: input channel, kernel
