@@ -343,7 +343,7 @@ std::string CFamilyEmitter::unary(UnaryOp op, DType t, const std::string& x) con
       case UnaryOp::Erf:
         return fn("erf");
       case UnaryOp::Log1p:
-        return dialect_ == Dialect::Cuda ? fn("log1p") : fn("mj_log1p");  // cpp_emitter.cc
+        return dialect_ == Dialect::Cuda ? fn("log1p") : fn("mj_log1p");  // cpp_kernel_prelude.h
       case UnaryOp::Expm1:
         return fn("expm1");
       case UnaryOp::Tan:
@@ -351,9 +351,9 @@ std::string CFamilyEmitter::unary(UnaryOp op, DType t, const std::string& x) con
       case UnaryOp::Atan:
         return fn("atan");
       case UnaryOp::Asin:
-        return dialect_ == Dialect::Cuda ? fn("asin") : fn("mj_asin");  // cpp_emitter.cc
+        return dialect_ == Dialect::Cuda ? fn("asin") : fn("mj_asin");  // cpp_kernel_prelude.h
       case UnaryOp::Acos:
-        return dialect_ == Dialect::Cuda ? fn("acos") : fn("mj_acos");  // cpp_emitter.cc
+        return dialect_ == Dialect::Cuda ? fn("acos") : fn("mj_acos");  // cpp_kernel_prelude.h
       case UnaryOp::BitwiseNot:
         break;  // integers only (meta_ops/ops.cc): the switch below throws
     }

@@ -58,6 +58,29 @@ ContractionSchedule schedule_contraction(const KernelIR& ir, const Contraction& 
   return cs;
 }
 
+bool contains_reduce(const KBlock& b) {
+  for (const KStmt& st : b.stmts)
+    if (st.kind == KOp::Reduce || (st.body && contains_reduce(*st.body))) return true;
+  return false;
+}
+
+ScatterSchedule schedule_scatter(const KernelIR& ir) {
+  ScatterSchedule s;
+  for (size_t k = ir.loops.size(); k-- > 0 && s.split_loop < 0;) {
+    const int var = ir.loops[k].var;
+    int own = 0, others = 0;
+    for (const IndexExprPtr& t : ir.target) {
+      if (t->kind == IxKind::Var && t->value == var)
+        ++own;
+      else if (ix_reads_var(*t, var))
+        ++others;
+    }
+    if (own == 1 && others == 0) s.split_loop = int(k);
+  }
+  s.simd = s.split_loop >= 0 && !contains_reduce(ir.body);
+  return s;
+}
+
 std::string tile_name(const ContractionTile& t) {
   return std::to_string(t.mr) + "x" + std::to_string(t.nr) + " micro-kernel, blocks kc " +
          std::to_string(t.kc) + " mc " + std::to_string(t.mc) + " nc " + std::to_string(t.nc);
@@ -68,15 +91,22 @@ std::string tile_name(const ContractionTile& t) {
 CpuSchedule schedule_cpu_kernel(const KernelIR& ir, const CpuTarget& target) {
   CpuSchedule s;
   s.ir = ir;
-  if (ir.kind != KernelKind::Map) return s;
+  if (ir.kind != KernelKind::Map) {
+    s.scatter = schedule_scatter(ir);
+    return s;
+  }
   hoist_reduce_invariants(s.ir);
   s.levels = statement_levels(s.ir);
   s.level_of_value = levels_by_value(s.ir, s.levels);
   if (s.ir.loops.empty()) return s;
-  if (std::optional<Contraction> c = find_contraction(s.ir, s.levels, s.level_of_value))
+  s.nest = schedule_map_nest(s.ir, s.levels, s.level_of_value, false);
+  if (std::optional<Contraction> c = find_contraction(s.ir, s.levels, s.level_of_value)) {
     s.contraction = schedule_contraction(s.ir, *c, target);
-  else
-    s.in_bounds = extra_reads_in_bounds(s.ir);
+    return s;
+  }
+  s.in_bounds = extra_reads_in_bounds(s.ir);
+  s.row_reuse = find_row_reuse(s.ir, s.levels);
+  if (s.row_reuse) s.reuse_nest = schedule_map_nest(s.ir, s.levels, s.level_of_value, true);
   return s;
 }
 
@@ -106,6 +136,12 @@ std::string dump_schedule(const CpuSchedule& s, const CpuTarget& target) {
   const std::string line = describe_schedule(s, target);
   out += line.empty() ? (s.ir.kind == KernelKind::Map ? "loop nest" : "scatter") : line;
   out += "\n";
+  if (s.ir.kind != KernelKind::Map)
+    out += s.scatter.split_loop < 0
+               ? "  accumulated in order on one thread\n"
+               : "  split between threads along i" +
+                     std::to_string(s.ir.loops[size_t(s.scatter.split_loop)].var) +
+                     (s.scatter.simd ? ", its lanes SIMD\n" : "\n");
   if (s.contraction) {
     const ContractionSchedule& c = *s.contraction;
     out +=
@@ -120,6 +156,16 @@ std::string dump_schedule(const CpuSchedule& s, const CpuTarget& target) {
     out += ":";
     for (const std::string& r : s.in_bounds.unchecked_reads) out += " " + r;
     out += "\n";
+  }
+  if (s.ir.kind == KernelKind::Map && !s.ir.loops.empty())
+    out += std::string(s.contraction ? "  without scratch memory, loop nest: " : "  loop nest: ") +
+           describe_map_nest(s.ir, s.nest) + "\n";
+  if (s.row_reuse) {
+    const RowReuse& r = *s.row_reuse;
+    out += "  row reuse: v" + std::to_string(r.outer_value) + " read back from the row v" +
+           std::to_string(r.reduce_id) + " wrote (its v" + std::to_string(r.inner_value) + "), " +
+           (r.in_output ? "in the output row" : "in a scratch row per thread") +
+           "; nest then: " + describe_map_nest(s.ir, s.reuse_nest) + "\n";
   }
   for (size_t k = 0; k < s.levels.size(); ++k) {
     const int lv = s.levels[k];

@@ -6,9 +6,11 @@
 // front of it, codegen/loop_invariants.h), the loop level of every top-level statement, and a
 // contraction's blocked schedule (the register tiles of the target, which operands are packed
 // once per launch, the output loops walked as one column dimension), and the version of a map
-// kernel's loop nest whose extra reads need no bounds tests (codegen/extra_bounds.h). The
-// row-reuse, strip-mined column reduction, division-chunk and sub-range schedules of map kernels
-// are still chosen while printing (codegen/cpp_emitter.cc).
+// kernel's loop nest whose extra reads need no bounds tests (codegen/extra_bounds.h), and the
+// map kernels' loop nests: row reuse, collapsed and SIMD loops, column reductions in strips,
+// division chunks (codegen/map_schedule.h). Still found while printing: the guard sub-ranges of
+// a reduction's innermost loop and of a division chunk (codegen/guard_intervals.h), which are
+// found on the statements as printed.
 #pragma once
 #include <optional>
 #include <string>
@@ -18,6 +20,7 @@
 #include "codegen/extra_bounds.h"
 #include "codegen/kernel_ir.h"
 #include "codegen/kernel_patterns.h"
+#include "codegen/map_schedule.h"
 
 namespace metajit {
 
@@ -37,6 +40,20 @@ struct ContractionSchedule {
   bool a_once = false, b_once = false;  // packed once per launch (reads no outer loop)
 };
 
+// A scatter kernel (reindex_reduce): its target is filled with the identity, then its sources
+// accumulate in order.
+struct ScatterSchedule {
+  // A loop whose variable is, by itself, one of the target indices and appears in no other:
+  // iterations with different values of it write different elements, so it is split between
+  // threads (and run as SIMD lanes) without changing the order in which any element
+  // accumulates; the innermost such loop (embedding's backward: the column loop), or -1: the
+  // accumulation runs on one thread.
+  int split_loop = -1;
+  // The split loop under `omp simd`: not when the body has a reduction, whose own OpenMP
+  // construct cannot sit in a SIMD region.
+  bool simd = false;
+};
+
 struct CpuSchedule {
   KernelIR ir;              // the scheduled copy: reduction invariants hoisted (map kernels)
   std::vector<int> levels;  // per top-level statement: its loop (statement_levels)
@@ -45,6 +62,13 @@ struct CpuSchedule {
   // Map kernels that are not contractions: the version of the loop nest whose extra reads load
   // without bounds tests, and when it runs (codegen/extra_bounds.h); empty when there is none.
   InBoundsVersion in_bounds;
+  // Map kernels with loops (codegen/map_schedule.h): the plain loop nest (also a contraction's,
+  // run without scratch memory); where a row reduction's values are reused (not contractions),
+  // the reuse and the nest that reads the row back (the plain one runs when the lengths differ).
+  MapNest nest;
+  std::optional<RowReuse> row_reuse;
+  MapNest reuse_nest;
+  ScatterSchedule scatter;  // scatter kernels
 };
 
 CpuSchedule schedule_cpu_kernel(const KernelIR& ir, const CpuTarget& target);

@@ -52,7 +52,7 @@ ContractionTile CpuTarget::contraction_tile() const {
 // images' convolutions to whole 64-column panels: on the digits CNN's training step the 6x16
 // tile (AVX2's shape on 16-float vectors) ran its contractions 2-3x faster. AVX2's own tile is
 // already 16 wide. The emitter takes the wide tile whenever its panels are at most a quarter
-// padding (codegen/cpp_emitter.cc kWideTileMinColumns).
+// padding (codegen/cpu_schedule.h kWideTileMinColumns).
 ContractionTile CpuTarget::narrow_contraction_tile() const {
   if (isa == CpuIsa::Avx512) return {16, 6, 16, 256, 96, 384};
   return contraction_tile();

@@ -5,7 +5,7 @@
 // both. In chunks of the divisor's length, aligned so that the numerators are multiples of it at
 // each chunk's start, every such quotient is the same for the whole chunk and every remainder
 // is the loop variable plus a constant: the loads become contiguous and the guards affine. The
-// emitter (codegen/cpp_emitter.cc) runs the chunks; a chunk whose numerators are negative
+// emitter (codegen/cpp_chunked_loops.cc) runs the chunks; a chunk whose numerators are negative
 // (C division truncates: its quotients are not constant) runs the statements unchanged.
 #pragma once
 #include <cstdint>

@@ -19,7 +19,7 @@ namespace metajit {
 // with the probabilities stored).
 inline constexpr int kRecomputeCostLimit = 8;
 // A contraction operand's element-wise producer is computed while its panels are packed, once
-// per packed element (codegen/cpp_emitter.cc pack_operand): a reindexed operand (conv2d's
+// per packed element (codegen/cpp_packing.cc pack_operand): a reindexed operand (conv2d's
 // windows) packs each element of the producer several times. Above this much work per element
 // of the producer, storing it is cheaper (a producer of one simple op per element is always
 // fused: it rides on the packing's own load).

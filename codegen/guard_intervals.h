@@ -6,7 +6,7 @@
 // coefficient +1 or -1, the elements passing a guard form an interval [lo, hi): the loop's
 // range then splits at the intervals' ends into sub-ranges in which each guard is one value,
 // computed once per sub-range, and the loop body reads a constant instead of testing. The
-// emitter (codegen/cpp_emitter.cc) runs the sub-ranges; comparisons of another form stay
+// emitter (codegen/cpp_reductions.cc, cpp_chunked_loops.cc) runs the sub-ranges; comparisons of another form stay
 // in the body as they were.
 #pragma once
 #include <map>
@@ -34,7 +34,7 @@ std::vector<GuardInterval> find_guard_intervals(const std::vector<KStmt>& stmts,
 KStmt replace_guard_tests(const KStmt& st, const std::map<int, IndexExprPtr>& conds);
 
 // Whether guard `st`'s body reads only values it defines itself: then it can run in a loop of
-// its own (codegen/cpp_emitter.cc computes such guards' values a strip at a time).
+// its own (codegen/cpp_chunked_loops.cc computes such guards' values a strip at a time).
 bool self_contained_guard(const KStmt& st);
 
 // The statements of `b` with every guard replaced by its body's statements and a copy of the

@@ -37,7 +37,7 @@ namespace metajit {
 // and the preludes' text from codegen/cpp_kernel_prelude.h and cpp_contraction_prelude.h, whose
 // comments now come with it; 36: a reduction whose guards each hold on an interval of its
 // innermost loop run in sub-ranges where they are constants, a failing guard's value taken once
-// where that is exact (partitioned_reduce in codegen/cpp_emitter.cc); 37: on 16-float targets
+// where that is exact (partitioned_reduce in codegen/cpp_reductions.cc); 37: on 16-float targets
 // its passed sub-range rounded up to whole vectors, the guard tested past its end; 38: a
 // contraction's blocks shared among the threads statically; (39 was the lambda loop nests of
 // b41c886, reverted: caches may hold its kernels) 40: float32 exp (and sigmoid's) inline in the

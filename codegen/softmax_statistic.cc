@@ -4,7 +4,7 @@
 // the operand (codegen/fusion_cost.h): e / sum(e) needs two stored statistics, the max and
 // the sum, each a kernel of its own (the sum reads the max); exp(x - lse) needs one, whose
 // kernel computes the max per row inside it. Elsewhere the softmax keeps e / sum(e), which
-// its one kernel computes with one exp per element (the row cache of codegen/cpp_emitter.cc).
+// its one kernel computes with one exp per element (the row reuse of codegen/map_schedule.h).
 #include <optional>
 
 #include "codegen/fusion_cost.h"

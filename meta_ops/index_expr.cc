@@ -407,7 +407,7 @@ IndexExprPtr ix_unary(IxKind k, IndexExprPtr a) {
   // The complement of a comparison is a comparison (integers: no NaN), so "!(j > i)" (a
   // reindex condition's in-range test, codegen/lowering.cc) stays an affine comparison the
   // emitters can turn into loop bounds and span tests (a causal mask packed along the
-  // reduction: codegen/cpp_emitter.cc is_affine_comparison).
+  // reduction: codegen/cpp_packing.cc is_affine_comparison).
   if (k == IxKind::Not) {
     static constexpr std::pair<IxKind, IxKind> kComplement[] = {
         {IxKind::Lt, IxKind::Ge}, {IxKind::Le, IxKind::Gt}, {IxKind::Gt, IxKind::Le},

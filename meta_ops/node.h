@@ -54,7 +54,7 @@ enum class UnaryOp : uint8_t {
 };
 // exp, log, sqrt, sin, cos, tanh, sigmoid, erf, log1p, expm1, tan, atan, asin, acos: a library
 // call's work per element, which the fusion cost model (codegen/fusion_cost.cc) prices at 4
-// simple ops and packing computes in full vector loops (codegen/cpp_emitter.cc).
+// simple ops and packing computes in full vector loops (codegen/cpp_packing.cc).
 inline bool is_transcendental(UnaryOp op) {
   return (op >= UnaryOp::Exp && op <= UnaryOp::Sigmoid) ||
          (op >= UnaryOp::Erf && op <= UnaryOp::Acos);

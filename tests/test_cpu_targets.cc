@@ -5,6 +5,7 @@
 // warning names them as checked by compiling only.
 #include <metajit/metajit.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <regex>
@@ -82,7 +83,7 @@ std::vector<std::vector<Var>> contraction_cases() {
   out.push_back({matmul(r({3, 1, 17, 9}), r({2, 9, 33}))});  // batch broadcasting
   out.push_back({matmul(r({5, 63, 17}), r({17, 65}))});      // B shared by the batch
   out.push_back({matmul(r({65, 17}), r({4, 17, 7}))});       // A shared by the batch
-  // Either side of the column count where AVX-512 switches to its wide tile (cpp_emitter.cc).
+  // Either side of the column count where AVX-512 switches to its wide tile (cpp_contraction.cc).
   out.push_back({matmul(r({7, 9}), r({9, 255}))});
   out.push_back({matmul(r({7, 9}), r({9, 256}))});
   for (int64_t hw : {1, 7, 17, 33})
@@ -347,4 +348,84 @@ TEST_CASE(
   const std::string text = explain({matmul(a, b)});
   CHECK_THAT(text, Contains("  schedule: contraction, packed A and B panels, "));
   CHECK_THAT(text, Contains("target: "));
+}
+
+namespace {
+
+// The one kernel of `outputs` with its schedule and source for `t`.
+struct ScheduledKernel {
+  CpuSchedule s;
+  std::string source;
+};
+ScheduledKernel schedule_of(const Var& output, const CpuTarget& t) {
+  const std::vector<KernelIR> ks = lowered({output});
+  REQUIRE(ks.size() == 1);
+  return {schedule_cpu_kernel(ks[0], t), emit_cpp(ks[0], t)};
+}
+
+}  // namespace
+
+TEST_CASE("the C++ schedule pass decides map kernels' loop nests as data, which the emitter prints",
+          "[targets]") {
+  Var a = rand({40, 24}, 1), v = rand({50}, 2), rows = rand({4, 7}, 3);
+  Var cols = array(std::vector<int64_t>{6, 0, 1, 2, 3, 4, 5, 6, 0, 1}, {5, 2});
+  eval({a, v, rows, cols});
+  const CpuTarget t{CpuIsa::Avx512};
+  // Two loops: the outer one parallel, the innermost a SIMD loop.
+  const ScheduledKernel plain = schedule_of(exp(a) + 1.0, t);
+  CHECK(plain.s.nest.collapse == 1);
+  CHECK(plain.s.nest.inner_simd);
+  CHECK_FALSE(plain.s.nest.single_simd);
+  CHECK(plain.s.nest.strips.empty());
+  CHECK_FALSE(plain.s.nest.chunks);
+  CHECK_FALSE(plain.s.row_reuse);
+  CHECK_THAT(plain.source, Contains("#pragma omp simd\n"));
+  // One loop: the parallel loop is the SIMD loop.
+  const ScheduledKernel single = schedule_of(exp(v) + 1.0, t);
+  CHECK(single.s.nest.single_simd);
+  CHECK_THAT(single.source, Contains("#pragma omp parallel for simd schedule(static)"));
+  // softmax: exp(x - max) of the row sum is read back from the output row.
+  const ScheduledKernel sm = schedule_of(softmax(a, 1), t);
+  REQUIRE(sm.s.row_reuse);
+  CHECK(sm.s.row_reuse->in_output);
+  CHECK(sm.s.ir.body.stmts[sm.s.row_reuse->reduce_index].id == sm.s.row_reuse->reduce_id);
+  CHECK_FALSE(sm.s.reuse_nest.chunks);
+  CHECK_THAT(sm.source, Contains("* const mj_row = out + ("));
+  CHECK_THAT(dump_schedule(sm.s, t), Contains("row reuse: v") && Contains("in the output row"));
+  // A column sum: the reduction interchanged into strips along memory.
+  const ScheduledKernel colsum = schedule_of(sum(a, {0}), t);
+  CHECK(colsum.s.nest.strips.size() == 1);
+  CHECK(colsum.s.nest.collapse == 1);  // the strips' loop is the parallel one
+  CHECK_THAT(colsum.source, Contains("jb += mj_jw"));
+  CHECK_THAT(dump_schedule(colsum.s, t), Contains("innermost loop in strips for v"));
+  // The innermost index divided by a constant: division chunks of 8.
+  const ScheduledKernel chunked =
+      schedule_of(reindex(rows, {4, 30}, {"i0", "(i1-8)%8"}, 0.5) * 2.0, t);
+  REQUIRE(chunked.s.nest.chunks);
+  CHECK(chunked.s.nest.chunks->divisor == 8);
+  CHECK_THAT(chunked.source, Contains("for (i64 mj_c0 = 0;"));
+  CHECK_THAT(dump_schedule(chunked.s, t), Contains("division chunks of 8"));
+  // A gather along the innermost loop is left to g++'s own cost model: no forced SIMD.
+  const ScheduledKernel gathered = schedule_of(gather(a, 1, cols), t);
+  CHECK_FALSE(gathered.s.nest.inner_simd);
+  CHECK_FALSE(gathered.s.nest.chunks);
+  // Scatters: embedding's backward splits its column loop between threads (each writes its
+  // own columns); colliding targets accumulate in order on one thread.
+  Var ids = array(std::vector<int32_t>{4, 0, 2, 4}, {4}), emb_rows = rand({4, 24}, 6);
+  eval({ids, emb_rows});
+  const std::vector<KernelIR> emb = lowered({grad(sum(embedding(a, ids) * emb_rows), {a})[0]});
+  const auto scatter = std::find_if(emb.begin(), emb.end(),
+                                    [](const KernelIR& k) { return k.kind != KernelKind::Map; });
+  REQUIRE(scatter != emb.end());
+  const CpuSchedule split = schedule_cpu_kernel(*scatter, t);
+  REQUIRE(split.scatter.split_loop >= 0);
+  CHECK(scatter->loops[size_t(split.scatter.split_loop)].var == scatter->loops.back().var);
+  CHECK(split.scatter.simd);
+  CHECK_THAT(emit_cpp(*scatter, t), Contains("mj_lo = mj_se * mj_c / mj_sc"));
+  CHECK_THAT(dump_schedule(split, t), Contains("split between threads along i"));
+  const ScheduledKernel colliding =
+      schedule_of(reindex_reduce(a, ReduceOp::Add, {3}, {"i0 % 3"}), t);
+  CHECK(colliding.s.scatter.split_loop == -1);
+  CHECK_THAT(colliding.source, !Contains("mj_lo = "));
+  CHECK_THAT(dump_schedule(colliding.s, t), Contains("accumulated in order on one thread"));
 }

@@ -309,7 +309,7 @@ TEST_CASE("transcendental prologues on panels packed once compile and match the 
 }
 
 // Operands whose rows lie along memory (a transposed A: a weight gradient's activations) are
-// packed through a row buffer in vector loops over groups of panels (codegen/cpp_emitter.cc
+// packed through a row buffer in vector loops over groups of panels (codegen/cpp_packing.cc
 // pack_rows_through_buffer, kPackRows); rows that a reindex's bounds test are packed that way
 // when every real row of the group passes, else panel by panel under the test. Row counts
 // around the group sizes (11 panels of 6 rows on AVX2, 4 of 16 columns), with and without a
@@ -368,7 +368,7 @@ TEST_CASE("operands packed through the row buffer match the reference at every g
 
 // An operand that does not depend on the outer loops is packed once per launch only when its
 // panels serve several blocks (A: several column blocks or outer iterations; B: several row
-// blocks or outer iterations); else per block (codegen/cpp_emitter.cc pack_operand_once). Both
+// blocks or outer iterations); else per block (codegen/cpp_packing.cc pack_operand_once). Both
 // sides in both ways, over two reduction blocks (300 steps), with and without prologues. Values
 // in [0, 1): sums of 300 positive terms stay within the reference's 1e-5 (signed ones cancel).
 TEST_CASE("operands packed once or per block, as their reuse decides, match the reference",

@@ -752,7 +752,7 @@ TEST_CASE("a chunked loop's guards run as constants per sub-range and match the 
 }
 
 // A reduction over a reindex whose tests of the reduced index are intervals (a causal mask,
-// j <= i) runs in sub-ranges where each test is one value (cpp_emitter.cc partitioned_reduce),
+// j <= i) runs in sub-ranges where each test is one value (cpp_reductions.cc partitioned_reduce),
 // taking a failing test's fill once where that is exact. Against the reference: a causal
 // logsumexp with fully masked rows (NaN), fills that are and are not the reduction's identity
 // (a sum adds 2 once per masked element), NaNs read, products, an integer sum, and rows
@@ -794,7 +794,7 @@ TEST_CASE("a reduction's interval guards run as constants per sub-range and matc
 
 // An operand read through nested reindexes (a head split of a packed qkv: slice, reshape,
 // transpose) packs along the reduction as a plain copy where every guard holds over a block of
-// steps (cpp_emitter.cc step_span_tests), whole panels of rows in one loop (interleaved_panel),
+// steps (cpp_packing.cc step_span_tests), whole panels of rows in one loop (interleaved_panel),
 // element by element elsewhere; 13 rows: two whole panels of 6 and a partial one. K = 1000 in
 // four blocks of 250 (every target's narrow tile has kc 256): the outer guard fails in the
 // first, the inner one in the first and the last (where the outer one holds throughout), both
@@ -817,7 +817,7 @@ TEST_CASE("matmul of operands under nested guards matches the reference", "[ops]
                    {"i0", "i1"});
   Var z = matmul(outer, transpose(bt, {1, 0}));
   check_against_reference(z);
-  // Nested guards on the rows of a panel (cpp_emitter.cc hoist_guard_tests): B's 130 columns
+  // Nested guards on the rows of a panel (cpp_packing.cc hoist_guard_tests): B's 130 columns
   // in 16-wide panels, all passing, straddling the inner bounds, or failing only them; and a
   // transposed A with a prologue, through the row buffer, whose groups of rows are checked
   // against every guard.
@@ -831,7 +831,7 @@ TEST_CASE("matmul of operands under nested guards matches the reference", "[ops]
 }
 
 TEST_CASE("contraction row blocks of unequal size cover every row once", "[ops][composite]") {
-  // mj_row_blocks (cpp_emitter.cc) spreads the row tiles over the blocks so that sizes differ by
+  // mj_row_blocks (cpp_contraction_prelude.h) spreads the row tiles over the blocks so that sizes differ by
   // at most one tile: 1024 rows are 171 tiles of 6 in 12 blocks of 15 or 14 on 2 threads. Row
   // counts around the block caps and tile sizes, 64 and 200 columns (both tiles), one and several
   // reduction blocks, a batch loop outside; integer data, so every sum is exact.
@@ -859,7 +859,7 @@ TEST_CASE("contraction row blocks of unequal size cover every row once", "[ops][
 
 TEST_CASE("panels read along the reduction are packed through a transposed tile",
           "[ops][composite]") {
-  // cpp_emitter.cc transposed_panel: x.W^T and q.k^T read B along the reduction; W x W blocks
+  // cpp_packing.cc transposed_panel: x.W^T and q.k^T read B along the reduction; W x W blocks
   // of a tile go through mj_transpose (A's 6-row panels through mj_interleave), the steps left
   // over (not a multiple of W) and the columns past the matrix one by one. Reductions of 5 (no whole block), 37, 130 and 300 steps
   // (several chunks of 128), 3, 70 and 200 columns (both tiles, padded panels), B packed once
