@@ -16,6 +16,8 @@
 //  - reindex_reduce: the output filled with the identity, then every source element combined
 //    into its target with an atomic (atomicAdd where CUDA has it, a compare-and-swap loop
 //    otherwise, on the containing 32-bit word for bool).
+// The schedule pass (codegen/cuda_schedule.h) chooses which of these a kernel gets; the emitter
+// prints them (one file per construct, the class in codegen/cuda_emitter_internal.h).
 // The launcher picks among the kernels emitted for a group from the launch's shapes (shapes are
 // arguments, not part of the key): e.g. a row reduction over 3 elements runs one thread per
 // output instead of a block. Device scratch (partials) is static __device__ memory of the

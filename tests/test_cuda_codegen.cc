@@ -17,9 +17,10 @@
 #include "cache/cache_store.h"
 #include "codegen/cuda_emitter.h"
 #include "codegen/cuda_emulation.h"
+#include "codegen/cuda_schedule.h"
 #include "codegen/pipeline.h"
-#include "runtime/cuda_toolchain.h"
 #include "runtime/cache_warm.h"
+#include "runtime/cuda_toolchain.h"
 #include "runtime/kernel_library.h"
 #include "support/files.h"
 #include "support/processes.h"
@@ -321,6 +322,60 @@ TEST_CASE("each schedule of the CUDA emitter is used where it belongs", "[cuda][
       emit_cuda(planned({a * 2.0 + 1.0}).plan.kernels[0].ir, CudaTarget::HostEmulation);
   CHECK(emu.find("mj_map32") != std::string::npos);
   CHECK(emu.find("MJ_LAUNCH") != std::string::npos);
+}
+
+// The choices above are data of the schedule pass (codegen/cuda_schedule.h) before any source:
+// each is tested here on the schedule, and the source holds exactly the kernels it lists.
+TEST_CASE("the CUDA schedule pass decides a group's kernels as data, which the emitter prints",
+          "[cuda][codegen]") {
+  Var a = rand({64, 48}, 1), w = rand({48, 32}, 2);
+  eval({a, w});
+  auto scheduled = [](const Var& v) {
+    const Planned p = planned({v});
+    REQUIRE(p.plan.kernels.size() == 1);
+    const KernelIR& ir = p.plan.kernels[0].ir;
+    return std::make_pair(schedule_cuda_kernel(ir), emit_cuda(ir));
+  };
+  auto has = [](const std::string& src, const std::string& kernel) {
+    return src.find(" " + kernel + "(const mj_args a") != std::string::npos;
+  };
+  const auto [ew, ew_src] = scheduled(a * 2.0 + 1.0);
+  REQUIRE(ew.vec4);
+  CHECK(ew.vec4_buffers == std::set<int>{0});
+  CHECK_FALSE(ew.rows);
+  CHECK_FALSE(ew.column);
+  CHECK_FALSE(ew.contraction);
+  CHECK(ew.globals.empty());
+  CHECK(has(ew_src, "mj_vec4"));
+  CHECK_FALSE(has(ew_src, "mj_rows"));
+  const auto [tr, tr_src] = scheduled(transpose(a, {1, 0}) * 2.0);
+  CHECK_FALSE(tr.vec4);
+  CHECK_FALSE(has(tr_src, "mj_vec4"));
+  const auto [sm, sm_src] = scheduled(softmax(a, 1));
+  CHECK(sm.rows);
+  CHECK(sm.row_level == 0);
+  CHECK(sm.cooperative.size() == 2);  // the row max and the row sum
+  CHECK_FALSE(sm.row_vec4.empty());
+  CHECK(has(sm_src, "mj_rows"));
+  CHECK(sm_src.find("*(const float4*)(in0 + ") != std::string::npos);
+  CHECK_THAT(dump_cuda_schedule(sm), Catch::Matchers::Contains("a block per row"));
+  const auto [cs, cs_src] = scheduled(sum(a, {0}));
+  CHECK(cs.column);
+  CHECK(cs.rows);  // narrow columns take the row kernel at launch
+  CHECK(has(cs_src, "mj_cols"));
+  CHECK(has(cs_src, "mj_colfin"));
+  const auto [all, all_src] = scheduled(sum(a));
+  CHECK(all.globals.size() == 1);
+  CHECK(has(all_src, "mj_gpart" + std::to_string(all.ir.body.stmts[all.globals[0]].id)));
+  const auto [mm, mm_src] = scheduled(matmul(a, w));
+  REQUIRE(mm.contraction);
+  CHECK_FALSE(mm.rows);
+  CHECK(mm_src.find("mj_mm_large(const mj_args a)") != std::string::npos);
+  const auto [sc, sc_src] = scheduled(reindex_reduce(a, ReduceOp::Add, {8}, {"i0%8"}));
+  CHECK(sc.ir.kind == KernelKind::Scatter);
+  CHECK(sc.levels.empty());
+  CHECK(has(sc_src, "mj_scatter"));
+  CHECK_THAT(dump_cuda_schedule(sc), Catch::Matchers::Contains("atomic scatter"));
 }
 
 // As the C++ emitter's (test_cpu_targets.cc): kernel keys do not hash the source (docs/design.md
