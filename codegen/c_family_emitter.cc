@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "base/check.h"
+#include "codegen/cpp_preludes.h"
 
 namespace metajit {
 
@@ -23,16 +24,7 @@ std::string CFamilyEmitter::ctype(DType t) {
 }
 
 std::string CFamilyEmitter::integer_prelude(const std::string& qualifier) {
-  const std::string q = qualifier + " ";
-  return "typedef long long i64;\n"
-         "typedef unsigned long long u64;\n"
-         "// Integer division never traps: x/0 == x%0 == 0, and INT_MIN/-1 wraps.\n" +
-         q +
-         "i64 mj_div(i64 a, i64 b) { return b == 0 ? 0 : (b == -1 ? (i64)(0ULL - (u64)a) : a / b); "
-         "}\n" +
-         q + "i64 mj_mod(i64 a, i64 b) { return (b == 0 || b == -1) ? 0 : a % b; }\n" + q +
-         "i64 mj_min(i64 a, i64 b) { return a < b ? a : b; }\n" + q +
-         "i64 mj_max(i64 a, i64 b) { return a > b ? a : b; }\n";
+  return "#define MJ_FN " + qualifier + "\n" + kIntegerPrelude;
 }
 
 std::string CFamilyEmitter::acc_ctype(ReduceOp op, DType t) {
@@ -138,7 +130,7 @@ void CFamilyEmitter::hoist_extra_reads(const KBlock& b, const std::vector<IndexE
   }
 }
 
-std::string CFamilyEmitter::extra_readers(const std::string& qualifier) const {
+std::string CFamilyEmitter::extra_readers() const {
   std::set<int> ranks;
   extra_ranks_in(ir_.body, ir_, ranks);
   for (const IndexExprPtr& e : ir_.target) extra_ranks_in(e.get(), ir_, ranks);
@@ -154,7 +146,7 @@ std::string CFamilyEmitter::extra_readers(const std::string& qualifier) const {
       test += (k ? " && " : "") + ("(u64)" + a + " < (u64)" + d);
       flat = k ? "(" + flat + ") * " + d + " + " + a : a;
     }
-    out += "template <class T> " + qualifier + " i64 mj_read" + std::to_string(r) + "(const T* b" +
+    out += "template <class T> MJ_FN i64 mj_read" + std::to_string(r) + "(const T* b" +
            params + ") { return " +
            (r == 0 ? std::string("(i64)b[0]") : "(" + test + ") ? (i64)b[" + flat + "] : 0") +
            "; }\n";

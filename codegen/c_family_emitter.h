@@ -22,14 +22,14 @@ class CFamilyEmitter {
   virtual ~CFamilyEmitter() = default;
 
   static std::string ctype(DType t);
-  // The first lines of every kernel of both dialects: i64/u64 and the integer helpers the
-  // printed expressions call (mj_div, mj_mod, mj_min, mj_max), each function declared with
-  // `qualifier` ("static inline" in C++, "MJ_HD" in CUDA).
+  // The first lines of every kernel of both dialects: `#define MJ_FN <qualifier>` ("static
+  // inline" in C++, "MJ_HD" in CUDA), then codegen/integer_prelude.h (i64/u64 and the integer
+  // helpers the printed expressions call: mj_div, mj_mod, mj_min, mj_max).
   static std::string integer_prelude(const std::string& qualifier);
   // After the integer prelude, when the kernel reads extras (Extra index expressions): one
   // bounds-checked reader per rank, mj_read<r>(buffer, dims..., indices...), which yields 0
-  // without touching memory when an index is outside its dim.
-  std::string extra_readers(const std::string& qualifier) const;
+  // without touching memory when an index is outside its dim (qualified MJ_FN).
+  std::string extra_readers() const;
   // An index expression as C (i<k> loop variables, p<k> shape parameters, in<k> buffers);
   // division and modulo by anything but a non-zero constant go through mj_div/mj_mod (never
   // trap); an extra read goes through mj_read<r> (never out of bounds).

@@ -18,7 +18,7 @@ std::string CppEmitter::run() {
   for (size_t k = 0; k < ir_.ops.size(); ++k) out_ += (k ? ", " : "") + ir_.ops[k];
   out_ += "\n// target: " + target_.describe() + "\n";
   out_ += integer_prelude("static inline");
-  out_ += extra_readers("static inline");
+  out_ += extra_readers();
   out_ += kCppKernelPrelude;
   const size_t kernel_start = out_.size();
   out_ +=

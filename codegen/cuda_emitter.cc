@@ -19,7 +19,7 @@ std::string CudaEmitter::run() {
   out_ += "\n";
   out_ += target_ == CudaTarget::Gpu ? kCudaGpuPrelude : kCudaEmulationPrelude;
   out_ += integer_prelude("MJ_HD");
-  out_ += extra_readers("MJ_HD");
+  out_ += extra_readers();
   out_ += kCudaCommonPrelude;
   args_struct();
   // The schedule pass decided (codegen/cuda_schedule.h); the rest of this class prints.

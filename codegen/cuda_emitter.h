@@ -37,10 +37,11 @@ enum class CudaTarget { Gpu, HostEmulation };
 // hash of the emulation prelude for emulated kernels). 3: integer arithmetic wraps; 4: integer
 // pow from the exact power (CUDA's double pow is not exact), 16-byte element-wise accesses;
 // 5: 16-byte loads in row reductions; 6: the GPU and common preludes from headers
-// (codegen/cuda_gpu_prelude.h, cuda_common_prelude.h), their comments now in the source.
+// (codegen/cuda_gpu_prelude.h, cuda_common_prelude.h), their comments now in the source; 7: the
+// integer prelude from codegen/integer_prelude.h, its functions and the extra readers MJ_FN.
 // tests/test_cuda_codegen.cc pins the output to the version
 // (a digest of every_pattern()'s kernels on both targets): a change without a bump fails there.
-inline constexpr const char* kCudaCodegenVersion = "cuda-6";
+inline constexpr const char* kCudaCodegenVersion = "cuda-7";
 
 std::string emit_cuda(const KernelIR& ir, CudaTarget target = CudaTarget::Gpu);
 

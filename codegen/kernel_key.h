@@ -43,8 +43,9 @@ namespace metajit {
 // b41c886, reverted: caches may hold its kernels) 40: float32 exp (and sigmoid's) inline in the
 // prelude, not libmvec's expf (mj_expf in codegen/cpp_kernel_prelude.h); 41: a second version
 // of a map kernel's loop nest whose extra reads at the loops' own variables load without bounds
-// tests, run when every loop's extent fits (codegen/extra_bounds.h)
-inline constexpr const char* kCodegenVersion = "cpp-41";
+// tests, run when every loop's extent fits (codegen/extra_bounds.h); 42: the integer prelude's
+// text from codegen/integer_prelude.h, its functions and the extra readers qualified MJ_FN
+inline constexpr const char* kCodegenVersion = "cpp-42";
 
 class KernelKeyBuilder {
  public:

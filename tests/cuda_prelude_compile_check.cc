@@ -4,9 +4,9 @@
 // see, without warnings. The GPU prelude (codegen/cuda_gpu_prelude.h) needs nvcc: the GPU kernel
 // tests compile it (tests/test_cuda_codegen.cc).
 #include "codegen/cuda_emulation_prelude.h"
-// The integer prelude (CFamilyEmitter::integer_prelude) comes between the two; its types here.
-typedef long long i64;
-typedef unsigned long long u64;
+// The integer prelude comes between the two, its functions MJ_HD (CFamilyEmitter::integer_prelude).
+#define MJ_FN MJ_HD
+#include "codegen/integer_prelude.h"
 #include "codegen/cuda_common_prelude.h"
 
 // A use of the helpers, as a kernel's (-Wunused-function).

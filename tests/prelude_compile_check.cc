@@ -1,10 +1,11 @@
 // The C++ kernel preludes compiled as the project's own code, with its warnings (CMakeLists.txt:
-// -Werror in CI): every CPU kernel's source carries their text (codegen/cpp_emitter.cc), which
+// -Werror in CI): every CPU kernel's source carries their text (codegen/cpp_emitter.cc run()), which
 // otherwise only g++ at kernel-compile time would see, without warnings.
 //
-// The integer prelude (CFamilyEmitter::integer_prelude) comes first in a kernel; its types here.
-typedef long long i64;
-typedef unsigned long long u64;
+// The integer prelude comes first in a kernel, its functions static inline
+// (CFamilyEmitter::integer_prelude).
+#define MJ_FN static inline
+#include "codegen/integer_prelude.h"
 #include "codegen/cpp_kernel_prelude.h"
 #include "codegen/cpp_contraction_prelude.h"
 
