@@ -1,13 +1,13 @@
 // The C++ kernel preludes compiled as the project's own code, with its warnings (CMakeLists.txt:
-// -Werror in CI): every CPU kernel's source carries their text (codegen/cpp_emitter.cc run()), which
-// otherwise only g++ at kernel-compile time would see, without warnings.
+// -Werror in CI): every CPU kernel's source carries their text (codegen/cpp_emitter.cc run()),
+// which otherwise only g++ at kernel-compile time would see, without warnings.
 //
 // The integer prelude comes first in a kernel, its functions static inline
 // (CFamilyEmitter::integer_prelude).
 #define MJ_FN static inline
-#include "codegen/integer_prelude.h"
-#include "codegen/cpp_kernel_prelude.h"
 #include "codegen/cpp_contraction_prelude.h"
+#include "codegen/cpp_kernel_prelude.h"
+#include "codegen/integer_prelude.h"
 
 // Uses of the helpers that are not inline, as a contraction kernel's (-Wunused-function).
 extern "C" i64 metajit_prelude_compile_check(i64 rows) {
