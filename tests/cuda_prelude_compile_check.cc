@@ -3,11 +3,14 @@
 // their text (codegen/cuda_emitter.cc), which otherwise only g++ at kernel-compile time would
 // see, without warnings. The GPU prelude (codegen/cuda_gpu_prelude.h) needs nvcc: the GPU kernel
 // tests compile it (tests/test_cuda_codegen.cc).
+// In the kernel's order: clang-format must not sort them. The integer prelude comes between the
+// two, its functions MJ_HD (CFamilyEmitter::integer_prelude).
+// clang-format off
 #include "codegen/cuda_emulation_prelude.h"
-// The integer prelude comes between the two, its functions MJ_HD (CFamilyEmitter::integer_prelude).
 #define MJ_FN MJ_HD
 #include "codegen/integer_prelude.h"
 #include "codegen/cuda_common_prelude.h"
+// clang-format on
 
 // A use of the helpers, as a kernel's (-Wunused-function).
 extern "C" double metajit_cuda_prelude_compile_check(i64 a, i64 b) {

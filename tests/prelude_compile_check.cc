@@ -4,10 +4,13 @@
 //
 // The integer prelude comes first in a kernel, its functions static inline
 // (CFamilyEmitter::integer_prelude).
+// In the kernel's order: clang-format must not sort them.
+// clang-format off
 #define MJ_FN static inline
-#include "codegen/cpp_contraction_prelude.h"
-#include "codegen/cpp_kernel_prelude.h"
 #include "codegen/integer_prelude.h"
+#include "codegen/cpp_kernel_prelude.h"
+#include "codegen/cpp_contraction_prelude.h"
+// clang-format on
 
 // Uses of the helpers that are not inline, as a contraction kernel's (-Wunused-function).
 extern "C" i64 metajit_prelude_compile_check(i64 rows) {
