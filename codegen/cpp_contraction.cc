@@ -220,10 +220,20 @@ void CppEmitter::contraction_kernel(const KernelIR& ir, const std::vector<int>& 
     helpers_ += transpose_helper(wide.vector_floats);
     helpers_ += interleave_helper(wide.vector_floats, wide.mr);
   }
-  if (!two_tiles) {
+  // Scratch memory refused (malloc failed): the plain loop nest, printed once for both tiles.
+  line(1, "bool mj_blocked = false;");
+  if (two_tiles)
+    two_tile_choice(p);
+  else
     contraction_tile(p, wide, "mj_micro");
-    return;
-  }
+  line(1, "if (!mj_blocked) {");
+  generic_map(sched_.nest, store, 2);
+  line(1, "}");
+}
+
+// The two tiles' schedules and the choice between them.
+void CppEmitter::two_tile_choice(const ContractionParts& p) {
+  const ContractionTile wide = p.cs.wide, narrow = p.cs.narrow;
   // The tile is chosen at run time from the number of output columns (kernels are
   // shape-generic): few columns would leave the wide tile's panels mostly padding.
   std::string cols = p.eji;
@@ -247,8 +257,7 @@ void CppEmitter::contraction_kernel(const KernelIR& ir, const std::vector<int>& 
 }
 
 // The schedule of one tile `t` (its micro-kernel the function `micro`): the extents and block
-// sizes, the operands packed once, the blocks in parallel; without scratch memory, the plain
-// loop nest.
+// sizes, the operands packed once, the blocks in parallel; mj_blocked when it ran.
 void CppEmitter::contraction_tile(const ContractionParts& p, const ContractionTile& t,
                                   const std::string& micro) {
   const std::string MR = std::to_string(t.mr), NR = std::to_string(t.nr);
@@ -296,6 +305,7 @@ void CppEmitter::contraction_tile(const ContractionParts& p, const ContractionTi
        "float* mj_scratch = mj_take(2, sizeof(float) * (mj_per_thread > 0 ? mj_per_thread "
        ": 1) * omp_get_max_threads());");
   line(1, "if (mj_scratch) {");
+  line(2, "mj_blocked = true;");
   std::string w = work(p.ir.loops) + " * mj_k";
   // Static: a thread takes the same rows in consecutive kernels, as in the map kernels'
   // static split, so what it wrote is still in its own core's caches. The row blocks are
@@ -318,8 +328,6 @@ void CppEmitter::contraction_tile(const ContractionParts& p, const ContractionTi
   contraction_epilogue(p, d);
   for (; d > 2; --d) line(d - 1, "}");
   line(2, "mj_give(2, mj_scratch);");
-  line(1, "} else {");
-  generic_map(sched_.nest, p.store, 2);
   line(1, "}");
   line(1, "mj_give(0, mj_apre);");
   line(1, "mj_give(1, mj_bpre);");

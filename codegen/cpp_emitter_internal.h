@@ -147,6 +147,7 @@ class CppEmitter : public CFamilyEmitter {
   };
   void contraction_kernel(const KernelIR& ir, const std::vector<int>& levels,
                           const ContractionSchedule& cs, const std::string& store);
+  void two_tile_choice(const ContractionParts& p);
   void contraction_tile(const ContractionParts& p, const ContractionTile& t,
                         const std::string& micro);
   void contraction_pack_once(const ContractionParts& p, const ContractionTile& t);
@@ -260,6 +261,8 @@ class CppEmitter : public CFamilyEmitter {
 
   // State of the kernel being printed.
   CpuSchedule sched_;  // the schedule printed (schedule_cpu_kernel)
+  // Whether the nest being printed runs its reductions under `omp simd` (MapNest).
+  bool simd_reductions_ = true;
   // Set while printing the nest that reads a reused row back; the row's address when it is
   // the output row (empty: the thread's scratch row).
   const RowReuse* row_reuse_ = nullptr;

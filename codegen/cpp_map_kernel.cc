@@ -99,6 +99,7 @@ void CppEmitter::map_nest(const std::vector<IndexExprPtr>& out_idx, const std::s
 
 // The loop nest `n` of the scheduled kernel (codegen/map_schedule.h) at depth `base`.
 void CppEmitter::generic_map(const MapNest& n, const std::string& store, int base) {
+  simd_reductions_ = n.simd_reductions;
   const KernelIR& ir = sched_.ir;
   const std::vector<int>& levels = sched_.levels;
   const int k = int(ir.loops.size());
@@ -162,6 +163,7 @@ void CppEmitter::generic_map(const MapNest& n, const std::string& store, int bas
   for (; d > base; --d) line(d - 1, "}");
   forget_hoisted_extras();
   guard_tests_.clear();
+  simd_reductions_ = true;
 }
 
 // The parts of speculative guards' tests (stmt()) that read only `outer` loop variables,

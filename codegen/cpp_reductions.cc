@@ -46,7 +46,8 @@ void CppEmitter::reduce_stmt(const KStmt& st, int depth, bool parallel) {
   if (parallel)
     outer = std::string("#pragma omp parallel for") + (st.loops.size() == 1 ? " simd " : " ") +
             clause + " schedule(static) if(" + work(st.loops) + " > 32768)";
-  sequential_reduce(st, depth, "#pragma omp simd " + clause, outer);
+  sequential_reduce(st, depth, parallel || simd_reductions_ ? "#pragma omp simd " + clause : "",
+                    outer);
 }
 
 // A reduction whose body reads its innermost loop variable under guards that each hold on an

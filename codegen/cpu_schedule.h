@@ -63,8 +63,9 @@ struct CpuSchedule {
   // without bounds tests, and when it runs (codegen/extra_bounds.h); empty when there is none.
   InBoundsVersion in_bounds;
   // Map kernels with loops (codegen/map_schedule.h): the plain loop nest (also a contraction's,
-  // run without scratch memory); where a row reduction's values are reused (not contractions),
-  // the reuse and the nest that reads the row back (the plain one runs when the lengths differ).
+  // run where scratch memory is refused, once for both tiles, its reductions without SIMD); where a
+  // row reduction's values are reused (not contractions), the reuse and the nest that reads the row
+  // back (the plain one runs when the lengths differ).
   MapNest nest;
   std::optional<RowReuse> row_reuse;
   MapNest reuse_nest;

@@ -44,8 +44,10 @@ namespace metajit {
 // prelude, not libmvec's expf (mj_expf in codegen/cpp_kernel_prelude.h); 41: a second version
 // of a map kernel's loop nest whose extra reads at the loops' own variables load without bounds
 // tests, run when every loop's extent fits (codegen/extra_bounds.h); 42: the integer prelude's
-// text from codegen/integer_prelude.h, its functions and the extra readers qualified MJ_FN
-inline constexpr const char* kCodegenVersion = "cpp-42";
+// text from codegen/integer_prelude.h, its functions and the extra readers qualified MJ_FN; 43:
+// a contraction's fallback nest (no scratch memory) printed once for both tiles, its
+// reductions without SIMD
+inline constexpr const char* kCodegenVersion = "cpp-43";
 
 class KernelKeyBuilder {
  public:

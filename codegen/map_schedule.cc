@@ -170,6 +170,7 @@ std::string describe_map_nest(const KernelIR& ir, const MapNest& n) {
     out += ", innermost loop in strips for";
     for (size_t s : n.strips) out += " v" + std::to_string(ir.body.stmts[s].id);
   }
+  if (!n.simd_reductions) out += ", reductions without SIMD";
   if (n.chunks)
     out += ", innermost loop in division chunks of " + std::to_string(n.chunks->divisor) +
            " (phase " + std::to_string(n.chunks->phase) + ")";

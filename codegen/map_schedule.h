@@ -49,6 +49,9 @@ struct MapNest {
   bool inner_simd = false;   // the innermost loop (of two or more) runs under `omp simd`
   // The innermost loop in division chunks (not with strips, not in a row-reuse nest).
   std::optional<DivisionChunks> chunks;
+  // The nest's reductions under `omp simd` (their loops then in two versions, SIMD from
+  // kMinSimdReduceExtent on); false for a contraction's fallback (CpuSchedule::nest).
+  bool simd_reductions = true;
 };
 
 // The nest of `ir` (scheduled; `levels` and `level_of_value` as statement_levels and

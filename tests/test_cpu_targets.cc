@@ -3,6 +3,7 @@
 // CPU can run are run against the reference interpreter at awkward sizes; the others are
 // compiled (so their source is at least valid for the compiler: a real, partial check) and a
 // warning names them as checked by compiling only.
+#include <dlfcn.h>
 #include <metajit/metajit.h>
 
 #include <algorithm>
@@ -26,7 +27,9 @@
 #include "support/processes.h"
 #include "support/reference_check.h"
 #include "support/scoped_env.h"
+#include "support/shared_object.h"
 #include "support/skip.h"
+#include "support/text.h"
 
 using namespace metajit;
 using Catch::Matchers::Contains;
@@ -233,8 +236,8 @@ TEST_CASE("SELU's exp is computed in vector registers on every vector width", "[
 // reduction once per row (codegen/lowering.cc memo_key) changed softmax's IR under cpp-28.
 TEST_CASE("the C++ emitter's output is pinned to the codegen version", "[targets]") {
   ScopedEnv fused("METAJIT_OPT_LEVEL", "1"), generic("METAJIT_SPECIALIZE_SHAPES", "0");
-  const char* kRecordedVersion = "cpp-42";
-  const char* kRecordedDigest = "c6d79f3016310762e2b4355b02f3de1d";
+  const char* kRecordedVersion = "cpp-43";
+  const char* kRecordedDigest = "129d5e854c359b229e739e81bce6d2dc";
   Var a = rand({5, 7}, 1), b = rand({7, 3}, 2), x = rand({2, 3, 9, 9}, 3),
       w = rand({4, 3, 3, 3}, 4);
   Var ids = array(std::vector<int32_t>{4, 0, 2, 4}, {4}), rows = rand({4, 7}, 5),
@@ -364,6 +367,56 @@ ScheduledKernel schedule_of(const Var& output, const CpuTarget& t) {
 }
 
 }  // namespace
+
+// Scratch memory (mj_take) is refused only where malloc fails: then a contraction runs the plain
+// loop nest its schedule holds (CpuSchedule::nest), printed once for both tiles, its reductions
+// without SIMD. Here the kernel's request is refused by hand.
+TEST_CASE("a contraction whose scratch memory is refused runs its plain loop nest, same values",
+          "[targets]") {
+  Var a = rand({40, 24}, 1), b = rand({24, 300}, 2);
+  eval({a, b});
+  const Var y = relu(matmul(a, b) + 0.5);
+  const PipelinePlan p = build_pipeline(std::vector<NodePtr>{y.node()});
+  REQUIRE(p.kernels.size() == 1);
+  const LoweredKernel& k = p.kernels[0];
+  std::string src = emit_cpp(k.ir, host_toolchain().target);
+  const CpuSchedule s = schedule_cpu_kernel(k.ir, host_toolchain().target);
+  REQUIRE(s.contraction);
+  const bool two_tiles = !(s.contraction->wide == s.contraction->narrow);
+  CHECK(metajit_test::count_occurrences(src, "mj_blocked = true;") == (two_tiles ? 2u : 1u));
+  REQUIRE(metajit_test::count_occurrences(src, "if (!mj_blocked) {") == 1);
+  const std::string fallback = src.substr(src.find("if (!mj_blocked) {"));
+  CHECK(fallback.find("omp simd") == std::string::npos);
+  CHECK(fallback.find("omp parallel for") != std::string::npos);
+  const std::string take = "float* mj_scratch = mj_take(2, ";
+  REQUIRE(src.find(take) != std::string::npos);
+  for (size_t at; (at = src.find(take)) != std::string::npos;)
+    src.replace(at, take.size(), "float* mj_scratch = mj_refused(2, ");
+  const std::string entry = "extern \"C\" void metajit_kernel(";
+  src.insert(src.find(entry), "static float* mj_refused(int, unsigned long) { return 0; }\n");
+  // Never unloaded: libgomp, which it brings, keeps its threads (as the runtime's loader does).
+  void* so = dlopen(metajit_test::built_object(src).c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  REQUIRE(so);
+  using KernelFn = void (*)(void* const*, const long long*, const double*);
+  const auto fn = reinterpret_cast<KernelFn>(dlsym(so, "metajit_kernel"));
+  REQUIRE(fn);
+  std::vector<std::vector<float>> inputs;
+  for (int node : k.input_nodes) {
+    const NodePtr& leaf = p.graph.leaves[size_t(p.graph.nodes[size_t(node)].leaf)];
+    inputs.push_back(leaf == a.node() ? a.to_vector<float>() : b.to_vector<float>());
+  }
+  std::vector<float> out(40 * 300, -1.0f);
+  std::vector<void*> buffers;
+  for (std::vector<float>& in : inputs) buffers.push_back(in.data());
+  buffers.push_back(out.data());
+  const std::vector<long long> params(k.args.params.begin(), k.args.params.end());
+  fn(buffers.data(), params.data(), k.args.scalars.data());
+  const std::vector<float> want = y.to_vector<float>();  // the blocked schedule's values
+  for (size_t e = 0; e < want.size(); ++e) {
+    INFO("element " << e);
+    CHECK(out[e] == Approx(want[e]).epsilon(1e-5).margin(1e-6));
+  }
+}
 
 TEST_CASE("the C++ schedule pass decides map kernels' loop nests as data, which the emitter prints",
           "[targets]") {
