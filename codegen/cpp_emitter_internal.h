@@ -194,6 +194,8 @@ class CppEmitter : public CFamilyEmitter {
                            const std::string& x0, const std::string& n, const std::string& npad,
                            const std::string& k0, const std::string& kn, int d,
                            const MergedColumns& merged);
+  void merged_piece_in_bounds(const GuardedBodies& b, int value, const std::string& var,
+                              const std::string& n, int d);
   void span_check(const std::string& flag, const std::vector<IndexExprPtr>& tests,
                   const std::string& var, const std::vector<std::string>& rows, int d);
   void pack_panels(const std::vector<KStmt>& body, const std::vector<KStmt>& full_body,

@@ -206,16 +206,54 @@ void CppEmitter::pack_merged_columns(const KStmt& r, const std::vector<KStmt>& p
     line(dd + 1, "float* const mj_dst = " + dst + " + (mj_c / " + PW + ") * (" + ps +
                      ") + mj_kk * " + PW + " + mj_c % " + PW + ";");
     merged_outer_vars(merged, dd + 1);
-    line(dd + 1, "#pragma omp simd");
-    line(dd + 1, "for (i64 mj_t = 0; mj_t < mj_len; ++mj_t) {");
-    packed_element("mj_c + mj_t < " + n, var, "mj_ji + mj_t", b.body, value, "mj_dst[mj_t]",
-                   dd + 2);
-    line(dd + 1, "}");
+    if (b.spannable && !b.span_tests.empty()) {
+      merged_piece_in_bounds(b, value, var, n, dd + 1);
+    } else {
+      line(dd + 1, "#pragma omp simd");
+      line(dd + 1, "for (i64 mj_t = 0; mj_t < mj_len; ++mj_t) {");
+      packed_element("mj_c + mj_t < " + n, var, "mj_ji + mj_t", b.body, value, "mj_dst[mj_t]",
+                     dd + 2);
+      line(dd + 1, "}");
+    }
     line(dd + 1, "mj_c += mj_len;");
     line(dd + 1, "mj_ji += mj_len;");
     line(dd + 1, "if (mj_ji >= mj_eji) { mj_ji -= mj_eji; ++mj_jo; }");
     line(dd, "}");
   });
+}
+
+// One piece of pack_merged_columns (mj_len elements from column mj_ji of the inner row) whose
+// guards' row tests are affine in the column (spannable): the elements passing them all form
+// one interval [mj_lo, mj_hi), found by testing from both ends, which runs the full body in a
+// vector loop; the elements outside it (a convolution's padding at the row's ends), and the
+// columns past n, run under their guards. Under the guards every element is a conditional
+// load, which g++ left scalar: conv2d's 7x7 stride-2 stem spent 70% of its time packing
+// these pieces (perf on an Intel Xeon, AVX-512).
+void CppEmitter::merged_piece_in_bounds(const GuardedBodies& b, int value, const std::string& var,
+                                        const std::string& n, int d) {
+  const std::string tests = ix(*conjunction(b.span_tests));
+  line(d, "i64 mj_lo = 0, mj_hi = " + n + " - mj_c < mj_len ? " + n + " - mj_c : mj_len;");
+  line(d, "if (mj_hi < 0) mj_hi = 0;");
+  line(d, "for (; mj_lo < mj_hi; ++mj_lo) {");
+  line(d + 1, "const i64 " + var + " = mj_ji + mj_lo;");
+  line(d + 1, "if (" + tests + ") break;");
+  line(d, "}");
+  line(d, "for (; mj_hi > mj_lo; --mj_hi) {");
+  line(d + 1, "const i64 " + var + " = mj_ji + mj_hi - 1;");
+  line(d + 1, "if (" + tests + ") break;");
+  line(d, "}");
+  line(d, "for (i64 mj_t = 0; mj_t < mj_lo; ++mj_t) {");
+  packed_element("mj_c + mj_t < " + n, var, "mj_ji + mj_t", b.body, value, "mj_dst[mj_t]", d + 1);
+  line(d, "}");
+  line(d, "#pragma omp simd");
+  line(d, "for (i64 mj_t = mj_lo; mj_t < mj_hi; ++mj_t) {");
+  line(d + 1, "const i64 " + var + " = mj_ji + mj_t;");
+  for (const KStmt& st : b.full_body) stmt(st, d + 1);
+  line(d + 1, "mj_dst[mj_t] = " + v(value) + ";");
+  line(d, "}");
+  line(d, "for (i64 mj_t = mj_hi; mj_t < mj_len; ++mj_t) {");
+  packed_element("mj_c + mj_t < " + n, var, "mj_ji + mj_t", b.body, value, "mj_dst[mj_t]", d + 1);
+  line(d, "}");
 }
 
 // Sets `flag` (already declared) to whether every test holds at each of the rows, tested

@@ -46,8 +46,9 @@ namespace metajit {
 // tests, run when every loop's extent fits (codegen/extra_bounds.h); 42: the integer prelude's
 // text from codegen/integer_prelude.h, its functions and the extra readers qualified MJ_FN; 43:
 // a contraction's fallback nest (no scratch memory) printed once for both tiles, its
-// reductions without SIMD
-inline constexpr const char* kCodegenVersion = "cpp-43";
+// reductions without SIMD; 44: a merged-columns piece whose guards' row tests are affine packs
+// the interval passing them in a vector loop, its ends under the guards
+inline constexpr const char* kCodegenVersion = "cpp-44";
 
 class KernelKeyBuilder {
  public:

@@ -736,13 +736,14 @@ TEST_CASE("a chunked loop's guards run as constants per sub-range and match the 
     // x's last axis has 5 of each chunk's 8: the inner guard fails for 3 elements of each.
     Var inner = reindex(x, {4, 24}, {"i0", "i1/8", "i1%8"}, -2.0);
     Var nested = reindex(inner, {4, n}, {"i0", "i1-7"}, 0.5) * 3.0;
-    Var pieces = reindex(w, {4, n}, {"i0", "(i1-5)/8", "(i1-5)%8"}, -1.0) +
-                 reindex(w, {4, n}, {"i0", "(i1+3)/8", "(i1+3)%8"}, 0.25,
-                         {"30 - i1 < 4", "i1 < 2"});
+    Var pieces =
+        reindex(w, {4, n}, {"i0", "(i1-5)/8", "(i1-5)%8"}, -1.0) +
+        reindex(w, {4, n}, {"i0", "(i1+3)/8", "(i1+3)%8"}, 0.25, {"30 - i1 < 4", "i1 < 2"});
     // i1 != 11 is no interval: that test stays in the loop.
     Var holed = reindex(w, {4, n}, {"i0", "i1/8", "i1%8"}, 1.5, {"i1 == 11", "i1 + 9 > 40"});
     if (n >= 40) {
-      for (const Var& y : {nested, pieces, holed}) CHECK(source(y).find("mj_a") != std::string::npos);
+      for (const Var& y : {nested, pieces, holed})
+        CHECK(source(y).find("mj_a") != std::string::npos);
       CHECK(source(nested).find("mj_t") != std::string::npos);
       CHECK(source(pieces).find("mj_t") != std::string::npos);
       CHECK(source(holed).find("mj_t") == std::string::npos);
@@ -769,7 +770,7 @@ TEST_CASE("a reduction's interval guards run as constants per sub-range and matc
     INFO("rows of " << n);
     std::vector<float> data(size_t(3 * n * n));
     for (size_t k = 0; k < data.size(); ++k) data[k] = float(std::sin(0.7 * double(k)));
-    data[size_t(n + 1)] = std::numeric_limits<float>::quiet_NaN();  // [0, 1, 1]
+    data[size_t(n + 1)] = std::numeric_limits<float>::quiet_NaN();      // [0, 1, 1]
     data[size_t(4 * n + 1)] = std::numeric_limits<float>::quiet_NaN();  // [0, 4, 1]
     Var x = array(data, {3, n, n});
     auto under = [&](const Var& v, double fill, const char* hidden) {
@@ -784,12 +785,31 @@ TEST_CASE("a reduction's interval guards run as constants per sub-range and matc
     Var smallest = min(under(x, inf, "i2 >= i1 + 3"), {2});
     Var product = prod(under(x * 0.5 + 1.0, 1.25, "i2 > i1"), {2});
     Var unit_product = prod(under(x * 0.5 + 1.0, 1.0, "i2 > i1"), {2});
-    Var counts = sum(under(cast(floor(randn({3, n, n}, 31) * 4.0), DType::Int32), 3.0, "i2 > i1"),
-                     {2});
+    Var counts =
+        sum(under(cast(floor(randn({3, n, n}, 31) * 4.0), DType::Int32), 3.0, "i2 > i1"), {2});
     for (const Var& y : {lse, filled, zero_filled, smallest, product, unit_product, counts})
       CHECK(partitioned(y));
     check_against_reference({lse, filled, zero_filled, smallest, product, unit_product, counts});
   }
+}
+
+// A convolution's B panels hold output columns merged over output rows (pieces within one
+// output row); with padding, each piece's columns inside the input form one interval, packed by
+// a vector loop, and the columns at the row's ends under their bounds tests
+// (cpp_packing.cc merged_piece_in_bounds). Strides 1 and 2, pads that leave whole pieces
+// outside (pad 4 around a 3-wide kernel, rows of 5), batches, odd widths; integer data: exact.
+TEST_CASE("convolutions with padding pack each piece's in-bounds interval and match the reference",
+          "[ops][composite]") {
+  Var x = floor(randn({2, 3, 19, 23}, 14) * 4.0), w = floor(randn({5, 3, 7, 7}, 15) * 4.0);
+  Var small = floor(randn({1, 2, 5, 5}, 16) * 4.0), w3 = floor(randn({4, 2, 3, 3}, 17) * 4.0);
+  eval({x, w, small, w3});
+  const Var stem = conv2d(x, w, 2, 3), same = conv2d(x, w, 1, 3), wide = conv2d(small, w3, 1, 4);
+  for (const Var& y : {stem, same, wide}) {
+    const std::vector<KernelInfo> k = plan({y}, Device::CPU);
+    REQUIRE(k.size() == 1);
+    CHECK(k[0].source.find("i64 mj_lo = 0, mj_hi = ") != std::string::npos);
+  }
+  check_against_reference({stem, same, wide, relu(conv2d(x, w, 2, 3) + 1.0)});
 }
 
 // An operand read through nested reindexes (a head split of a packed qkv: slice, reshape,
@@ -831,10 +851,10 @@ TEST_CASE("matmul of operands under nested guards matches the reference", "[ops]
 }
 
 TEST_CASE("contraction row blocks of unequal size cover every row once", "[ops][composite]") {
-  // mj_row_blocks (cpp_contraction_prelude.h) spreads the row tiles over the blocks so that sizes differ by
-  // at most one tile: 1024 rows are 171 tiles of 6 in 12 blocks of 15 or 14 on 2 threads. Row
-  // counts around the block caps and tile sizes, 64 and 200 columns (both tiles), one and several
-  // reduction blocks, a batch loop outside; integer data, so every sum is exact.
+  // mj_row_blocks (cpp_contraction_prelude.h) spreads the row tiles over the blocks so that sizes
+  // differ by at most one tile: 1024 rows are 171 tiles of 6 in 12 blocks of 15 or 14 on 2 threads.
+  // Row counts around the block caps and tile sizes, 64 and 200 columns (both tiles), one and
+  // several reduction blocks, a batch loop outside; integer data, so every sum is exact.
   Var b64 = floor(randn({130, 64}, 21) * 4.0), b200 = floor(randn({130, 200}, 22) * 4.0);
   eval({b64, b200});
   std::vector<Var> ys;
@@ -852,7 +872,8 @@ TEST_CASE("contraction row blocks of unequal size cover every row once", "[ops][
                            yv = values_of<float>(ys[12]);
   for (int64_t j = 0; j < 64; j += 9) {
     double want = 0;
-    for (int64_t k = 0; k < 130; ++k) want += double(av[size_t(1030 * 130 + k)]) * bv[size_t(k * 64 + j)];
+    for (int64_t k = 0; k < 130; ++k)
+      want += double(av[size_t(1030 * 130 + k)]) * bv[size_t(k * 64 + j)];
     CHECK(yv[size_t(1030 * 64 + j)] == want);
   }
 }
@@ -861,10 +882,10 @@ TEST_CASE("panels read along the reduction are packed through a transposed tile"
           "[ops][composite]") {
   // cpp_packing.cc transposed_panel: x.W^T and q.k^T read B along the reduction; W x W blocks
   // of a tile go through mj_transpose (A's 6-row panels through mj_interleave), the steps left
-  // over (not a multiple of W) and the columns past the matrix one by one. Reductions of 5 (no whole block), 37, 130 and 300 steps
-  // (several chunks of 128), 3, 70 and 200 columns (both tiles, padded panels), B packed once
-  // and per block, and B under guards (a pad along the reduction: the kspan test); on both
-  // vector widths. Integer data: every sum is exact.
+  // over (not a multiple of W) and the columns past the matrix one by one. Reductions of 5 (no
+  // whole block), 37, 130 and 300 steps (several chunks of 128), 3, 70 and 200 columns (both tiles,
+  // padded panels), B packed once and per block, and B under guards (a pad along the reduction: the
+  // kspan test); on both vector widths. Integer data: every sum is exact.
   __builtin_cpu_init();
   for (const char* flags : {"", "-march=x86-64-v3"}) {
     if (*flags && !__builtin_cpu_supports("avx2")) {
