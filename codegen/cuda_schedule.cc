@@ -133,10 +133,11 @@ void map_schedule(CudaSchedule& s) {
         s.row_vec4[ir.body.stmts[i].id] = std::move(*v);
 }
 
+// "p3 == p4, p5 == p6": the dims a 16-byte path needs equal.
 std::string same_dims_text(const std::vector<SameDim>& same) {
   std::string out;
   for (const SameDim& d : same)
-    out += " " + ix_to_string(*d.dim) + " == " + ix_to_string(*d.extent) + ";";
+    out += (out.empty() ? "" : ", ") + ix_to_string(*d.dim) + " == " + ix_to_string(*d.extent);
   return out;
 }
 
@@ -154,7 +155,9 @@ std::string dump_cuda_schedule(const CudaSchedule& s) {
   std::string out = "CUDA schedule: ";
   if (ir.kind != KernelKind::Map) return out + "fill, then an atomic scatter\n" + serialize_ir(ir);
   out += "one thread per element (32- and 64-bit indices)";
-  if (s.vec4) out += "; 16-byte element-wise accesses when" + same_dims_text(*s.vec4) + " aligned";
+  if (s.vec4)
+    out += "; 16-byte element-wise accesses (aligned buffers" +
+           (s.vec4->empty() ? "" : ", " + same_dims_text(*s.vec4)) + ")";
   for (size_t i : s.globals) out += "; v" + std::to_string(ir.body.stmts[i].id) + " over all";
   if (s.contraction) out += "; shared-memory tiles 128x128 or 64x64";
   if (s.column) out += "; 32 columns per block";
@@ -162,7 +165,8 @@ std::string dump_cuda_schedule(const CudaSchedule& s) {
   for (const auto& [id, v] : s.row_vec4) {
     out += "; v" + std::to_string(id) + " reads 16 bytes of";
     for (const RowVec4::Read& r : v.reads)
-      out += " in" + std::to_string(r.buffer) + (r.same ? same_dims_text({*r.same}) : "");
+      out +=
+          " in" + std::to_string(r.buffer) + (r.same ? " (" + same_dims_text({*r.same}) + ")" : "");
   }
   out += "\n";
   for (size_t k = 0; k < s.levels.size(); ++k) {
