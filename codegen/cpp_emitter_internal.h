@@ -234,10 +234,14 @@ class CppEmitter : public CFamilyEmitter {
   // mj_transpose (W x W) or mj_interleave (mr rows). Chunks of kTransposeSteps steps keep the
   // tile in L1.
   static constexpr int kTransposeSteps = 128;
-  void transposed_panel(const std::vector<KStmt>& body, const std::vector<KStmt>& unguarded,
-                        const std::vector<IndexExprPtr>& tests, int value, const std::string& var,
-                        int pw, const std::string& x0, const std::string& n, const std::string& k0,
-                        const std::string& kn, const std::string& red, int d);
+  template <class Emit>
+  void innermost_runs(const KStmt& r, const std::string& first, const std::string& count, int d,
+                      const Emit& emit);
+  void transposed_panel(const KStmt& r, const std::vector<KStmt>& body,
+                        const std::vector<KStmt>& unguarded, const std::vector<IndexExprPtr>& tests,
+                        int value, const std::string& var, int pw, const std::string& x0,
+                        const std::string& n, const std::string& k0, const std::string& kn,
+                        const std::string& red, int d);
   // Panels at most this many rows (A's mr) are packed all rows in one loop along the steps.
   static constexpr int kInterleavedPanelRows = 8;
   static bool only_copies(const std::vector<KStmt>& stmts);

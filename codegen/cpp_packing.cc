@@ -43,6 +43,43 @@ void CppEmitter::reduction_walk(const KStmt& r, const std::string& start, const 
   line(d, "}");
 }
 
+template <class Emit>
+// Runs `emit(start, run, d)` over flat reduction steps [first, first + count) in runs of the
+// reduction's innermost loop: mj_at steps done before the run, the innermost variable from
+// `start` for `run` steps, the outer variables (an odometer, as reduction_walk) fixed. A
+// reduction over several loops whose loads run along the innermost one (a convolution's
+// weight gradient sums over n, oh, ow and reads rows of ow) is then packed in contiguous
+// vector loops; at most one division per loop a call.
+void CppEmitter::innermost_runs(const KStmt& r, const std::string& first, const std::string& count,
+                                int d, const Emit& emit) {
+  const size_t n = r.loops.size();
+  const std::string in = ix(*r.loops[n - 1].extent);
+  line(d, "{");
+  line(d + 1, "i64 mj_rem = " + first + ";");
+  line(d + 1, "i64 mj_s = mj_rem % " + in + "; mj_rem /= " + in + ";");
+  for (size_t k = n - 1; k-- > 0;) {
+    const std::string i = "i" + std::to_string(r.loops[k].var), e = ix(*r.loops[k].extent);
+    if (k == 0)
+      line(d + 1, "i64 " + i + " = mj_rem;");
+    else
+      line(d + 1, "i64 " + i + " = mj_rem % " + e + "; mj_rem /= " + e + ";");
+  }
+  line(d + 1, "(void)mj_rem;");
+  line(d + 1, "for (i64 mj_at = 0; mj_at < " + count + ";) {");
+  line(d + 2, "const i64 mj_run = " + count + " - mj_at < " + in + " - mj_s ? " + count +
+                  " - mj_at : " + in + " - mj_s;");
+  emit("mj_s", "mj_run", d + 2);
+  std::string adv = "mj_at += mj_run; mj_s = 0; ";
+  for (size_t k = n - 1; k-- > 0;) {
+    const std::string i = "i" + std::to_string(r.loops[k].var), e = ix(*r.loops[k].extent);
+    adv += k == 0 ? "++" + i + ";" : "if (++" + i + " == " + e + ") { " + i + " = 0; ";
+  }
+  for (size_t k = 1; k + 1 < n; ++k) adv += " }";
+  line(d + 2, adv);
+  line(d + 1, "}");
+  line(d, "}");
+}
+
 // Packs one operand of the contraction: for the `n` (of `npad`, a multiple of `pw`) rows of A
 // from i = `x0` (or columns of B from j = `x0`) and reduction steps [k0, k0 + kn), value
 // x(row, k) goes to dst[(row / pw) * ps + (k - k0) * pw + row % pw]; padding rows are zero.
@@ -349,7 +386,8 @@ void CppEmitter::pack_rows_through_buffer(const std::vector<KStmt>& body, int va
 }
 
 // Whether an operand is better packed one row at a time along the reduction: its loads run
-// along the reduction's one loop and not along its rows (a row-major A, a transposed B).
+// along the reduction's innermost loop and not along its rows (a row-major A, a transposed B,
+// a convolution weight gradient's activations: runs of one output row, innermost_runs).
 // Then the loads are contiguous and any prologue (softmax's exp, a normalisation) vectorises
 // along the reduction, where packing across the panel's rows (pw of them, strided) would
 // load and compute lane by lane. Plain copies too: the FFN's second product ([1024,512] x
@@ -358,8 +396,8 @@ void CppEmitter::pack_rows_through_buffer(const std::vector<KStmt>& body, int va
 // reduction; other guards keep the row-wise packing and its hoisted tests.
 bool CppEmitter::packs_along_reduction(const KStmt& r, const std::vector<KStmt>& prologue,
                                        const std::vector<size_t>& stmts, int own) {
-  if (r.loops.size() != 1) return false;
-  const int red = r.loops[0].var;
+  if (r.loops.empty()) return false;
+  const int red = r.loops.back().var;  // runs of the innermost loop (innermost_runs)
   std::vector<const KStmt*> all;
   for (const KStmt& st : prologue) all.push_back(&st);
   for (size_t s : stmts) all.push_back(&r.body->stmts[s]);
@@ -455,21 +493,21 @@ void CppEmitter::pack_along_reduction(const KStmt& r, const std::vector<KStmt>& 
                                       const std::string& n, const std::string& npad,
                                       const std::string& k0, const std::string& kn, int d) {
   const std::string PW = std::to_string(pw);
-  const std::string red = "i" + std::to_string(r.loops[0].var);
+  const std::string red = "i" + std::to_string(r.loops.back().var);
   line(d, "for (i64 mj_q = 0; mj_q < " + npad + "; mj_q += " + PW + ") {");
   line(d + 1, "float* const mj_dst = " + dst + " + (mj_q / " + PW + ") * (" + ps + ");");
   std::vector<KStmt> body = prologue, unguarded = prologue;
   for (size_t s : stmts) body.push_back(r.body->stmts[s]);
-  const std::vector<IndexExprPtr> tests = step_span_tests(body, r.loops[0].var, unguarded);
+  const std::vector<IndexExprPtr> tests = step_span_tests(body, r.loops.back().var, unguarded);
   const int W = tile_.vector_floats;
   if (W > 1 && (pw % W == 0 || pw == tile_.mr)) {
-    transposed_panel(body, unguarded, tests, value, var, pw, x0, n, k0, kn, red, d + 1);
+    transposed_panel(r, body, unguarded, tests, value, var, pw, x0, n, k0, kn, red, d + 1);
     line(d, "}");
     return;
   }
   // Only the portable target (no vector registers) gets here with panels of rows.
   const std::vector<KStmt>& copy = tests.empty() ? body : unguarded;
-  const bool interleaved = pw <= kInterleavedPanelRows && only_copies(copy);
+  const bool interleaved = r.loops.size() == 1 && pw <= kInterleavedPanelRows && only_copies(copy);
   if (interleaved) {
     interleaved_panel(copy, tests, value, var, pw, x0, n, k0, kn, red, d + 1);
     line(d + 1, "if (!mj_whole) {");
@@ -478,8 +516,14 @@ void CppEmitter::pack_along_reduction(const KStmt& r, const std::vector<KStmt>& 
   line(d + 1, "for (i64 mj_t = 0; mj_t < " + PW + "; ++mj_t) {");
   line(d + 2, "if (mj_q + mj_t < " + n + ") {");
   line(d + 3, "const i64 " + var + " = " + x0 + " + mj_q + mj_t;");
-  guarded_step_loop(body, unguarded, tests, value, red, k0, "0", kn,
-                    "mj_dst[mj_kk * " + PW + " + mj_t]", d + 3);
+  if (r.loops.size() == 1)
+    guarded_step_loop(body, unguarded, tests, value, red, k0, "0", kn,
+                      "mj_dst[mj_kk * " + PW + " + mj_t]", d + 3);
+  else
+    innermost_runs(r, k0, kn, d + 3, [&](const std::string& s, const std::string& run, int e) {
+      guarded_step_loop(body, unguarded, tests, value, red, s, "0", run,
+                        "mj_dst[(mj_at + mj_kk) * " + PW + " + mj_t]", e);
+    });
   line(d + 2, "} else {");
   line(d + 3,
        "for (i64 mj_kk = 0; mj_kk < " + kn + "; ++mj_kk) mj_dst[mj_kk * " + PW + " + mj_t] = 0;");
@@ -493,35 +537,52 @@ void CppEmitter::pack_along_reduction(const KStmt& r, const std::vector<KStmt>& 
 // each stored to `store` (an expression of mj_kk). With `tests` (guards affine in the step),
 // a block whose first and last steps pass them runs `unguarded`, a plain copy with no masked
 // loads or blends (vmaskmovps stalled packing v from a packed qkv on AMD EPYC, perf annotate).
+// Another block finds the interval of steps passing them all (affine: one interval), from its
+// two ends, and copies that without tests; only the steps outside it (a convolution's
+// padding) run the guarded statements, one at a time: masked loads of whole rows were 15% of
+// a 3x3 convolution's weight gradient (perf annotate, Intel Xeon).
 void CppEmitter::guarded_step_loop(const std::vector<KStmt>& body,
                                    const std::vector<KStmt>& unguarded,
                                    const std::vector<IndexExprPtr>& tests, int value,
                                    const std::string& red, const std::string& k0,
                                    const std::string& from, const std::string& count,
                                    const std::string& store, int d) {
-  auto loop = [&](const std::vector<KStmt>& b, int e) {
-    line(e, "#pragma omp simd");
-    line(e, "for (i64 mj_kk = 0; mj_kk < " + count + "; ++mj_kk) {");
+  auto loop = [&](const std::vector<KStmt>& b, const std::string& lo, const std::string& hi,
+                  bool simd, int e) {
+    if (simd) line(e, "#pragma omp simd");
+    line(e, "for (i64 mj_kk = " + lo + "; mj_kk < " + hi + "; ++mj_kk) {");
     line(e + 1, "const i64 " + red + " = " + k0 + " + " + from + " + mj_kk;");
     for (const KStmt& st : b) stmt(st, e + 1);
     line(e + 1, store + " = " + v(value) + ";");
     line(e, "}");
   };
   if (tests.empty()) {
-    loop(body, d);
+    loop(body, "0", count, true, d);
     return;
   }
   const std::string first = k0 + " + " + from;
   line(d, "bool mj_kspan = " + count + " > 0;");
   span_check("mj_kspan", tests, red, {first, first + " + " + count + " - 1"}, d);
   line(d, "if (mj_kspan) {");
-  loop(unguarded, d + 1);
+  loop(unguarded, "0", count, true, d + 1);
   line(d, "} else {");
-  loop(body, d + 1);
+  const std::string pass = ix(*conjunction(tests));
+  line(d + 1, "i64 mj_lo = 0, mj_hi = " + count + ";");
+  line(d + 1, "for (; mj_lo < mj_hi; ++mj_lo) {");
+  line(d + 2, "const i64 " + red + " = " + first + " + mj_lo;");
+  line(d + 2, "if (" + pass + ") break;");
+  line(d + 1, "}");
+  line(d + 1, "for (; mj_hi > mj_lo; --mj_hi) {");
+  line(d + 2, "const i64 " + red + " = " + first + " + mj_hi - 1;");
+  line(d + 2, "if (" + pass + ") break;");
+  line(d + 1, "}");
+  loop(body, "0", "mj_lo", false, d + 1);
+  loop(unguarded, "mj_lo", "mj_hi", true, d + 1);
+  loop(body, "mj_hi", count, false, d + 1);
   line(d, "}");
 }
 
-void CppEmitter::transposed_panel(const std::vector<KStmt>& body,
+void CppEmitter::transposed_panel(const KStmt& r, const std::vector<KStmt>& body,
                                   const std::vector<KStmt>& unguarded,
                                   const std::vector<IndexExprPtr>& tests, int value,
                                   const std::string& var, int pw, const std::string& x0,
@@ -539,8 +600,15 @@ void CppEmitter::transposed_panel(const std::vector<KStmt>& body,
   line(d + 3, "float* const mj_tr = mj_tile + mj_t * " + CH + ";");
   line(d + 3, "if (mj_q + mj_g + mj_t < " + n + ") {");
   line(d + 4, "const i64 " + var + " = " + x0 + " + mj_q + mj_g + mj_t;");
-  guarded_step_loop(body, unguarded, tests, value, red, k0, "mj_c0", "mj_cn", "mj_tr[mj_kk]",
-                    d + 4);
+  if (r.loops.size() == 1)
+    guarded_step_loop(body, unguarded, tests, value, red, k0, "mj_c0", "mj_cn", "mj_tr[mj_kk]",
+                      d + 4);
+  else
+    innermost_runs(r, k0 + " + mj_c0", "mj_cn", d + 4,
+                   [&](const std::string& s, const std::string& run, int e) {
+                     guarded_step_loop(body, unguarded, tests, value, red, s, "0", run,
+                                       "mj_tr[mj_at + mj_kk]", e);
+                   });
   line(d + 3, "} else {");
   line(d + 4, "for (i64 mj_kk = 0; mj_kk < mj_cn; ++mj_kk) mj_tr[mj_kk] = 0;");
   line(d + 3, "}");

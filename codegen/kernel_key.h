@@ -47,8 +47,11 @@ namespace metajit {
 // text from codegen/integer_prelude.h, its functions and the extra readers qualified MJ_FN; 43:
 // a contraction's fallback nest (no scratch memory) printed once for both tiles, its
 // reductions without SIMD; 44: a merged-columns piece whose guards' row tests are affine packs
-// the interval passing them in a vector loop, its ends under the guards
-inline constexpr const char* kCodegenVersion = "cpp-44";
+// the interval passing them in a vector loop, its ends under the guards; 45: operands read
+// along the innermost loop of a reduction over several loops pack along it in runs of that
+// loop (a convolution's weight gradient), and a block of steps failing its guards copies the
+// interval passing them without tests
+inline constexpr const char* kCodegenVersion = "cpp-45";
 
 class KernelKeyBuilder {
  public:

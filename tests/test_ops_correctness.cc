@@ -812,6 +812,29 @@ TEST_CASE("convolutions with padding pack each piece's in-bounds interval and ma
   check_against_reference({stem, same, wide, relu(conv2d(x, w, 2, 3) + 1.0)});
 }
 
+// A convolution's weight gradient sums over (n, oh, ow), and the activations it reads run along
+// ow: they pack along the reduction in runs of one output row (cpp_packing.cc innermost_runs),
+// the padding's steps found from the run's ends (guarded_step_loop). Reduction blocks cut rows
+// (K = 2 * 9 * 11 = 198 and 2 * 7 * 8 = 112 against kc 128 or 256); 20 input channels fill
+// 16-wide panels and a partial one; stride 2 reads every other column; integer data, exact sums.
+TEST_CASE("convolution weight gradients pack activations in runs of output rows, as the reference",
+          "[ops][composite]") {
+  Var x = floor(randn({2, 20, 9, 11}, 31) * 4.0), w = floor(randn({24, 20, 3, 3}, 32) * 4.0);
+  Var x2 = floor(randn({2, 3, 13, 15}, 33) * 4.0), w2 = floor(randn({5, 3, 5, 5}, 34) * 4.0);
+  eval({x, w, x2, w2});
+  Var g = floor(randn({2, 24, 9, 11}, 35) * 4.0), g2 = floor(randn({2, 5, 7, 8}, 36) * 4.0);
+  eval({g, g2});
+  const Var dw = grad(sum(conv2d(x, w, 1, 1) * g), {w})[0];
+  const Var dw2 = grad(sum(conv2d(x2, w2, 2, 2) * g2), {w2})[0];
+  for (const Var& y : {dw, dw2}) {
+    bool runs = false;
+    for (const KernelInfo& k : plan({y}, Device::CPU))
+      runs = runs || k.source.find("const i64 mj_run = ") != std::string::npos;
+    CHECK(runs);
+  }
+  check_against_reference({dw, dw2});
+}
+
 // An operand read through nested reindexes (a head split of a packed qkv: slice, reshape,
 // transpose) packs along the reduction as a plain copy where every guard holds over a block of
 // steps (cpp_packing.cc step_span_tests), whole panels of rows in one loop (interleaved_panel),
