@@ -22,6 +22,14 @@ static void mj_give(int slot, float* q) {
   if (*(unsigned long*)p > (64UL << 20)) { free(p); return; }
   free(__atomic_exchange_n(&mj_slots[slot], p, __ATOMIC_ACQ_REL));
 }
+// A contraction's packing functions (CppEmitter::pack_function, codegen/cpp_contraction.cc):
+// each compiled once, neither inlined into its two call sites nor cloned for their constant
+// arguments (GCC's IPA-CP cloned every one, which compiled it twice again).
+#if defined(__clang__)
+#define MJ_PACK_FN static __attribute__((noinline))
+#else
+#define MJ_PACK_FN static __attribute__((noinline, noclone))
+#endif
 // Row blocks of a contraction: between `mb` and 2 * `mb` of them, each nonempty (`tiles` tiles
 // in all, spread so that block sizes differ by at most one tile), as many as make the fewest
 // tiles per thread when the work items (`per` of them per row block) go round the threads.

@@ -24,6 +24,26 @@ std::string CppEmitter::run() {
   out_ +=
       "\nextern \"C\" void metajit_kernel(void* const* B, const long long* P, const double* S) "
       "{\n";
+  collect_scalars(ir_.body);
+  frame_locals(true);
+  // The schedule pass decides (codegen/cpu_schedule.h); the rest of this class prints.
+  sched_ = schedule_cpu_kernel(ir_, target_);
+  if (log_enabled(LogLevel::Debug)) log_message(LogLevel::Debug, dump_schedule(sched_, target_));
+  schedule_ = describe_schedule(sched_, target_);
+  if (ir_.kind == KernelKind::Map)
+    map_kernel();
+  else
+    scatter_kernel();
+  out_ += "}\n";
+  // Functions the schedule asked for (the contraction micro-kernel) go before the kernel.
+  out_.insert(kernel_start, helpers_);
+  if (!schedule_.empty()) out_.insert(out_.find('\n') + 1, "// schedule: " + schedule_ + "\n");
+  return out_;
+}
+
+// The kernel's arguments as locals: parameters, scalars, inputs with their strides, and with
+// `outputs` the outputs (a contraction's packing functions read only the inputs).
+void CppEmitter::frame_locals(bool outputs) {
   for (int k = 0; k < ir_.num_params; ++k)
     line(1, "const i64 p" + std::to_string(k) + " = P[" + std::to_string(k) + "];");
   if (ir_.num_params == 0) line(1, "(void)P;");
@@ -31,7 +51,6 @@ std::string CppEmitter::run() {
   // Every scalar argument converted once, into a named local: a scalar read from S on one
   // side of a branch (reindex's overflow value) kept the loop around it from vectorising
   // (S may alias the output; conv2d's packing loop, measured).
-  collect_scalars(ir_.body);
   for (const auto& [slot, t] : scalar_locals_) {
     const std::string s = "S[" + std::to_string(slot) + "]";
     line(1, "const " + ctype(t) + " " + scalar_local(slot, t) + " = " +
@@ -56,6 +75,7 @@ std::string CppEmitter::run() {
     line(1, "const " + t + "* const " + name + "_any = " + n + " > 0 ? " + name + " : &" + name +
                 "_zero;");
   }
+  if (!outputs) return;
   std::string ot = ctype(ir_.output.dtype);
   line(1, ot + "* __restrict__ out = (" + ot + "*)B[" + std::to_string(ir_.inputs.size()) + "];");
   strides("out", ir_.output);
@@ -64,19 +84,6 @@ std::string CppEmitter::run() {
     line(1, t + "* __restrict__ out" + std::to_string(k + 1) + " = (" + t + "*)B[" +
                 std::to_string(ir_.inputs.size() + 1 + k) + "];");
   }
-  // The schedule pass decides (codegen/cpu_schedule.h); the rest of this class prints.
-  sched_ = schedule_cpu_kernel(ir_, target_);
-  if (log_enabled(LogLevel::Debug)) log_message(LogLevel::Debug, dump_schedule(sched_, target_));
-  schedule_ = describe_schedule(sched_, target_);
-  if (ir_.kind == KernelKind::Map)
-    map_kernel();
-  else
-    scatter_kernel();
-  out_ += "}\n";
-  // Functions the schedule asked for (the contraction micro-kernel) go before the kernel.
-  out_.insert(kernel_start, helpers_);
-  if (!schedule_.empty()) out_.insert(out_.find('\n') + 1, "// schedule: " + schedule_ + "\n");
-  return out_;
 }
 
 // The (slot, dtype) of every scalar argument `b` reads, recursively.

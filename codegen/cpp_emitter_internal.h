@@ -38,6 +38,7 @@ class CppEmitter : public CFamilyEmitter {
   // cpp_emitter.cc: the kernel's frame (its arguments, strides and scalar locals), single
   // statements, shared index-expression helpers.
   void collect_scalars(const KBlock& b);
+  void frame_locals(bool outputs);
   void stmt(const KStmt& st, int depth) override;
   static const KStmt* speculative_load(const KStmt& st);
   static void speculative_buffers(const KBlock& b, std::set<int>& out);
@@ -143,6 +144,10 @@ class CppEmitter : public CFamilyEmitter {
     std::vector<const KLoop*> outer{};  // output loops outside the blocks (merged ones left out)
     std::optional<MergedColumns> merged{};
     std::vector<KStmt> a_pre{}, b_pre{};  // the operands' prologues
+    // Each operand packed by one function (pack_function) that the packing once per launch
+    // and the packing per block both call: where no reduction runs before the loops (level
+    // -1), which a function would compute again, and the columns are not merged.
+    bool pack_functions = false;
     const MergedColumns* merged_columns() const { return merged ? &*merged : nullptr; }
   };
   void contraction_kernel(const KernelIR& ir, const std::vector<int>& levels,
@@ -154,6 +159,9 @@ class CppEmitter : public CFamilyEmitter {
   void contraction_block(const ContractionParts& p, const ContractionTile& t,
                          const std::string& micro, int d);
   void contraction_epilogue(const ContractionParts& p, int d);
+  std::string pack_function(const ContractionParts& p, int side, int pw);
+  std::string pack_call(const ContractionParts& p, int side, int pw, bool once);
+  std::set<std::string> pack_functions_;  // the packing functions printed into helpers_
 
   // cpp_packing.cc: a contraction's operands packed into panels.
   template <class Body>
@@ -259,7 +267,8 @@ class CppEmitter : public CFamilyEmitter {
   static bool is_affine_in(const IndexExpr& e, int var);
   void pack_operand_once(const KStmt& r, const std::vector<KStmt>& pre,
                          const std::vector<size_t>& stmts, int value, const std::string& var,
-                         int pw, int side, const MergedColumns* merged, const std::string& reused);
+                         int pw, int side, const MergedColumns* merged, const std::string& reused,
+                         const std::string& call);
 
   // cpp_scatter.cc: scatter kernels (reindex_reduce).
   void scatter_kernel();

@@ -736,7 +736,8 @@ bool CppEmitter::is_affine_in(const IndexExpr& e, int var) {
 void CppEmitter::pack_operand_once(const KStmt& r, const std::vector<KStmt>& pre,
                                    const std::vector<size_t>& stmts, int value,
                                    const std::string& var, int pw, int side,
-                                   const MergedColumns* merged, const std::string& reused) {
+                                   const MergedColumns* merged, const std::string& reused,
+                                   const std::string& call) {
   const int own = std::stoi(var.substr(1));
   const std::string buf = side == 0 ? "mj_apre" : "mj_bpre", pad = side == 0 ? "mj_eip" : "mj_ejp";
   const std::string PW = std::to_string(pw), extent = side == 0 ? "mj_ei" : "mj_ej";
@@ -755,9 +756,13 @@ void CppEmitter::pack_operand_once(const KStmt& r, const std::vector<KStmt>& pre
   line(2, "for (i64 mj_p = 0; mj_p < " + panels + "; mj_p += " + G + ") {");
   line(3, "const i64 mj_pn = (" + panels + " - mj_p < " + G + " ? " + panels + " - mj_p : " + G +
               ") * " + PW + ";");
-  pack_operand(r, pre, stmts, value, var, pw, buf + " + mj_p * mj_k * " + PW, "mj_k * " + PW,
-               "mj_p * " + PW, "(" + extent + " - mj_p * " + PW + ")", "mj_pn", "0", "mj_k", 3,
-               merged);
+  const std::string to = buf + " + mj_p * mj_k * " + PW, to_stride = "mj_k * " + PW,
+                    x0 = "mj_p * " + PW, n = "(" + extent + " - mj_p * " + PW + ")";
+  if (!call.empty())
+    line(3, call + to + ", " + to_stride + ", " + x0 + ", " + n + ", mj_pn, 0, mj_k);");
+  else
+    pack_operand(r, pre, stmts, value, var, pw, to, to_stride, x0, n, "mj_pn", "0", "mj_k", 3,
+                 merged);
   line(2, "}");
   line(1, "}");
 }

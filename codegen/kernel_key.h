@@ -50,8 +50,10 @@ namespace metajit {
 // the interval passing them in a vector loop, its ends under the guards; 45: operands read
 // along the innermost loop of a reduction over several loops pack along it in runs of that
 // loop (a convolution's weight gradient), and a block of steps failing its guards copies the
-// interval passing them without tests
-inline constexpr const char* kCodegenVersion = "cpp-45";
+// interval passing them without tests; 46: each operand of a contraction (columns not merged)
+// packed by one function (MJ_PACK_FN) that the packing once per launch and the packing per
+// block call, shared by both tiles where the panel width is the same
+inline constexpr const char* kCodegenVersion = "cpp-46";
 
 class KernelKeyBuilder {
  public:

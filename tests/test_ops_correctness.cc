@@ -9,9 +9,11 @@
 #include <metajit/metajit.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/config.h"
@@ -810,6 +812,44 @@ TEST_CASE("convolutions with padding pack each piece's in-bounds interval and ma
     CHECK(k[0].source.find("i64 mj_lo = 0, mj_hi = ") != std::string::npos);
   }
   check_against_reference({stem, same, wide, relu(conv2d(x, w, 2, 3) + 1.0)});
+}
+
+// Each operand of a contraction is packed by one function (MJ_PACK_FN, cpp_contraction.cc
+// pack_function) that the packing once per launch and the packing per block both call: 600
+// columns are two column blocks (A reused, packed once), 40 one (packed per block); a scalar
+// computed before the loops is repeated in the function; a batched product's operands, read
+// at the batch index it passes, are packed per block only. Integer data: exact sums.
+TEST_CASE("contraction operands packed by shared functions match the reference",
+          "[ops][composite]") {
+  Var a = floor(randn({50, 70}, 41) * 4.0), b = floor(randn({70, 600}, 42) * 4.0);
+  Var b40 = floor(randn({70, 40}, 43) * 4.0), c = floor(randn({30}, 44) * 4.0);
+  Var ba = floor(randn({3, 20, 70}, 45) * 4.0), bb = floor(randn({3, 70, 300}, 46) * 4.0);
+  eval({a, b, b40, c, ba, bb});
+  const Var wide = matmul(a * 2.0, b), narrow = matmul(a * 2.0, b40), batched = matmul(ba, bb);
+  const Var with_sum = matmul(a, b) + sum(c);
+  const std::vector<std::pair<Var, bool>> packed_once = {
+      {wide, true}, {narrow, true}, {batched, false}};
+  for (const auto& [y, once] : packed_once) {
+    const std::vector<KernelInfo> k = plan({y}, Device::CPU);
+    REQUIRE(k.size() == 1);
+    const std::string& src = k[0].source;
+    int functions = 0, most_calls = 0;
+    for (size_t at = src.find("MJ_PACK_FN void "); at != std::string::npos;
+         at = src.find("MJ_PACK_FN void ", at + 1)) {
+      ++functions;
+      const size_t name_at = at + std::string("MJ_PACK_FN void ").size();
+      const std::string call = src.substr(name_at, src.find('(', name_at) - name_at) + "(B, P, S";
+      int calls = 0;
+      for (size_t c2 = src.find(call); c2 != std::string::npos; c2 = src.find(call, c2 + 1))
+        ++calls;
+      CHECK(calls >= 1);
+      most_calls = std::max(most_calls, calls);
+    }
+    CHECK(functions >= 2);
+    // A (the same rows for every column block) packed once and per block by one function.
+    if (once) CHECK(most_calls >= 2);
+  }
+  check_against_reference({wide, narrow, batched, with_sum});
 }
 
 // A convolution's weight gradient sums over (n, oh, ow), and the activations it reads run along
