@@ -35,6 +35,9 @@ Impl loops_softmax(const Mat& x);  // 3 passes: row max, exp and row sum, divide
 Impl loops_scatter_rows(const Buffer& g, std::vector<int64_t> ids, int64_t rows, int64_t d);
 // out[i, j] = x[i, index[i, j]], OpenMP over rows.
 Impl loops_gather_rows(const Buffer& x, std::vector<int64_t> index, int64_t rows, int64_t cols);
+// 3x3 max pooling, stride 2, padding 1 (padded cells never win), of `planes` hw x hw images,
+// OpenMP over the planes.
+Impl loops_max_pool_3x3s2(const Buffer& x, int64_t planes, int64_t hw);
 
 // --- Eigen 3 (array expressions; OpenMP blocks around them, Eigen's own threads for GEMM) ---
 Impl eigen_selu(const Buffer& x);

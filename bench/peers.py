@@ -56,6 +56,8 @@ CONV_GW = CONV + " grad weight"
 # 64] gradient into the [4096, 64] table, colliding ids add up) and gather along the last axis.
 EMB_BWD = "embedding backward 65536x64 -> 4096x64"
 GATHER = "gather dim 1 4096x1024"
+# Max pooling as ResNet has it after its stem (3x3, stride 2, padding 1).
+POOL = "max_pool2d 8x64x112x112 3x3 s2 p1"
 
 FLOPS = {MATMUL: 2.0 * 1024**3, CONV: 2.0 * 8 * 64 * 56 * 56 * 64 * 3 * 3,
          MATMUL_GA: 2.0 * 1024**3, MATMUL_GB: 2.0 * 1024**3,
@@ -63,7 +65,7 @@ FLOPS = {MATMUL: 2.0 * 1024**3, CONV: 2.0 * 8 * 64 * 56 * 56 * 64 * 3 * 3,
          CONV_STEM: 2.0 * 64 * 112 * 112 * 3 * 7 * 7, CONV_1X1: 2.0 * 8 * 64 * 56 * 56 * 256}
 TOLERANCE = {SELU: 1e-3, ROW_SUMS: 2e-3, COL_SUMS: 2e-3, SOFTMAX: 1e-3, MATMUL: 1e-3, CONV: 1e-3,
              CONV_STEM: 1e-3, CONV_1X1: 1e-3, MATMUL_GA: 1e-3, MATMUL_GB: 1e-3, CONV_GX: 1e-3,
-             CONV_GW: 1e-3, EMB_BWD: 1e-4, GATHER: 0.0}
+             CONV_GW: 1e-3, EMB_BWD: 1e-4, GATHER: 0.0, POOL: 0.0}
 
 
 def make_inputs(np):
@@ -96,6 +98,7 @@ def make_inputs(np):
                   rng.integers(0, 4096, 65536, dtype=np.int64)),
         GATHER: (rng.standard_normal((4096, 1024), dtype=f32),
                  rng.integers(0, 1024, (4096, 1024), dtype=np.int64)),
+        POOL: (rng.standard_normal((8, 64, 112, 112), dtype=f32),),
     }
 
 
@@ -107,6 +110,11 @@ def reference(np, name, args):
         return out
     if name == GATHER:
         return np.take_along_axis(args[0].astype(np.float64), args[1], axis=1)
+    if name == POOL:  # padded cells never win
+        p = np.pad(args[0].astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)),
+                   constant_values=-np.inf)
+        win = np.lib.stride_tricks.sliding_window_view(p, (3, 3), axis=(2, 3))[:, :, ::2, ::2]
+        return win.max(axis=(4, 5))
     a = [x.astype(np.float64) for x in args]
     if name == SELU:
         x = a[0]
@@ -214,6 +222,7 @@ def torch_impls(np, inputs):
         EMB_BWD: (lambda g, ids: torch.ops.aten.embedding_dense_backward(g, ids, 4096, -1, False),
                   t[EMB_BWD]),
         GATHER: (lambda x, i: torch.gather(x, 1, i), t[GATHER]),
+        POOL: (lambda v: torch.nn.functional.max_pool2d(v, 3, 2, 1), t[POOL]),
     }
     out = {}
     eager = {}
@@ -257,6 +266,8 @@ def jax_impls(np, inputs):
         CONV_1X1: conv_with(*CONV_ARGS[CONV_1X1]),
         EMB_BWD: lambda g, ids: jnp.zeros((4096, 64), g.dtype).at[ids].add(g),
         GATHER: lambda x, i: jnp.take_along_axis(x, i, axis=1),
+        POOL: lambda v: jax.lax.reduce_window(v, -jnp.inf, jax.lax.max, (1, 1, 3, 3),
+                                              (1, 1, 2, 2), ((0, 0), (0, 0), (1, 1), (1, 1))),
     }
     impls = {}
     for k, f in fns.items():

@@ -152,4 +152,27 @@ Impl loops_gather_rows(const Buffer& x, std::vector<int64_t> index, int64_t rows
   return im;
 }
 
+Impl loops_max_pool_3x3s2(const Buffer& x, int64_t planes, int64_t hw) {
+  const int64_t o = (hw + 2 - 3) / 2 + 1;
+  Buffer out(planes * o * o);
+  Impl im;
+  im.name = "hand loops";
+  im.run = [=] {
+    float* y = out.data();
+    const float* a = x.data();
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < planes; ++p)
+      for (int64_t r = 0; r < o; ++r)
+        for (int64_t c = 0; c < o; ++c) {
+          float best = -std::numeric_limits<float>::infinity();
+          for (int64_t i = r * 2 - 1; i <= r * 2 + 1; ++i)
+            for (int64_t j = c * 2 - 1; j <= c * 2 + 1; ++j)
+              if (i >= 0 && i < hw && j >= 0 && j < hw) best = std::max(best, a[(p * hw + i) * hw + j]);
+          y[(p * o + r) * o + c] = best;
+        }
+  };
+  im.result = [out] { return out.to_vector(); };
+  return im;
+}
+
 }  // namespace bench

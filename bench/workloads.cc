@@ -478,6 +478,22 @@ Workload gather_rows(const std::string& name, int64_t rows, int64_t cols) {
   return w;
 }
 
+// Max pooling as ResNet has it after its stem (3x3, stride 2, padding 1): a window reduction
+// of a reindex (composite max_pool2d), strip-mined along the output rows (codegen/map_schedule.h);
+// against plain loops here and PyTorch in bench/peers.py.
+Workload max_pool(const std::string& name, int64_t n, int64_t c, int64_t hw) {
+  Input x = make_input({n, c, hw, hw}, 26);
+  const Var xv = x.var;
+  const int64_t o = (hw + 2 - 3) / 2 + 1;
+  Workload w;
+  w.name = name;
+  w.impls = {metajit_impl([xv] { return metajit::max_pool2d(xv, 3, 2, 1); }),
+             loops_max_pool_3x3s2(x.host, n * c, hw)};
+  w.compulsory_bytes = double(n * c) * double(hw * hw + o * o) * sizeof(float);
+  w.floor_elems = n * c * hw * hw;
+  return w;
+}
+
 // Each gradient's GFLOP/s against its forward's in the same run (autograd issue: matmul's
 // gradients >= 80% of the forward's, conv2d's >= 50%).
 void judge_gradients(Report& report) {
@@ -634,6 +650,8 @@ void run_throughput(Report& report, const Options& opt) {
          return embedding_backward("embedding backward 65536x64 -> 4096x64", 65536, 4096, 64);
        }},
       {"gather dim 1 4096x1024", [] { return gather_rows("gather dim 1 4096x1024", 4096, 1024); }},
+      {"max_pool2d 8x64x112x112 3x3 s2 p1",
+       [] { return max_pool("max_pool2d 8x64x112x112 3x3 s2 p1", 8, 64, 112); }},
       // Training (bench/README.md "Training"): against PyTorch eager, torch.compile and JAX in
       // bench/peers.py.
       {"train digits MLP 64-64-10 b64 adam",

@@ -96,7 +96,10 @@ class CppEmitter : public CFamilyEmitter {
   static constexpr int kRowUnroll = 4;  // column_strip's combine is written for four
   void strip_mined_inner(const KernelIR& ir, const std::vector<int>& levels,
                          const std::vector<size_t>& interchanged, int d, const std::string& store);
-  void column_strip(const KStmt& st, const std::string& i, int d);
+  void column_strip(const KStmt& st, const KLoop& inner, int d);
+  void window_strip_step(const KStmt& st, const std::string& i, const std::string& acc,
+                         const std::vector<IndexExprPtr>& tests,
+                         const std::vector<KStmt>& unguarded, int d);
 
   // cpp_chunked_loops.cc: an innermost loop in division chunks or guard sub-ranges, and guard
   // fission.

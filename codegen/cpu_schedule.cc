@@ -110,7 +110,12 @@ CpuSchedule schedule_cpu_kernel(const KernelIR& ir, const CpuTarget& target) {
   }
   s.in_bounds = extra_reads_in_bounds(s.ir);
   s.row_reuse = find_row_reuse(s.ir, s.levels);
-  if (s.row_reuse) s.reuse_nest = schedule_map_nest(s.ir, s.levels, s.level_of_value, true);
+  if (s.row_reuse) {
+    s.reuse_nest = schedule_map_nest(s.ir, s.levels, s.level_of_value, true);
+    return s;
+  }
+  MapNest plain = schedule_map_nest(s.ir, s.levels, s.level_of_value, false, false);
+  if (plain.strips != s.nest.strips) s.narrow_nest = std::move(plain);
   return s;
 }
 
@@ -164,6 +169,11 @@ std::string dump_schedule(const CpuSchedule& s, const CpuTarget& target) {
   if (s.ir.kind == KernelKind::Map && !s.ir.loops.empty())
     out += std::string(s.contraction ? "  without scratch memory, loop nest: " : "  loop nest: ") +
            describe_map_nest(s.ir, s.nest) + "\n";
+  if (s.narrow_nest)
+    out +=
+        "  below " + std::to_string(kMinWindowStripColumns) +
+        " columns (window reductions not strip-mined): " + describe_map_nest(s.ir, *s.narrow_nest) +
+        "\n";
   if (s.row_reuse) {
     const RowReuse& r = *s.row_reuse;
     out += "  row reuse: v" + std::to_string(r.outer_value) + " read back from the row v" +

@@ -69,6 +69,9 @@ struct CpuSchedule {
   MapNest nest;
   std::optional<RowReuse> row_reuse;
   MapNest reuse_nest;
+  // Where `nest` strip-mines window reductions: the nest without them, run when the innermost
+  // output loop is shorter than kMinWindowStripColumns (codegen/map_schedule.h).
+  std::optional<MapNest> narrow_nest;
   ScatterSchedule scatter;  // scatter kernels
 };
 

@@ -52,8 +52,10 @@ namespace metajit {
 // loop (a convolution's weight gradient), and a block of steps failing its guards copies the
 // interval passing them without tests; 46: each operand of a contraction (columns not merged)
 // packed by one function (MJ_PACK_FN) that the packing once per launch and the packing per
-// block call, shared by both tiles where the panel width is the same
-inline constexpr const char* kCodegenVersion = "cpp-46";
+// block call, shared by both tiles where the panel width is the same; 47: window reductions
+// (pooling) strip-mined over the innermost output loop from 16 columns, each window step's
+// bounds tests an interval of the strip
+inline constexpr const char* kCodegenVersion = "cpp-47";
 
 class KernelKeyBuilder {
  public:

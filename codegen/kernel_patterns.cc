@@ -73,14 +73,21 @@ void outside_uses(const KBlock& b, std::set<int>& defined, std::set<int>& used) 
   if (!defined.count(b.result)) used.insert(b.result);
 }
 
-bool is_column_reduction(const KStmt& st, const std::vector<int>& level_of_value, int inner_var,
-                         int inner_level) {
-  if (st.kind != KOp::Reduce) return false;
+namespace {
+
+// The reduction's shape along the innermost output loop: whether some load's last index reads
+// `inner_var` and none of the reduced variables (a column) or one of them too (a window), and
+// whether one reads reduced variables without `inner_var` (along the reduced axes).
+struct LastAxisReads {
+  bool column = false, window = false, along_reduced = false;
+};
+
+LastAxisReads last_axis_reads(const KStmt& st, int inner_var) {
   std::set<int> own;
   for (const KLoop& l : st.loops) own.insert(l.var);
   std::vector<const KStmt*> loads;
   loads_in(*st.body, loads);
-  bool contiguous_inner = false;
+  LastAxisReads r;
   for (const KStmt* ld : loads) {
     if (ld->index.empty()) continue;
     std::set<int> last;
@@ -95,17 +102,42 @@ bool is_column_reduction(const KStmt& st, const std::vector<int>& level_of_value
       todo.push_back(e->c.get());
       for (const IndexExprPtr& a : e->args) todo.push_back(a.get());
     }
-    for (int v : own)
-      if (last.count(v)) return false;  // reads along the reduced axis: not a column case
-    if (last.count(inner_var)) contiguous_inner = true;
+    bool reads_own = false;
+    for (int v : own) reads_own = reads_own || last.count(v) > 0;
+    const bool reads_inner = last.count(inner_var) > 0;
+    r.column = r.column || (reads_inner && !reads_own);
+    r.window = r.window || (reads_inner && reads_own);
+    r.along_reduced = r.along_reduced || (reads_own && !reads_inner);
   }
-  if (!contiguous_inner) return false;
+  return r;
+}
+
+// Whether the reduction's body reads a value computed per output element (`level_of_value[id]`
+// >= inner_level), which a strip of outputs would not have.
+bool reads_inner_values(const KStmt& st, const std::vector<int>& level_of_value, int inner_level) {
   std::set<int> defined, used;
   outside_uses(*st.body, defined, used);
   for (int u : used)
     if (u >= 0 && size_t(u) < level_of_value.size() && level_of_value[size_t(u)] >= inner_level)
-      return false;  // needs a value computed per output element: keep the simple form
-  return true;
+      return true;
+  return false;
+}
+
+}  // namespace
+
+bool is_column_reduction(const KStmt& st, const std::vector<int>& level_of_value, int inner_var,
+                         int inner_level) {
+  if (st.kind != KOp::Reduce) return false;
+  const LastAxisReads r = last_axis_reads(st, inner_var);
+  return r.column && !r.window && !r.along_reduced &&
+         !reads_inner_values(st, level_of_value, inner_level);
+}
+
+bool is_window_reduction(const KStmt& st, const std::vector<int>& level_of_value, int inner_var,
+                         int inner_level) {
+  if (st.kind != KOp::Reduce) return false;
+  const LastAxisReads r = last_axis_reads(st, inner_var);
+  return r.window && !r.along_reduced && !reads_inner_values(st, level_of_value, inner_level);
 }
 
 std::optional<Contraction> find_contraction(const KernelIR& ir, const std::vector<int>& levels,

@@ -22,6 +22,13 @@ void outside_uses(const KBlock& b, std::set<int>& defined, std::set<int>& used);
 bool is_column_reduction(const KStmt& st, const std::vector<int>& level_of_value, int inner_var,
                          int inner_level);
 
+// A reduction over a window of the innermost output loop: some load indexes the last axis with
+// both `inner_var` and a reduced variable (max pooling's 2*j + dj, a convolution's j + dj as a
+// map kernel), none with reduced variables alone, and its body reads no value computed per
+// output element.
+bool is_window_reduction(const KStmt& st, const std::vector<int>& level_of_value, int inner_var,
+                         int inner_level);
+
 // A sum of products a*b over reduction loops where `a` does not depend on the output loop
 // `j_var` and `b` not on `i_var`: a matrix product (matmul: i, j = rows, columns; conv2d:
 // i = output channel, j = output column).

@@ -134,13 +134,16 @@ std::optional<RowReuse> find_row_reuse(const KernelIR& ir, const std::vector<int
 }
 
 MapNest schedule_map_nest(const KernelIR& ir, const std::vector<int>& levels,
-                          const std::vector<int>& level_of_value, bool row_reuse) {
+                          const std::vector<int>& level_of_value, bool row_reuse, bool windows) {
   MapNest n;
   const int k = int(ir.loops.size());
   if (k == 0) return n;
   for (size_t s = 0; s < ir.body.stmts.size(); ++s)
     if (levels[s] == k - 1 &&
-        is_column_reduction(ir.body.stmts[s], level_of_value, ir.loops[size_t(k - 1)].var, k - 1))
+        (is_column_reduction(ir.body.stmts[s], level_of_value, ir.loops[size_t(k - 1)].var,
+                             k - 1) ||
+         (windows && is_window_reduction(ir.body.stmts[s], level_of_value,
+                                         ir.loops[size_t(k - 1)].var, k - 1))))
       n.strips.push_back(s);
   // Loops 0..c-1 are collapsed into one parallel loop: only while nothing sits between them.
   int first_used = k - 1;

@@ -1052,6 +1052,36 @@ TEST_CASE("conv2d with stride, padding and dilation", "[ops][composite]") {
   }
 }
 
+// Rows of 16 output columns and more strip-mine the pooling window (codegen/map_schedule.h
+// kMinWindowStripColumns): a vector loop over the strip's outputs per window step, the outputs
+// whose reads pass the bounds tests found as an interval, the padding's outputs under the
+// tests; narrower rows run the plain nest. Padding of 1 and 2, strides 1 and 2, integers (a 5x5
+// window), a NaN that must win its window, an average (a sum window), relu inside the window, a
+// sum whose padding is not its identity.
+TEST_CASE("pooling over wide rows strip-mines the window and matches the reference",
+          "[ops][composite]") {
+  Var x = randn({2, 3, 9, 37}, 61);
+  std::vector<float> xv = values_of<float>(x);
+  xv[size_t(1 * 9 * 37 + 4 * 37 + 20)] = std::numeric_limits<float>::quiet_NaN();
+  Var xn = array(xv, {2, 3, 9, 37});
+  Var xi = cast(floor(x * 10.0), DType::Int32) - 1000;
+  const Var wide = max_pool2d(relu(xn), 2, 2), padded = max_pool2d(xn - 100.0, 3, 2, 1);
+  const Var dense = max_pool2d(xi, 5, 1, 2), average = avg_pool2d(x, 3, 1, 1);
+  const Var narrow = max_pool2d(randn({2, 3, 8, 8}, 62), 2, 2);
+  // A window whose reads past the row are 5, not the sum's identity: each padded step counts.
+  const Var shifted = sum(reindex(x, {2, 3, 9, 19, 3}, {"i0", "i1", "i2", "i3*2+i4-1"}, 5.0), {4});
+  for (const Var& y : {wide, padded, dense, average, shifted}) {
+    const std::vector<KernelInfo> k = plan({y}, Device::CPU);
+    REQUIRE(k.size() == 1);
+    CHECK(k[0].source.find("i64 mj_lo = 0, mj_hi = jn;") != std::string::npos);
+  }
+  check_against_reference({wide, padded, dense, average, narrow, shifted});
+  // The NaN (channel 1 of image 0, row 4, column 20) wins its one 3x3 stride-2 window.
+  const std::vector<float> pv = values_of<float>(padded);
+  CHECK(std::isnan(pv[size_t(1 * 5 * 19 + 2 * 19 + 10)]));
+  CHECK(!std::isnan(pv[size_t(1 * 5 * 19 + 2 * 19 + 11)]));
+}
+
 TEST_CASE("max_pool2d with padding: padded cells never win", "[ops][composite]") {
   Var x = randn({1, 2, 5, 5}, 31);
   Var neg = x - 100.0;  // all negative: a padded 0 would win if padding read zeros
