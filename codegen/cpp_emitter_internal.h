@@ -234,7 +234,7 @@ class CppEmitter : public CFamilyEmitter {
   void guarded_step_loop(const std::vector<KStmt>& body, const std::vector<KStmt>& unguarded,
                          const std::vector<IndexExprPtr>& tests, int value, const std::string& red,
                          const std::string& k0, const std::string& from, const std::string& count,
-                         const std::string& store, int d);
+                         const std::string& store, int d, bool interval = false);
   // Steps of the reduction packed per transposing tile: a B panel read along the reduction
   // (k^T in q.k^T, a head split's v^T) has its pw columns pw floats apart in the panel, and
   // g++ stored them one scalar at a time (55% of the attention product dP = dO.V^T's time,

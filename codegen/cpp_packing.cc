@@ -522,7 +522,7 @@ void CppEmitter::pack_along_reduction(const KStmt& r, const std::vector<KStmt>& 
   else
     innermost_runs(r, k0, kn, d + 3, [&](const std::string& s, const std::string& run, int e) {
       guarded_step_loop(body, unguarded, tests, value, red, s, "0", run,
-                        "mj_dst[(mj_at + mj_kk) * " + PW + " + mj_t]", e);
+                        "mj_dst[(mj_at + mj_kk) * " + PW + " + mj_t]", e, true);
     });
   line(d + 2, "} else {");
   line(d + 3,
@@ -537,16 +537,19 @@ void CppEmitter::pack_along_reduction(const KStmt& r, const std::vector<KStmt>& 
 // each stored to `store` (an expression of mj_kk). With `tests` (guards affine in the step),
 // a block whose first and last steps pass them runs `unguarded`, a plain copy with no masked
 // loads or blends (vmaskmovps stalled packing v from a packed qkv on AMD EPYC, perf annotate).
-// Another block finds the interval of steps passing them all (affine: one interval), from its
-// two ends, and copies that without tests; only the steps outside it (a convolution's
-// padding) run the guarded statements, one at a time: masked loads of whole rows were 15% of
-// a 3x3 convolution's weight gradient (perf annotate, Intel Xeon).
+// Another block runs the guarded statements in a vector loop (masked loads), or, with
+// `interval` (a run of a reduction over several loops, innermost_runs: one output row of a
+// convolution), finds the interval of steps passing them all (affine: one interval) from its
+// two ends and copies that without tests, only the steps outside it (the padding) one at a
+// time under them: masked loads of whole rows were 15% of a 3x3 convolution's weight gradient
+// (perf annotate, Intel Xeon). Not for one loop: a causal mask fails for half of a row, which
+// the scan and the scalar steps made 2.2x slower (the GPT forward, 11.7 -> 26 ms).
 void CppEmitter::guarded_step_loop(const std::vector<KStmt>& body,
                                    const std::vector<KStmt>& unguarded,
                                    const std::vector<IndexExprPtr>& tests, int value,
                                    const std::string& red, const std::string& k0,
                                    const std::string& from, const std::string& count,
-                                   const std::string& store, int d) {
+                                   const std::string& store, int d, bool interval) {
   auto loop = [&](const std::vector<KStmt>& b, const std::string& lo, const std::string& hi,
                   bool simd, int e) {
     if (simd) line(e, "#pragma omp simd");
@@ -566,6 +569,11 @@ void CppEmitter::guarded_step_loop(const std::vector<KStmt>& body,
   line(d, "if (mj_kspan) {");
   loop(unguarded, "0", count, true, d + 1);
   line(d, "} else {");
+  if (!interval) {
+    loop(body, "0", count, true, d + 1);
+    line(d, "}");
+    return;
+  }
   const std::string pass = ix(*conjunction(tests));
   line(d + 1, "i64 mj_lo = 0, mj_hi = " + count + ";");
   line(d + 1, "for (; mj_lo < mj_hi; ++mj_lo) {");
@@ -607,7 +615,7 @@ void CppEmitter::transposed_panel(const KStmt& r, const std::vector<KStmt>& body
     innermost_runs(r, k0 + " + mj_c0", "mj_cn", d + 4,
                    [&](const std::string& s, const std::string& run, int e) {
                      guarded_step_loop(body, unguarded, tests, value, red, s, "0", run,
-                                       "mj_tr[mj_at + mj_kk]", e);
+                                       "mj_tr[mj_at + mj_kk]", e, true);
                    });
   line(d + 3, "} else {");
   line(d + 4, "for (i64 mj_kk = 0; mj_kk < mj_cn; ++mj_kk) mj_tr[mj_kk] = 0;");

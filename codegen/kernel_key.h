@@ -54,8 +54,10 @@ namespace metajit {
 // packed by one function (MJ_PACK_FN) that the packing once per launch and the packing per
 // block call, shared by both tiles where the panel width is the same; 47: window reductions
 // (pooling) strip-mined over the innermost output loop from 16 columns, each window step's
-// bounds tests an interval of the strip
-inline constexpr const char* kCodegenVersion = "cpp-47";
+// bounds tests an interval of the strip; 48: a block of one reduction loop whose bounds fail
+// at an end packs under masked loads again (45's interval scan only for runs of several
+// loops: a causal mask's half row ran scalar)
+inline constexpr const char* kCodegenVersion = "cpp-48";
 
 class KernelKeyBuilder {
  public:
