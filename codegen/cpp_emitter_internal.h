@@ -167,6 +167,9 @@ class CppEmitter : public CFamilyEmitter {
   std::set<std::string> pack_functions_;  // the packing functions printed into helpers_
 
   // cpp_packing.cc: a contraction's operands packed into panels.
+  void odometer_vars(const KStmt& r, size_t upto, int d);
+  void interval_from_ends(const std::string& pass, const std::string& var, const std::string& base,
+                          int d);
   template <class Body>
   void reduction_walk(const KStmt& r, const std::string& start, const std::string& count, int d,
                       const Body& body);

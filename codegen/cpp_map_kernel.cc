@@ -309,14 +309,7 @@ void CppEmitter::window_strip_step(const KStmt& st, const std::string& i, const 
   const DType at = acc_dtype(op, st.dtype);
   const std::string pass = ix(*conjunction(tests));
   line(d, "i64 mj_lo = 0, mj_hi = jn;");
-  line(d, "for (; mj_lo < mj_hi; ++mj_lo) {");
-  line(d + 1, "const i64 " + i + " = jb + mj_lo;");
-  line(d + 1, "if (" + pass + ") break;");
-  line(d, "}");
-  line(d, "for (; mj_hi > mj_lo; --mj_hi) {");
-  line(d + 1, "const i64 " + i + " = jb + mj_hi - 1;");
-  line(d + 1, "if (" + pass + ") break;");
-  line(d, "}");
+  interval_from_ends(pass, i, "jb", d);
   // Eight lanes: rows are tens of outputs (56 after ResNet's stem), and a 16-float loop left up
   // to 15 of them in its scalar remainder (3x3 stride-2 pooling of 8x64x112x112: 10.2 ms with
   // 16 lanes, 6.2 with 8, AVX-512).

@@ -9,6 +9,34 @@
 
 namespace metajit {
 
+// Declares the variables of the reduction's loops [0, upto) from the flat index mj_rem,
+// innermost first (a remainder and a quotient each), the outermost taking the rest.
+void CppEmitter::odometer_vars(const KStmt& r, size_t upto, int d) {
+  for (size_t n = upto; n-- > 0;) {
+    const std::string i = "i" + std::to_string(r.loops[n].var), e = ix(*r.loops[n].extent);
+    if (n == 0)
+      line(d, "i64 " + i + " = mj_rem;");
+    else
+      line(d, "i64 " + i + " = mj_rem % " + e + "; mj_rem /= " + e + ";");
+  }
+}
+
+// Narrows the declared [mj_lo, mj_hi) from both ends to where `pass` holds for `var` = `base`
+// + the position: where the tests are affine in `var` the positions passing them are one
+// interval, and a range whose ends pass costs two tests (merged_piece_in_bounds,
+// guarded_step_loop, CppEmitter::window_strip_step).
+void CppEmitter::interval_from_ends(const std::string& pass, const std::string& var,
+                                    const std::string& base, int d) {
+  line(d, "for (; mj_lo < mj_hi; ++mj_lo) {");
+  line(d + 1, "const i64 " + var + " = " + base + " + mj_lo;");
+  line(d + 1, "if (" + pass + ") break;");
+  line(d, "}");
+  line(d, "for (; mj_hi > mj_lo; --mj_hi) {");
+  line(d + 1, "const i64 " + var + " = " + base + " + mj_hi - 1;");
+  line(d + 1, "if (" + pass + ") break;");
+  line(d, "}");
+}
+
 template <class Body>
 // Sets the reduction's loop variables to flat reduction index `start` (innermost fastest),
 // then runs `count` steps of `body`, advancing them like an odometer: a block of the
@@ -17,13 +45,7 @@ void CppEmitter::reduction_walk(const KStmt& r, const std::string& start, const 
                                 int d, const Body& body) {
   line(d, "{");
   line(d + 1, "i64 mj_rem = " + start + ";");
-  for (size_t n = r.loops.size(); n-- > 0;) {
-    const std::string i = "i" + std::to_string(r.loops[n].var), e = ix(*r.loops[n].extent);
-    if (n == 0)
-      line(d + 1, "i64 " + i + " = mj_rem;");
-    else
-      line(d + 1, "i64 " + i + " = mj_rem % " + e + "; mj_rem /= " + e + ";");
-  }
+  odometer_vars(r, r.loops.size(), d + 1);
   line(d + 1, "(void)mj_rem;");
   line(d + 1, "for (i64 mj_kk = 0; mj_kk < " + count + "; ++mj_kk) {");
   body(d + 2);
@@ -57,13 +79,7 @@ void CppEmitter::innermost_runs(const KStmt& r, const std::string& first, const 
   line(d, "{");
   line(d + 1, "i64 mj_rem = " + first + ";");
   line(d + 1, "i64 mj_s = mj_rem % " + in + "; mj_rem /= " + in + ";");
-  for (size_t k = n - 1; k-- > 0;) {
-    const std::string i = "i" + std::to_string(r.loops[k].var), e = ix(*r.loops[k].extent);
-    if (k == 0)
-      line(d + 1, "i64 " + i + " = mj_rem;");
-    else
-      line(d + 1, "i64 " + i + " = mj_rem % " + e + "; mj_rem /= " + e + ";");
-  }
+  odometer_vars(r, n - 1, d + 1);
   line(d + 1, "(void)mj_rem;");
   line(d + 1, "for (i64 mj_at = 0; mj_at < " + count + ";) {");
   line(d + 2, "const i64 mj_run = " + count + " - mj_at < " + in + " - mj_s ? " + count +
@@ -271,14 +287,7 @@ void CppEmitter::merged_piece_in_bounds(const GuardedBodies& b, int value, const
   const std::string tests = ix(*conjunction(b.span_tests));
   line(d, "i64 mj_lo = 0, mj_hi = " + n + " - mj_c < mj_len ? " + n + " - mj_c : mj_len;");
   line(d, "if (mj_hi < 0) mj_hi = 0;");
-  line(d, "for (; mj_lo < mj_hi; ++mj_lo) {");
-  line(d + 1, "const i64 " + var + " = mj_ji + mj_lo;");
-  line(d + 1, "if (" + tests + ") break;");
-  line(d, "}");
-  line(d, "for (; mj_hi > mj_lo; --mj_hi) {");
-  line(d + 1, "const i64 " + var + " = mj_ji + mj_hi - 1;");
-  line(d + 1, "if (" + tests + ") break;");
-  line(d, "}");
+  interval_from_ends(tests, var, "mj_ji", d);
   line(d, "for (i64 mj_t = 0; mj_t < mj_lo; ++mj_t) {");
   packed_element("mj_c + mj_t < " + n, var, "mj_ji + mj_t", b.body, value, "mj_dst[mj_t]", d + 1);
   line(d, "}");
@@ -576,14 +585,7 @@ void CppEmitter::guarded_step_loop(const std::vector<KStmt>& body,
   }
   const std::string pass = ix(*conjunction(tests));
   line(d + 1, "i64 mj_lo = 0, mj_hi = " + count + ";");
-  line(d + 1, "for (; mj_lo < mj_hi; ++mj_lo) {");
-  line(d + 2, "const i64 " + red + " = " + first + " + mj_lo;");
-  line(d + 2, "if (" + pass + ") break;");
-  line(d + 1, "}");
-  line(d + 1, "for (; mj_hi > mj_lo; --mj_hi) {");
-  line(d + 2, "const i64 " + red + " = " + first + " + mj_hi - 1;");
-  line(d + 2, "if (" + pass + ") break;");
-  line(d + 1, "}");
+  interval_from_ends(pass, red, first, d + 1);
   loop(body, "0", "mj_lo", false, d + 1);
   loop(unguarded, "mj_lo", "mj_hi", true, d + 1);
   loop(body, "mj_hi", count, false, d + 1);
