@@ -341,7 +341,7 @@ std::string CFamilyEmitter::unary(UnaryOp op, DType t, const std::string& x) con
       case UnaryOp::Tan:
         return fn("tan");
       case UnaryOp::Atan:
-        return fn("atan");
+        return dialect_ == Dialect::Cuda ? fn("atan") : fn("mj_atan");  // cpp_kernel_prelude.h
       case UnaryOp::Asin:
         return dialect_ == Dialect::Cuda ? fn("asin") : fn("mj_asin");  // cpp_kernel_prelude.h
       case UnaryOp::Acos:

@@ -56,8 +56,9 @@ namespace metajit {
 // (pooling) strip-mined over the innermost output loop from 16 columns, each window step's
 // bounds tests an interval of the strip; 48: a block of one reduction loop whose bounds fail
 // at an end packs under masked loads again (45's interval scan only for runs of several
-// loops: a causal mask's half row ran scalar)
-inline constexpr const char* kCodegenVersion = "cpp-48";
+// loops: a causal mask's half row ran scalar); 49: atan called as mj_atan(f), libm's symbol under
+// a name g++ does not fold (cos(atan(NaN)) was 0)
+inline constexpr const char* kCodegenVersion = "cpp-49";
 
 class KernelKeyBuilder {
  public:

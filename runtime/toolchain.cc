@@ -229,7 +229,9 @@ Toolchain resolve(const Config& c) {
   t.binary_size = f.size;
   t.binary_mtime = f.mtime_ns;
   // -fno-math-errno lets loops call the SIMD variants of exp/log/sin/... (libmvec); unlike
-  // -ffast-math it changes no result, NaN and Inf included: only errno is no longer set.
+  // -ffast-math it changes no result, NaN and Inf included: only errno is no longer set. (It
+  // does let g++ fold cos(atan(x)) into a sqrt that loses NaN: the prelude hides atan from that,
+  // codegen/cpp_kernel_prelude.h.)
   // -fwrapv: signed integer arithmetic wraps, as docs/design.md §3 defines it, in index
   // expressions and offsets too, not only in the values the emitter already computes unsigned.
   // Measured free (matmul 1024^3, conv2d 3x3, transpose, padding reindex, max_pool, softmax on
