@@ -281,16 +281,25 @@ std::string CFamilyEmitter::combine(ReduceOp op, DType t, const std::string& acc
       return "(" + T + ")(" + acc + " * " + x + ")";
     case ReduceOp::Max:
       if (t == DType::Bool) return "(" + acc + " || " + x + ")";
-      if (is_float(t))
-        return "((" + x + " > " + acc + " || " + x + " != " + x + ") ? " + x + " : " + acc + ")";
+      if (is_float(t)) return float_extremum(true, t, x, acc);
       return "(" + x + " > " + acc + " ? " + x + " : " + acc + ")";
     case ReduceOp::Min:
       if (t == DType::Bool) return "(" + acc + " && " + x + ")";
-      if (is_float(t))
-        return "((" + x + " < " + acc + " || " + x + " != " + x + ") ? " + x + " : " + acc + ")";
+      if (is_float(t)) return float_extremum(false, t, x, acc);
       return "(" + x + " < " + acc + " ? " + x + " : " + acc + ")";
   }
   return acc;
+}
+
+// Float max (or min) of a and b that propagates NaN (a's first): in C++ the prelude's
+// branch-free mj_max_nan(f) (codegen/cpp_kernel_prelude.h), in CUDA the plain expression.
+std::string CFamilyEmitter::float_extremum(bool max, DType t, const std::string& a,
+                                           const std::string& b) const {
+  if (dialect_ == Dialect::Cpp)
+    return std::string(max ? "mj_max_nan" : "mj_min_nan") + (t == DType::Float32 ? "f" : "") +
+           "(" + a + ", " + b + ")";
+  const char* cmp = max ? " > " : " < ";
+  return "((" + a + cmp + b + " || " + a + " != " + a + ") ? " + a + " : " + b + ")";
 }
 
 std::string CFamilyEmitter::unary(UnaryOp op, DType t, const std::string& x) const {
@@ -329,6 +338,7 @@ std::string CFamilyEmitter::unary(UnaryOp op, DType t, const std::string& x) con
         return "((" + T + ")1 / ((" + T + ")1 + " + (dialect_ == Dialect::Cuda ? "exp" : "mj_exp") +
                (f32 ? "f" : "") + "(-" + x + ")))";
       case UnaryOp::Relu:
+        if (dialect_ == Dialect::Cpp) return fn("mj_relu");  // branch-free: cpp_kernel_prelude.h
         return "(" + x + " > 0 ? " + x + " : (" + T + ")0)";
       case UnaryOp::LogicalNot:
         return "(!" + x + ")";
@@ -397,11 +407,11 @@ std::string CFamilyEmitter::binary(BinaryOp op, DType operand, const std::string
              "((double)" + a + ", (double)" + b + ")";
     case BinaryOp::Maximum:
       if (operand == DType::Bool) return "(" + a + " || " + b + ")";
-      if (flt) return "((" + a + " > " + b + " || " + a + " != " + a + ") ? " + a + " : " + b + ")";
+      if (flt) return float_extremum(true, operand, a, b);
       return "(" + a + " > " + b + " ? " + a + " : " + b + ")";
     case BinaryOp::Minimum:
       if (operand == DType::Bool) return "(" + a + " && " + b + ")";
-      if (flt) return "((" + a + " < " + b + " || " + a + " != " + a + ") ? " + a + " : " + b + ")";
+      if (flt) return float_extremum(false, operand, a, b);
       return "(" + a + " < " + b + " ? " + a + " : " + b + ")";
     case BinaryOp::Eq:
       return "(" + a + " == " + b + ")";
@@ -480,7 +490,12 @@ void CFamilyEmitter::stmt(const KStmt& st, int depth) {
       expr = binary(BinaryOp(st.op), dtypes_.at(st.args[0]), v(st.args[0]), v(st.args[1]));
       break;
     case KOp::Where:
-      expr = "(" + v(st.args[0]) + " ? " + v(st.args[1]) + " : " + v(st.args[2]) + ")";
+      // Floats in C++ through the prelude's branch-free select (codegen/cpp_kernel_prelude.h).
+      if (dialect_ == Dialect::Cpp && is_float(st.dtype))
+        expr = std::string(st.dtype == DType::Float32 ? "mj_selectf(" : "mj_select(") +
+               v(st.args[0]) + ", " + v(st.args[1]) + ", " + v(st.args[2]) + ")";
+      else
+        expr = "(" + v(st.args[0]) + " ? " + v(st.args[1]) + " : " + v(st.args[2]) + ")";
       break;
     case KOp::Cast:
       expr =

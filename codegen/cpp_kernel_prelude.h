@@ -145,6 +145,29 @@ static inline double mj_acos(double x) {
   const double r = acos(__builtin_bit_cast(double, __builtin_bit_cast(long long, x) & ~bad));
   return __builtin_bit_cast(double, __builtin_bit_cast(long long, r) | (bad & 0x7ff8000000000000LL));
 }
+// Selects without branches. Where a loop is not vectorised (a pooling's 2x2 window, a
+// gradient's i/2 gather), g++ compiles `c ? a : b` on floats, and the NaN-propagating max and
+// min, as branches, and threads them into one another: data-dependent, half of them
+// mispredicted (a 2x2 max-pool over relu, 64x8x8x8: 238 us with branches, 76 without). These
+// select with bit masks, which are neither branched nor threaded, and vectorise where the loop
+// does (compare, and, or). Exactly `c ? a : b`: every bit of the chosen value, -0 and NaN too.
+static inline float mj_selectf(bool c, float a, float b) {
+  const int m = -(int)c;
+  return __builtin_bit_cast(float, (__builtin_bit_cast(int, a) & m) | (__builtin_bit_cast(int, b) & ~m));
+}
+static inline double mj_select(bool c, double a, double b) {
+  const long long m = -(long long)c;
+  return __builtin_bit_cast(double, (__builtin_bit_cast(long long, a) & m) | (__builtin_bit_cast(long long, b) & ~m));
+}
+// relu: x > 0 ? x : +0 (NaN and -0 give +0).
+static inline float mj_reluf(float x) { return __builtin_bit_cast(float, __builtin_bit_cast(int, x) & -(int)(x > 0)); }
+static inline double mj_relu(double x) { return __builtin_bit_cast(double, __builtin_bit_cast(long long, x) & -(long long)(x > 0)); }
+// max and min propagating NaN (numpy's maximum/minimum): a when a is NaN, else a > b ? a : b
+// (b when b is NaN: the comparison is false).
+static inline float mj_max_nanf(float a, float b) { return mj_selectf(a != a, a, a > b ? a : b); }
+static inline float mj_min_nanf(float a, float b) { return mj_selectf(a != a, a, a < b ? a : b); }
+static inline double mj_max_nan(double a, double b) { return mj_select(a != a, a, a > b ? a : b); }
+static inline double mj_min_nan(double a, double b) { return mj_select(a != a, a, a < b ? a : b); }
 extern "C" void* malloc(unsigned long);
 extern "C" void free(void*);
 extern "C" int omp_get_max_threads(void);

@@ -121,8 +121,8 @@ CpuSchedule schedule_cpu_kernel(const KernelIR& ir, const CpuTarget& target) {
 
 std::string describe_schedule(const CpuSchedule& s, const CpuTarget& target) {
   if (!s.in_bounds.empty())
-    return "loop nest; extra reads without bounds tests where every loop's extent fits the "
-           "array it indexes (tested once per launch)";
+    return "loop nest; extra reads and reindex guards without bounds tests where every "
+           "index's range over the loops fits (tested once per launch)";
   if (!s.contraction) return {};
   const ContractionSchedule& c = *s.contraction;
   const bool two_tiles = !(c.narrow == c.wide);
@@ -164,6 +164,8 @@ std::string dump_schedule(const CpuSchedule& s, const CpuTarget& target) {
       out += " " + ix_to_string(*extent) + " <= " + ix_to_string(*limit);
     out += ":";
     for (const std::string& r : s.in_bounds.unchecked_reads) out += " " + r;
+    if (s.in_bounds.true_guards)
+      out += " " + std::to_string(s.in_bounds.true_guards) + " guard(s) always true";
     out += "\n";
   }
   if (s.ir.kind == KernelKind::Map && !s.ir.loops.empty())

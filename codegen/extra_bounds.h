@@ -17,16 +17,24 @@
 
 namespace metajit {
 
+//
+// The same holds for a reindex's bounds tests of compound indexes: a window's i*2+k is below X
+// for every element when (extent_i - 1)*2 + (extent_k - 1) < X, a pooling gradient's i/2 when
+// (extent_i - 1)/2 < X (intervals over the loops' box, computed when the kernel runs). Where
+// every test of a guard holds, the guarded read loads unconditionally: a pooling's or an
+// unpadded window's loop nest without branches.
 struct InBoundsVersion {
-  // (a loop's extent, a limit): the fast version runs when every extent <= its limit.
+  // (a, b): the fast version runs when every a <= b (a loop's extent and the dim it indexes, an
+  // index's upper end and its bound minus one, ...).
   std::vector<std::pair<IndexExprPtr, IndexExprPtr>> conditions;
   std::set<std::string> unchecked_reads;  // ix_to_string of the extra reads loaded directly
   std::set<std::string> true_tests;       // ix_to_string of the comparisons that then hold
-  bool empty() const { return unchecked_reads.empty(); }
+  int true_guards = 0;                    // guards all of whose tests then hold
+  bool empty() const { return unchecked_reads.empty() && true_guards == 0; }
 };
 
 // The version for a Map kernel's body (its loops and its reductions' loops); empty when no
-// extra read is indexed by loop variables alone.
+// extra read is indexed by loop variables alone and no guard is wholly true.
 InBoundsVersion extra_reads_in_bounds(const KernelIR& ir);
 
 }  // namespace metajit

@@ -57,8 +57,11 @@ namespace metajit {
 // bounds tests an interval of the strip; 48: a block of one reduction loop whose bounds fail
 // at an end packs under masked loads again (45's interval scan only for runs of several
 // loops: a causal mask's half row ran scalar); 49: atan called as mj_atan(f), libm's symbol under
-// a name g++ does not fold (cos(atan(NaN)) was 0)
-inline constexpr const char* kCodegenVersion = "cpp-49";
+// a name g++ does not fold (cos(atan(NaN)) was 0); 50: float selects, relu and NaN-propagating
+// max and min through the prelude's branch-free mj_selectf, mj_reluf, mj_max_nanf, ...; a
+// reindex's compound bounds tests (i*2+k, i/2) dropped in the in-bounds version where their range
+// over the loops fits (codegen/extra_bounds.h); (x/c)*c + x%c read as x
+inline constexpr const char* kCodegenVersion = "cpp-50";
 
 class KernelKeyBuilder {
  public:

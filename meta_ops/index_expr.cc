@@ -428,6 +428,24 @@ IndexExprPtr ix_unary(IxKind k, IndexExprPtr a) {
   return make(k, 0, std::move(a));
 }
 
+namespace {
+
+// x when `q` is (x / c) * c and `r` is x % c for one constant c != 0: C's division truncates and
+// its remainder takes the dividend's sign, so (x / c) * c + x % c == x for every x, negative ones
+// too (and it cannot overflow). Pooling's gradient indexes its input at (i / 2) * 2 + i % 2
+// (autograd of a window reindex); read as i, it is the same load as the forward's.
+IndexExprPtr quotient_and_remainder(const IndexExpr& q, const IndexExpr& r) {
+  if (q.kind != IxKind::Mul || r.kind != IxKind::Mod || q.a->kind != IxKind::Div) return nullptr;
+  const IndexExpr& c = *q.b;
+  if (c.kind != IxKind::Const || c.value == 0 || q.a->b->kind != IxKind::Const ||
+      q.a->b->value != c.value || r.b->kind != IxKind::Const || r.b->value != c.value)
+    return nullptr;
+  if (ix_to_string(*q.a->a) != ix_to_string(*r.a)) return nullptr;
+  return r.a;
+}
+
+}  // namespace
+
 IndexExprPtr ix_binary(IxKind k, IndexExprPtr a, IndexExprPtr b) {
   if (a->kind == IxKind::Const && b->kind == IxKind::Const) {
     auto tmp = make(k, 0, a, b);
@@ -437,6 +455,8 @@ IndexExprPtr ix_binary(IxKind k, IndexExprPtr a, IndexExprPtr b) {
     case IxKind::Add:
       if (ix_is_const(a, 0)) return b;
       if (ix_is_const(b, 0)) return a;
+      if (IndexExprPtr x = quotient_and_remainder(*a, *b)) return x;
+      if (IndexExprPtr x = quotient_and_remainder(*b, *a)) return x;
       break;
     case IxKind::Sub:
       if (ix_is_const(b, 0)) return a;

@@ -178,7 +178,7 @@ TEST_CASE("extras read at the output's index load without tests when the extents
   REQUIRE(k2.size() == 1);
   CHECK(k[0].key == k2[0].key);
   const std::string& src = k[0].source;
-  CHECK_THAT(src, Contains("extra reads without bounds tests where every loop's extent fits"));
+  CHECK_THAT(src, Contains("extra reads and reindex guards without bounds tests where every index"));
   CHECK_THAT(src, Contains("(i64)in0[i0]"));  // the version that loads directly
   CHECK_THAT(src, Contains("mj_read1(in0"));  // and the one that tests
   std::vector<float> want;
@@ -193,7 +193,7 @@ TEST_CASE("extras read at the output's index load without tests when the extents
   check_against_reference({fits, beyond});
   // gather's index has the output's shape: its kernel has the unchecked version too.
   const Var g = gather(x, 1, array(std::vector<int64_t>{2, 0, -1, 1, 1, 0}, {2, 3}));
-  CHECK_THAT(plan({g})[0].source, Contains("extra reads without bounds tests"));
+  CHECK_THAT(plan({g})[0].source, Contains("extra reads and reindex guards without bounds tests"));
   check_against_reference(g);
 }
 

@@ -106,6 +106,32 @@ TEST_CASE("substitution and folding", "[index_expr]") {
   CHECK(ix_binary(IxKind::Add, ix_var(1), ix_const(0))->kind == IxKind::Var);
 }
 
+TEST_CASE("the builders fold (x / c) * c + x % c to x, for negative x too", "[index_expr]") {
+  // The parser keeps what was written; composing (substitution) rebuilds through the builders.
+  // Pooling's gradient reads its input at such an index: the window reindex i*2+k composed with
+  // its inverse i/2, i%2 (autograd of a reindex).
+  auto rebuilt = [](const std::string& text, int vars) {
+    std::vector<IndexExprPtr> ids;
+    for (int k = 0; k < vars; ++k) ids.push_back(ix_var(k));
+    return ix_substitute(parse_index_expr(text, vars, false, "t"), ids);
+  };
+  IndexExprPtr e = rebuilt("(i0 / 2) * 2 + i0 % 2", 1);
+  CHECK(ix_to_string(*e) == "i0");
+  CHECK(ix_to_string(*rebuilt("i0 % 3 + (i0 / 3) * 3", 1)) == "i0");
+  CHECK(ix_to_string(*rebuilt("(i0 * 5 - 7) % 3 + (i0 * 5 - 7) / 3 * 3", 1)) == "((i0*5)-7)");
+  IndexExprPtr composed = ix_substitute(parse_index_expr("(i0 / 2) * 2 + i0 % 2", 1, false, "t"),
+                                        {parse_index_expr("i0 * 2 + i1", 2, false, "t")});
+  CHECK(ix_to_string(*composed) == "((i0*2)+i1)");
+  for (int64_t x : {-9, -7, -1, 0, 1, 2, 7, 9}) {
+    const int64_t unfolded = (x / 2) * 2 + x % 2;  // C's truncating division
+    CHECK(ix_eval(*e, &x) == unfolded);
+  }
+  // Different dividends or divisors, or a divisor that is not a constant: no fold.
+  CHECK(rebuilt("i1 % 3 + (i1 + 4) / 3 * 3", 2)->kind == IxKind::Add);
+  CHECK(rebuilt("(i0 / 2) * 3 + i0 % 3", 1)->kind == IxKind::Add);
+  CHECK(rebuilt("(i0 / i1) * i1 + i0 % i1", 2)->kind == IxKind::Add);
+}
+
 TEST_CASE("parser errors name the context, the position and what is valid", "[index_expr]") {
   auto msg = [](const std::string& s, int nv, bool cond) {
     try {

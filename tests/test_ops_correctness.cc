@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/config.h"
+#include "meta_ops/index_expr.h"
 #include "meta_ops/ops.h"
 #include "support/reference_check.h"
 #include "support/scoped_env.h"
@@ -1080,6 +1081,45 @@ TEST_CASE("pooling over wide rows strip-mines the window and matches the referen
   const std::vector<float> pv = values_of<float>(padded);
   CHECK(std::isnan(pv[size_t(1 * 5 * 19 + 2 * 19 + 10)]));
   CHECK(!std::isnan(pv[size_t(1 * 5 * 19 + 2 * 19 + 11)]));
+}
+
+// A reindex's bounds tests of compound indexes (a window's i*2+k, the gradient's i/2 and i%2)
+// that hold for every element are tested once per launch, from the index's range over the loops
+// (codegen/extra_bounds.h); the kernel then has a version without them, and the general one
+// runs where they fail. Both versions are the same kernel: keys do not depend on shapes.
+TEST_CASE("reindex bounds tests that hold over the whole launch are tested once",
+          "[ops][composite]") {
+  Var x = randn({3, 4, 8, 9}, 71);
+  const Var pooled = max_pool2d(relu(x), 2, 2);
+  Var w = randn(pooled.shape(), 72);
+  const Var dx = grad(sum(pooled * w), {x})[0];
+  for (const Var& y : {pooled, dx}) {
+    const std::vector<KernelInfo> k = plan({y}, Device::CPU);
+    bool versioned = false;
+    for (const KernelInfo& ki : k)
+      versioned |= ki.source.find("reindex guards without bounds tests") != std::string::npos;
+    CHECK(versioned);
+  }
+  check_against_reference({pooled, dx});
+  // The same kernel in bounds (10 reads of 20) and past the end (12: the last two are 7.5), and
+  // ranges from negative coefficients, divisions and remainders, against the reference.
+  Var v = randn({20}, 73);
+  const char* exprs[] = {"i0*2", "i0*2+1", "19-i0*2", "(i0*5+3)/3", "i0/2*3+i0%2", "(i0-3)%4+3"};
+  for (const char* e : exprs)
+    for (int64_t n : {10, 11, 12}) {
+      INFO(e << " over " << n);
+      const Var r = reindex(v, {n}, {e}, 7.5);
+      check_against_reference(r);
+      const std::vector<float> got = values_of<float>(r), src = values_of<float>(v);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t j = ix_eval(*parse_index_expr(e, 1, false, "t"), &i);
+        CHECK(got[size_t(i)] == (j >= 0 && j < 20 ? src[size_t(j)] : 7.5f));
+      }
+    }
+  const KernelInfo in = plan({reindex(v, {10}, {"i0*2+1"}, 7.5)})[0];
+  const KernelInfo past = plan({reindex(v, {12}, {"i0*2+1"}, 7.5)})[0];
+  CHECK(in.key == past.key);
+  CHECK(in.source.find("reindex guards without bounds tests") != std::string::npos);
 }
 
 TEST_CASE("max_pool2d with padding: padded cells never win", "[ops][composite]") {
