@@ -60,10 +60,39 @@ std::string CFamilyEmitter::offset(const std::string& name,
   std::string s;
   for (size_t k = 0; k < idx.size(); ++k) {
     std::string term = ix(*idx[k]);
+    if (k + 1 == idx.size() && in_bounds_ && in_bounds_->narrow_indexes.count(ix_to_string(*idx[k])))
+      term = "(i64)" + narrow_ix(*idx[k]);  // a gather g++ vectorises: codegen/extra_bounds.h
     if (k + 1 < idx.size()) term = "(" + term + ") * " + name + "_s" + std::to_string(k);
     s += (k ? " + " : "") + term;
   }
   return s;
+}
+
+// `e` (constants, loop variables, + - * / %) computed in int: the caller knows every value fits.
+std::string CFamilyEmitter::narrow_ix(const IndexExpr& e) const {
+  auto bin = [&](const char* op) {
+    return "(" + narrow_ix(*e.a) + " " + op + " " + narrow_ix(*e.b) + ")";
+  };
+  switch (e.kind) {
+    case IxKind::Const:
+      return e.value < 0 ? "(" + std::to_string(e.value) + ")" : std::to_string(e.value);
+    case IxKind::Var:
+      return "(int)i" + std::to_string(e.value);
+    case IxKind::Neg:
+      return "(-" + narrow_ix(*e.a) + ")";
+    case IxKind::Add:
+      return bin("+");
+    case IxKind::Sub:
+      return bin("-");
+    case IxKind::Mul:
+      return bin("*");
+    case IxKind::Div:
+      return bin("/");
+    case IxKind::Mod:
+      return bin("%");
+    default:
+      METAJIT_UNREACHABLE("emit: a narrowed index holds " + ix_to_string(e));
+  }
 }
 
 namespace {

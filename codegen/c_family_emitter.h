@@ -70,6 +70,7 @@ class CFamilyEmitter {
   std::string identity(ReduceOp op, DType t) const;
   // acc <- op(acc, x), NaN-propagating for float max/min like numpy.
   std::string combine(ReduceOp op, DType t, const std::string& acc, const std::string& x) const;
+  std::string narrow_ix(const IndexExpr& e) const;
   std::string float_extremum(bool max, DType t, const std::string& a, const std::string& b) const;
   std::string unary(UnaryOp op, DType t, const std::string& x) const;
   std::string binary(BinaryOp op, DType operand, const std::string& a, const std::string& b) const;

@@ -30,6 +30,9 @@ struct InBoundsVersion {
   std::set<std::string> unchecked_reads;  // ix_to_string of the extra reads loaded directly
   std::set<std::string> true_tests;       // ix_to_string of the comparisons that then hold
   int true_guards = 0;                    // guards all of whose tests then hold
+  // ix_to_string of loads' last indexes computed in int (32-bit) in the fast version: those that
+  // divide (a gather), all of whose values then fit.
+  std::set<std::string> narrow_indexes;
   bool empty() const { return unchecked_reads.empty() && true_guards == 0; }
 };
 

@@ -60,8 +60,10 @@ namespace metajit {
 // a name g++ does not fold (cos(atan(NaN)) was 0); 50: float selects, relu and NaN-propagating
 // max and min through the prelude's branch-free mj_selectf, mj_reluf, mj_max_nanf, ...; a
 // reindex's compound bounds tests (i*2+k, i/2) dropped in the in-bounds version where their range
-// over the loops fits (codegen/extra_bounds.h); (x/c)*c + x%c read as x
-inline constexpr const char* kCodegenVersion = "cpp-50";
+// over the loops fits (codegen/extra_bounds.h); (x/c)*c + x%c read as x; 51: in that version a
+// load's last index that divides computed in int (a gather g++ vectorises), a reduction's two
+// innermost loops over trailing axes read plainly coalesced (codegen/loop_coalescing.h)
+inline constexpr const char* kCodegenVersion = "cpp-51";
 
 class KernelKeyBuilder {
  public:

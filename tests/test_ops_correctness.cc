@@ -1093,12 +1093,17 @@ TEST_CASE("reindex bounds tests that hold over the whole launch are tested once"
   const Var pooled = max_pool2d(relu(x), 2, 2);
   Var w = randn(pooled.shape(), 72);
   const Var dx = grad(sum(pooled * w), {x})[0];
-  for (const Var& y : {pooled, dx}) {
-    const std::vector<KernelInfo> k = plan({y}, Device::CPU);
-    bool versioned = false;
-    for (const KernelInfo& ki : k)
+  for (bool gradient : {false, true}) {
+    const std::vector<KernelInfo> k = plan({gradient ? dx : pooled}, Device::CPU);
+    bool versioned = false, narrowed = false;
+    for (const KernelInfo& ki : k) {
       versioned |= ki.source.find("reindex guards without bounds tests") != std::string::npos;
+      // The gradient reads the pooled values at i/2: in that version an int index, a gather
+      // g++ vectorises.
+      narrowed |= ki.source.find("(i64)((int)i") != std::string::npos;
+    }
     CHECK(versioned);
+    CHECK(narrowed == gradient);
   }
   check_against_reference({pooled, dx});
   // The same kernel in bounds (10 reads of 20) and past the end (12: the last two are 7.5), and
@@ -1116,10 +1121,44 @@ TEST_CASE("reindex bounds tests that hold over the whole launch are tested once"
         CHECK(got[size_t(i)] == (j >= 0 && j < 20 ? src[size_t(j)] : 7.5f));
       }
     }
-  const KernelInfo in = plan({reindex(v, {10}, {"i0*2+1"}, 7.5)})[0];
-  const KernelInfo past = plan({reindex(v, {12}, {"i0*2+1"}, 7.5)})[0];
+  const KernelInfo in = plan({reindex(v, {10}, {"i0*2+1"}, 7.5)}, Device::CPU)[0];
+  const KernelInfo past = plan({reindex(v, {12}, {"i0*2+1"}, 7.5)}, Device::CPU)[0];
   CHECK(in.key == past.key);
   CHECK(in.source.find("reindex guards without bounds tests") != std::string::npos);
+}
+
+// A reduction over trailing axes it reads plainly (a bias gradient: dy summed over n, h, w) runs
+// its two innermost loops as one over h*w (codegen/loop_coalescing.h): the load's index becomes
+// (0, hw), the same address. Not where the inner loop covers part of the last axis (a slice) or
+// may (its extent another shape parameter), nor over axes that are not adjacent; values against
+// the reference either way.
+TEST_CASE("a reduction over trailing axes read plainly runs them as one loop", "[ops][composite]") {
+  Var x = randn({5, 3, 7, 9}, 81);
+  const Var bias_grad = sum(x, {0, 2, 3});
+  const Var spaced = sum(x, {1, 3});
+  const Var sliced = sum(slice(x, 3, 0, 5), {0, 2, 3});
+  // An element-wise body's loops have the body's own shape parameters, which equal the array's
+  // only when the kernel runs: not coalesced (keys do not depend on shapes, so the pass
+  // cannot know).
+  const Var fused = sum(x * 2.0 + 1.0, {2, 3});
+  auto coalesced = [](const Var& y) {
+    const std::vector<KernelInfo> k = plan({y}, Device::CPU);
+    REQUIRE(k.size() == 1);
+    return k[0].source.find("(0LL) * in0_s2") != std::string::npos;
+  };
+  CHECK(coalesced(bias_grad));
+  CHECK_FALSE(coalesced(fused));
+  CHECK_FALSE(coalesced(spaced));
+  CHECK_FALSE(coalesced(sliced));
+  check_against_reference({bias_grad, spaced, sliced, fused});
+  // Plain loops, independent of the reference.
+  const std::vector<float> xv = values_of<float>(x), bv = values_of<float>(bias_grad);
+  for (int64_t c = 0; c < 3; ++c) {
+    double want = 0;
+    for (int64_t n = 0; n < 5; ++n)
+      for (int64_t i = 0; i < 7 * 9; ++i) want += xv[size_t((n * 3 + c) * 63 + i)];
+    CHECK(bv[size_t(c)] == Approx(want).epsilon(1e-5));
+  }
 }
 
 TEST_CASE("max_pool2d with padding: padded cells never win", "[ops][composite]") {
