@@ -94,9 +94,9 @@ class CppEmitter : public CFamilyEmitter {
   // 1024 -> 18 GB/s on a Xeon; 1024 -> 2048: 3.8 -> 3.6 ms on an EPYC).
   static constexpr int kStrip = 2048;
   static constexpr int kRowUnroll = 4;  // column_strip's combine is written for four
-  void strip_mined_inner(const KernelIR& ir, const std::vector<int>& levels,
-                         const std::vector<size_t>& interchanged, int d, const std::string& store);
-  void column_strip(const KStmt& st, const KLoop& inner, int d);
+  void strip_mined_inner(const KernelIR& ir, const std::vector<int>& levels, const MapNest& n,
+                         int d, const std::string& store);
+  void column_strip(const KStmt& st, const KLoop& inner, int d, bool window);
   void window_strip_step(const KStmt& st, const std::string& i, const std::string& acc,
                          const std::vector<IndexExprPtr>& tests,
                          const std::vector<KStmt>& unguarded, int d);

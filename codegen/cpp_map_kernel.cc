@@ -1,5 +1,6 @@
 // The C++ emitter's map kernels: the loop nests the schedule chose (codegen/map_schedule.h),
 // their collapsed parallel loops, a reused row, column reductions in strips.
+#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
@@ -144,7 +145,7 @@ void CppEmitter::generic_map(const MapNest& n, const std::string& store, int bas
       hoist_guard_tests(ir.body, outer, d);
     }
     if (innermost && strips) {
-      strip_mined_inner(ir, levels, n.strips, d, store);
+      strip_mined_inner(ir, levels, n, d, store);
       break;
     }
     if (innermost && n.chunks) {
@@ -196,8 +197,8 @@ void CppEmitter::hoist_guard_tests(const KBlock& b, const std::set<int>& outer, 
 // strip of outputs with its reduced loops outside and the strip inside (contiguous, SIMD);
 // then the strip's outputs are finished in one more SIMD loop.
 void CppEmitter::strip_mined_inner(const KernelIR& ir, const std::vector<int>& levels,
-                                   const std::vector<size_t>& interchanged, int d,
-                                   const std::string& store) {
+                                   const MapNest& n, int d, const std::string& store) {
+  const std::vector<size_t>& interchanged = n.strips;
   const int k = int(ir.loops.size());
   const KLoop& l = ir.loops[size_t(k - 1)];
   const std::string i = "i" + std::to_string(l.var), ext = ix(*l.extent);
@@ -205,7 +206,9 @@ void CppEmitter::strip_mined_inner(const KernelIR& ir, const std::vector<int>& l
   ++d;
   line(d, "const i64 jn = (" + ext + " - jb) < mj_jw ? (" + ext + " - jb) : mj_jw;");
   std::set<size_t> done(interchanged.begin(), interchanged.end());
-  for (size_t s : interchanged) column_strip(ir.body.stmts[s], l, d);
+  for (size_t s : interchanged)
+    column_strip(ir.body.stmts[s], l, d,
+                 std::count(n.window_strips.begin(), n.window_strips.end(), s) > 0);
   line(d, "#pragma omp simd");
   line(d, "for (i64 t = 0; t < jn; ++t) {");
   line(d + 1, "const i64 " + i + " = jb + t;");
@@ -228,15 +231,14 @@ void CppEmitter::strip_mined_inner(const KernelIR& ir, const std::vector<int>& l
 
 // One interchanged column reduction `st` of a strip (strip_mined_inner; `inner` the innermost
 // output loop): its accumulators, its reduced loops outside and the strip inside. A window
-// reduction (kernel_patterns.h: pooling) steps its innermost reduced loop one at a time, each
-// step's bounds tests as an interval of the strip (window_strip_step).
-void CppEmitter::column_strip(const KStmt& st, const KLoop& inner, int d) {
+// reduction (`window`: the schedule's MapNest::window_strips, pooling) steps its innermost
+// reduced loop one at a time, each step's bounds tests as an interval of the strip
+// (window_strip_step).
+void CppEmitter::column_strip(const KStmt& st, const KLoop& inner, int d, bool window) {
   const std::string i = "i" + std::to_string(inner.var);
   std::vector<KStmt> unguarded;
   const std::vector<IndexExprPtr> tests =
-      is_window_reduction(st, sched_.level_of_value, inner.var, int(sched_.ir.loops.size()) - 1)
-          ? step_span_tests(st.body->stmts, inner.var, unguarded)
-          : std::vector<IndexExprPtr>{};
+      window ? step_span_tests(st.body->stmts, inner.var, unguarded) : std::vector<IndexExprPtr>{};
   const ReduceOp op = ReduceOp(st.op);
   const DType at = acc_dtype(op, st.dtype);
   const std::string acc = "acc" + std::to_string(st.id);

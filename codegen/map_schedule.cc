@@ -138,13 +138,14 @@ MapNest schedule_map_nest(const KernelIR& ir, const std::vector<int>& levels,
   MapNest n;
   const int k = int(ir.loops.size());
   if (k == 0) return n;
-  for (size_t s = 0; s < ir.body.stmts.size(); ++s)
-    if (levels[s] == k - 1 &&
-        (is_column_reduction(ir.body.stmts[s], level_of_value, ir.loops[size_t(k - 1)].var,
-                             k - 1) ||
-         (windows && is_window_reduction(ir.body.stmts[s], level_of_value,
-                                         ir.loops[size_t(k - 1)].var, k - 1))))
-      n.strips.push_back(s);
+  const int inner = ir.loops[size_t(k - 1)].var;
+  for (size_t s = 0; s < ir.body.stmts.size(); ++s) {
+    if (levels[s] != k - 1) continue;
+    const KStmt& st = ir.body.stmts[s];
+    const bool window = windows && is_window_reduction(st, level_of_value, inner, k - 1);
+    if (window || is_column_reduction(st, level_of_value, inner, k - 1)) n.strips.push_back(s);
+    if (window) n.window_strips.push_back(s);
+  }
   // Loops 0..c-1 are collapsed into one parallel loop: only while nothing sits between them.
   int first_used = k - 1;
   for (size_t s = 0; s < ir.body.stmts.size(); ++s)
@@ -171,7 +172,9 @@ std::string describe_map_nest(const KernelIR& ir, const MapNest& n) {
   if (n.inner_simd && n.strips.empty() && !n.chunks) out += ", innermost loop simd";
   if (!n.strips.empty()) {
     out += ", innermost loop in strips for";
-    for (size_t s : n.strips) out += " v" + std::to_string(ir.body.stmts[s].id);
+    for (size_t s : n.strips)
+      out += " v" + std::to_string(ir.body.stmts[s].id) +
+             (std::count(n.window_strips.begin(), n.window_strips.end(), s) ? " (window)" : "");
   }
   if (!n.simd_reductions) out += ", reductions without SIMD";
   if (n.chunks)

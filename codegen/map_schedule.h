@@ -44,6 +44,10 @@ struct MapNest {
   // strips that run along memory (kernel_patterns.h is_column_reduction); when any, the
   // innermost loop is a loop over strips.
   std::vector<size_t> strips;
+  // Those of `strips` that are window reductions (kernel_patterns.h is_window_reduction:
+  // pooling): their innermost reduced loop steps one at a time, each step's bounds tests an
+  // interval of the strip.
+  std::vector<size_t> window_strips;
   int collapse = 1;          // outer loops collapsed into the one parallel loop
   bool single_simd = false;  // one loop, no strips: the parallel loop is also the SIMD loop
   bool inner_simd = false;   // the innermost loop (of two or more) runs under `omp simd`
