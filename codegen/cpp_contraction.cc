@@ -209,14 +209,9 @@ void CppEmitter::contraction_kernel(const KernelIR& ir, const std::vector<int>& 
     }
     p.merged = std::move(m);
   }
-  // Merged columns (a convolution) keep their packing in place: g++ allocated the piece loop's
-  // registers worse in a function (spills in the loop; the 7x7 stem's packing 60% slower,
-  // perf on an Intel Xeon). So does a kernel with a reduction before its loops, which a
-  // function would compute again; other statements there (a scalar) it repeats.
-  bool reduce_first = false;
-  for (size_t s = 0; s < levels.size(); ++s)
-    reduce_first = reduce_first || (levels[s] < 0 && ir.body.stmts[s].kind == KOp::Reduce);
-  p.pack_functions = !p.merged && !reduce_first;
+  // The schedule's decision (ContractionSchedule::pack_functions); other statements before the
+  // loops (a scalar) a packing function repeats.
+  p.pack_functions = cs.pack_functions;
   p.ei = ix(*cl.i->extent);
   p.eji = ix(*cl.j->extent);
   const ContractionTile wide = cs.wide, narrow = cs.narrow;

@@ -38,6 +38,12 @@ struct ContractionSchedule {
   std::vector<int> merged_outer_vars;   // output loops just outside j walked as columns too,
                                         // outermost first (conv2d: 64 rows x 3136 columns)
   bool a_once = false, b_once = false;  // packed once per launch (reads no outer loop)
+  // Each operand packed by one function (MJ_PACK_FN) that the packing once per launch and the
+  // packing per block call: compiled once, not once per call site (codegen/cpp_contraction.cc).
+  // Not for merged columns (a convolution: g++ allocated the piece loop's registers worse in a
+  // function, the 7x7 stem's packing 60% slower), nor after a reduction before the loops, which
+  // a function would compute again.
+  bool pack_functions = false;
 };
 
 // A scatter kernel (reindex_reduce): its target is filled with the identity, then its sources

@@ -328,6 +328,8 @@ TEST_CASE(
     CHECK(s.contraction->a_once);  // no batch: both operands serve every block
     CHECK(s.contraction->b_once);
     CHECK(s.contraction->merged_outer_vars.empty());
+    CHECK(s.contraction->pack_functions);  // each operand packed by one function
+    CHECK_THAT(dump_schedule(s, t), Contains("operands packed by shared functions"));
     CHECK(s.levels.size() == s.ir.body.stmts.size());
     // A batched A changes with the batch loop; the shared B does not.
     const CpuSchedule sb = schedule_cpu_kernel(bmm[0], t);
@@ -338,6 +340,7 @@ TEST_CASE(
     const CpuSchedule sc = schedule_cpu_kernel(conv[0], t);
     REQUIRE(sc.contraction);
     CHECK(sc.contraction->merged_outer_vars.size() == 1);
+    CHECK_FALSE(sc.contraction->pack_functions);  // merged columns pack in place
     CHECK_THAT(describe_schedule(sc, t), Contains("columns span two output loops"));
     // A plain loop nest has no contraction and no schedule line.
     const CpuSchedule sm = schedule_cpu_kernel(map[0], t);
