@@ -60,7 +60,8 @@ std::string CFamilyEmitter::offset(const std::string& name,
   std::string s;
   for (size_t k = 0; k < idx.size(); ++k) {
     std::string term = ix(*idx[k]);
-    if (k + 1 == idx.size() && in_bounds_ && in_bounds_->narrow_indexes.count(ix_to_string(*idx[k])))
+    if (k + 1 == idx.size() && in_bounds_ &&
+        in_bounds_->narrow_indexes.count(ix_to_string(*idx[k])))
       term = "(i64)" + narrow_ix(*idx[k]);  // a gather g++ vectorises: codegen/extra_bounds.h
     if (k + 1 < idx.size()) term = "(" + term + ") * " + name + "_s" + std::to_string(k);
     s += (k ? " + " : "") + term;
@@ -68,31 +69,17 @@ std::string CFamilyEmitter::offset(const std::string& name,
   return s;
 }
 
-// `e` (constants, loop variables, + - * / %) computed in int: the caller knows every value fits.
+// `e` (constants, loop variables, + - * / %) computed in int: the caller knows every value fits
+// (codegen/extra_bounds.h narrow_indexes).
 std::string CFamilyEmitter::narrow_ix(const IndexExpr& e) const {
-  auto bin = [&](const char* op) {
-    return "(" + narrow_ix(*e.a) + " " + op + " " + narrow_ix(*e.b) + ")";
-  };
-  switch (e.kind) {
-    case IxKind::Const:
-      return e.value < 0 ? "(" + std::to_string(e.value) + ")" : std::to_string(e.value);
-    case IxKind::Var:
-      return "(int)i" + std::to_string(e.value);
-    case IxKind::Neg:
-      return "(-" + narrow_ix(*e.a) + ")";
-    case IxKind::Add:
-      return bin("+");
-    case IxKind::Sub:
-      return bin("-");
-    case IxKind::Mul:
-      return bin("*");
-    case IxKind::Div:
-      return bin("/");
-    case IxKind::Mod:
-      return bin("%");
-    default:
-      METAJIT_UNREACHABLE("emit: a narrowed index holds " + ix_to_string(e));
-  }
+  if (e.kind == IxKind::Const)
+    return e.value < 0 ? "(" + std::to_string(e.value) + ")" : std::to_string(e.value);
+  if (e.kind == IxKind::Var) return "(int)i" + std::to_string(e.value);
+  if (e.kind == IxKind::Neg) return "(-" + narrow_ix(*e.a) + ")";
+  const bool arithmetic = e.kind == IxKind::Add || e.kind == IxKind::Sub || e.kind == IxKind::Mul ||
+                          e.kind == IxKind::Div || e.kind == IxKind::Mod;
+  METAJIT_CHECK(arithmetic, "emit: a narrowed index holds " + ix_to_string(e));
+  return "(" + narrow_ix(*e.a) + " " + ix_operator_text(e.kind) + " " + narrow_ix(*e.b) + ")";
 }
 
 namespace {
@@ -175,8 +162,8 @@ std::string CFamilyEmitter::extra_readers() const {
       test += (k ? " && " : "") + ("(u64)" + a + " < (u64)" + d);
       flat = k ? "(" + flat + ") * " + d + " + " + a : a;
     }
-    out += "template <class T> MJ_FN i64 mj_read" + std::to_string(r) + "(const T* b" +
-           params + ") { return " +
+    out += "template <class T> MJ_FN i64 mj_read" + std::to_string(r) + "(const T* b" + params +
+           ") { return " +
            (r == 0 ? std::string("(i64)b[0]") : "(" + test + ") ? (i64)b[" + flat + "] : 0") +
            "; }\n";
   }
@@ -204,11 +191,9 @@ std::string CFamilyEmitter::ix(const IndexExpr& e) const {
     case IxKind::Not:
       return "(!" + ix(*e.a) + ")";
     case IxKind::Add:
-      return bin("+");
     case IxKind::Sub:
-      return bin("-");
     case IxKind::Mul:
-      return bin("*");
+      return bin(ix_operator_text(e.kind));
     case IxKind::Div:
     case IxKind::Mod: {
       bool safe = e.b->kind == IxKind::Const && e.b->value != 0 && e.b->value != -1;
@@ -325,8 +310,8 @@ std::string CFamilyEmitter::combine(ReduceOp op, DType t, const std::string& acc
 std::string CFamilyEmitter::float_extremum(bool max, DType t, const std::string& a,
                                            const std::string& b) const {
   if (dialect_ == Dialect::Cpp)
-    return std::string(max ? "mj_max_nan" : "mj_min_nan") + (t == DType::Float32 ? "f" : "") +
-           "(" + a + ", " + b + ")";
+    return std::string(max ? "mj_max_nan" : "mj_min_nan") + (t == DType::Float32 ? "f" : "") + "(" +
+           a + ", " + b + ")";
   const char* cmp = max ? " > " : " < ";
   return "((" + a + cmp + b + " || " + a + " != " + a + ") ? " + a + " : " + b + ")";
 }
@@ -407,8 +392,7 @@ std::string CFamilyEmitter::unary(UnaryOp op, DType t, const std::string& x) con
       if (t == DType::Bool) return "(!" + x + ")";
       return "(" + T + ")(~" + x + ")";
     default:
-      METAJIT_UNREACHABLE(std::string("emit: unary ") + unary_op_name(op) + " on " +
-                             dtype_name(t));
+      METAJIT_UNREACHABLE(std::string("emit: unary ") + unary_op_name(op) + " on " + dtype_name(t));
   }
 }
 
@@ -597,7 +581,8 @@ void CFamilyEmitter::reduce_loop(const KStmt& st, const std::vector<KStmt>& stmt
   line(depth, "for (i64 " + i + " = " + from + "; " + i + " < " + to + "; ++" + i + ") {");
   for (const KStmt& s : stmts) stmt(s, depth + 1);
   reduce_body_extra(st, depth + 1);
-  line(depth + 1, acc + " = " + combine(op, acc_dtype(op, st.dtype), acc, v(st.body->result)) + ";");
+  line(depth + 1,
+       acc + " = " + combine(op, acc_dtype(op, st.dtype), acc, v(st.body->result)) + ";");
   line(depth, "}");
 }
 

@@ -340,7 +340,9 @@ class Parser {
   const std::vector<int>& extra_ranks_;
 };
 
-const char* op_text(IxKind k) {
+}  // namespace
+
+const char* ix_operator_text(IxKind k) {
   switch (k) {
     case IxKind::Add:
       return "+";
@@ -372,8 +374,6 @@ const char* op_text(IxKind k) {
       return "?";
   }
 }
-
-}  // namespace
 
 IndexExprPtr parse_index_expr(std::string_view text, int num_vars, bool condition,
                               const std::string& context, const std::vector<int>& extra_ranks) {
@@ -729,7 +729,7 @@ std::string ix_to_string(const IndexExpr& e) {
       return s + ")";
     }
     default:
-      return "(" + ix_to_string(*e.a) + op_text(e.kind) + ix_to_string(*e.b) + ")";
+      return "(" + ix_to_string(*e.a) + ix_operator_text(e.kind) + ix_to_string(*e.b) + ")";
   }
 }
 

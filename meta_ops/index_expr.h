@@ -131,6 +131,9 @@ bool ix_reads_extras(const IndexExpr& e);
 // True when `e` reads loop variable i<var> (an Extra's arguments included).
 bool ix_reads_var(const IndexExpr& e, int var);
 
+// The C++ text of a binary operator (+ - * / % < <= > >= == != && ||); "?" for other kinds.
+const char* ix_operator_text(IxKind k);
+
 // Canonical, fully parenthesised text; equal trees print equally (used in kernel keys).
 std::string ix_to_string(const IndexExpr& e);
 
