@@ -13,7 +13,10 @@
 #
 # Environment for `run`: GPU_CHECK_DEADLINE (seconds for all cases, 300), GPU_CHECK_JOBS
 # (cases at once, nproc), GPU_CHECK_SUITES (default: the suites CMake registers as cuda:*),
-# GPU_CHECK_OUT (logs and bench JSON, /tmp/gpu_checks), GPU_CHECK_BENCH_ARGS (e.g. --quick).
+# GPU_CHECK_OUT (logs and bench JSON, /tmp/gpu_checks), GPU_CHECK_BENCH_ARGS (e.g. --quick),
+# GPU_CHECK_BENCH_TIMEOUT (seconds for the benchmark, 900; it runs before the deadline starts;
+# 0 skips it), GPU_CHECK_FILTER (an extended regular expression: only the cases whose
+# "suite<TAB>name" line matches).
 # METAJIT_DIFF_GRAPHS and
 # METAJIT_GRAD_GRAPHS default to 10 and 8 random graphs per batch (the suites' own defaults
 # take far longer with nvcc). Exit status: 0 when every case passed or was skipped.
@@ -67,6 +70,8 @@ run() {
     BIN=$from/bin cli=$from/bin/metajit bench=$from/bin/metajit_cuda_bench
     export LD_LIBRARY_PATH=$from/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   fi
+  # The CLI the tests start: theirs names build/metajit of the tree they were built in.
+  METAJIT_CLI=$(realpath "$cli") && export METAJIT_CLI
   local built_in
   built_in=$(strings "$BIN/test_cuda_runtime" | grep -m1 -o '^/.*/test-cache$' | sed 's|/build/test-cache$||')
   if [ -n "$built_in" ] && [ "$built_in" != "$PWD" ] && [ ! -e "$built_in" ]; then
@@ -79,8 +84,12 @@ run() {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   "$cli" doctor | grep -E 'nvcc|gpu|compiler'
   echo "== bench-cuda"
-  METAJIT_CACHE_DIR=$PWD/build/test-cache "$bench" ${GPU_CHECK_BENCH_ARGS:-} \
-    --json "$out/cuda_results.json"
+  local bench_limit=${GPU_CHECK_BENCH_TIMEOUT:-900}
+  if [ "$bench_limit" != 0 ]; then
+    METAJIT_CACHE_DIR=$PWD/build/test-cache timeout "$bench_limit" "$bench" \
+      ${GPU_CHECK_BENCH_ARGS:-} --json "$out/cuda_results.json"
+    echo "bench-cuda exit status: $?"
+  fi
   export METAJIT_DEVICE=cuda METAJIT_DIFF_GRAPHS=${METAJIT_DIFF_GRAPHS:-10}
   export METAJIT_GRAD_GRAPHS=${METAJIT_GRAD_GRAPHS:-8} METAJIT_JOBS=1
   local s
@@ -88,7 +97,7 @@ run() {
     local filter=""
     case "$s" in test_train | test_random) filter="[cuda-emu]" ;; esac  # as CTest's cuda:*
     "$BIN/$s" $filter --list-test-names-only | grep . | sed "s/^/$s\t/"
-  done > "$LOGS/cases"
+  done | grep -E -- "${GPU_CHECK_FILTER:-.}" > "$LOGS/cases"
   END=$(($(date +%s) + ${GPU_CHECK_DEADLINE:-300}))
   export -f run_case
   export BIN LOGS END
