@@ -207,6 +207,7 @@ void CppEmitter::contraction_kernel(const KernelIR& ir, const std::vector<int>& 
       m.outer_extents.push_back(ix(*(*at)->extent));
       p.outer.erase(at);
     }
+    m.flat = cs.flat_columns;
     p.merged = std::move(m);
   }
   // The schedule's decision (ContractionSchedule::pack_functions); other statements before the

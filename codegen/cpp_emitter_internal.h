@@ -129,6 +129,7 @@ class CppEmitter : public CFamilyEmitter {
   struct MergedColumns {
     std::vector<int> outer_vars;  // outermost first; the column loop j is inside the last
     std::vector<std::string> outer_extents;
+    bool flat = false;  // ContractionSchedule::flat_columns
   };
   void merged_outer_vars(const MergedColumns& m, int d);
   std::string micro_kernel(const ContractionTile& t, const std::string& name,
@@ -208,8 +209,30 @@ class CppEmitter : public CFamilyEmitter {
                            const std::string& x0, const std::string& n, const std::string& npad,
                            const std::string& k0, const std::string& kn, int d,
                            const MergedColumns& merged);
+  void pack_merged_pieces(const KStmt& r, const std::vector<KStmt>& prologue,
+                          const std::vector<size_t>& stmts, int value, const std::string& var,
+                          int pw, const std::string& dst, const std::string& ps,
+                          const std::string& n, const std::string& npad, const std::string& k0,
+                          const std::string& kn, int d, const MergedColumns& merged);
   void merged_piece_in_bounds(const GuardedBodies& b, int value, const std::string& var,
                               const std::string& n, int d);
+  // Merged columns packed a panel at a time (ContractionSchedule::flat_columns): the column
+  // variables from tables filled once per packing, the loads at their offset for column 0
+  // plus the flat column, i<kFlatColumnVar>; for rows of at most kFlatRowMax columns, up to
+  // kFlatColumns columns a packing.
+  static constexpr int kFlatColumnVar = (1 << 20) - 1;  // below kHoistedVar's
+  static constexpr int kFlatColumns = 512;
+  static constexpr int kFlatRowMax = 16;
+  std::string flat_columns_test(const std::vector<KStmt>& stmts, const MergedColumns& merged,
+                                int own);
+  static std::vector<KStmt> flat_loads(const std::vector<KStmt>& stmts,
+                                       const MergedColumns& merged, int own);
+  void pack_merged_flat(const KStmt& r, const std::vector<KStmt>& prologue,
+                        const std::vector<size_t>& stmts, int value, const std::string& var,
+                        int pw, const std::string& dst, const std::string& ps,
+                        const std::string& x0, const std::string& n, const std::string& npad,
+                        const std::string& k0, const std::string& kn, int d,
+                        const MergedColumns& merged);
   void span_check(const std::string& flag, const std::vector<IndexExprPtr>& tests,
                   const std::string& var, const std::vector<std::string>& rows, int d);
   void pack_panels(const std::vector<KStmt>& body, const std::vector<KStmt>& full_body,
@@ -270,7 +293,6 @@ class CppEmitter : public CFamilyEmitter {
   // Rows packed per vector loop (rounded up to whole panels): four 16-float vectors.
   static constexpr int kPackRows = 64;
   static bool is_affine_comparison(const IndexExpr& e, int var);
-  static bool is_affine_in(const IndexExpr& e, int var);
   void pack_operand_once(const KStmt& r, const std::vector<KStmt>& pre,
                          const std::vector<size_t>& stmts, int value, const std::string& var,
                          int pw, int side, const MergedColumns* merged, const std::string& reused,

@@ -1,6 +1,9 @@
 // The C++ emitter's packing of a contraction's operands into the micro-kernel's panels: along
 // the reduction through register tiles, through a row buffer, merged columns, guard tests
 // hoisted and spanned.
+#include <algorithm>
+#include <functional>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -242,9 +245,32 @@ void CppEmitter::pack_merged_columns(const KStmt& r, const std::vector<KStmt>& p
                                      const std::string& n, const std::string& npad,
                                      const std::string& k0, const std::string& kn, int d,
                                      const MergedColumns& merged) {
-  const std::string PW = std::to_string(pw);
   // Where column x0 lies in (outer, inner) loop terms: one division per packing.
   line(d, "const i64 mj_fo = (" + x0 + ") / mj_eji, mj_fi = (" + x0 + ") % mj_eji;");
+  const int own = std::stoi(var.substr(1));
+  if (merged.flat) {
+    std::vector<KStmt> all = prologue;
+    for (size_t s : stmts) all.push_back(r.body->stmts[s]);
+    line(d, "if (" + npad + " <= " + std::to_string(kFlatColumns) + " && " +
+                flat_columns_test(all, merged, own) + ") {");
+    pack_merged_flat(r, prologue, stmts, value, var, pw, dst, ps, x0, n, npad, k0, kn, d + 1,
+                     merged);
+    line(d, "} else {");
+    pack_merged_pieces(r, prologue, stmts, value, var, pw, dst, ps, n, npad, k0, kn, d + 1, merged);
+    line(d, "}");
+  } else {
+    pack_merged_pieces(r, prologue, stmts, value, var, pw, dst, ps, n, npad, k0, kn, d, merged);
+  }
+}
+
+// pack_merged_columns row piece by row piece (from column mj_fo, mj_fi).
+void CppEmitter::pack_merged_pieces(const KStmt& r, const std::vector<KStmt>& prologue,
+                                    const std::vector<size_t>& stmts, int value,
+                                    const std::string& var, int pw, const std::string& dst,
+                                    const std::string& ps, const std::string& n,
+                                    const std::string& npad, const std::string& k0,
+                                    const std::string& kn, int d, const MergedColumns& merged) {
+  const std::string PW = std::to_string(pw);
   const int own = std::stoi(var.substr(1));
   std::set<int> vary = {own};
   vary.insert(merged.outer_vars.begin(), merged.outer_vars.end());
@@ -271,6 +297,144 @@ void CppEmitter::pack_merged_columns(const KStmt& r, const std::vector<KStmt>& p
     line(dd + 1, "mj_c += mj_len;");
     line(dd + 1, "mj_ji += mj_len;");
     line(dd + 1, "if (mj_ji >= mj_eji) { mj_ji -= mj_eji; ++mj_jo; }");
+    line(dd, "}");
+  });
+}
+
+namespace {
+
+// The largest loop variable number `e` reads (-1: none).
+int max_var(const IndexExpr& e) {
+  int m = e.kind == IxKind::Var ? int(e.value) : -1;
+  for (const IndexExprPtr& a : e.args) m = std::max(m, max_var(*a));
+  for (const IndexExpr* c : {e.a.get(), e.b.get(), e.c.get()})
+    if (c) m = std::max(m, max_var(*c));
+  return m;
+}
+
+// `idx` with i<v> replaced by `to(v)` (a constant) for every variable it reads.
+std::vector<IndexExprPtr> with_vars(const std::vector<IndexExprPtr>& idx,
+                                    const std::function<int64_t(int)>& to) {
+  int m = -1;
+  for (const IndexExprPtr& e : idx) m = std::max(m, max_var(*e));
+  std::vector<IndexExprPtr> vars;
+  for (int v = 0; v <= m; ++v) vars.push_back(ix_const(to(v)));
+  std::vector<IndexExprPtr> out;
+  for (const IndexExprPtr& e : idx) out.push_back(ix_substitute(e, vars));
+  return out;
+}
+
+bool reads_any(const KStmt& st, const std::vector<int>& vars) {
+  for (const IndexExprPtr& e : st.index)
+    for (int v : vars)
+      if (ix_reads_var(*e, v)) return true;
+  return false;
+}
+
+// The merged outer loops' variables `outer` and the column loop's `own`.
+std::vector<int> column_vars(const std::vector<int>& outer, int own) {
+  std::vector<int> cols = outer;
+  cols.push_back(own);
+  return cols;
+}
+
+}  // namespace
+
+// The loads of `stmts` (guards' bodies included) that read a column variable, at their offset
+// for column 0 plus the flat column: each index with the column variables 0, the last one
+// plus i<kFlatColumnVar>. Exact where flat_columns_test holds.
+std::vector<KStmt> CppEmitter::flat_loads(const std::vector<KStmt>& stmts,
+                                          const MergedColumns& merged, int own) {
+  const std::vector<int> cols = column_vars(merged.outer_vars, own);
+  std::vector<KStmt> out = stmts;
+  for (KStmt& st : out) {
+    if (st.body) {
+      auto body = std::make_shared<KBlock>(*st.body);
+      body->stmts = flat_loads(body->stmts, merged, own);
+      st.body = body;
+    }
+    if (st.kind != KOp::Load || !reads_any(st, cols)) continue;
+    std::vector<IndexExprPtr> idx = st.index;
+    for (IndexExprPtr& e : idx) {
+      std::vector<IndexExprPtr> vars;
+      for (int v = 0; v <= max_var(*e); ++v)
+        vars.push_back(std::find(cols.begin(), cols.end(), v) != cols.end() ? ix_const(0)
+                                                                            : ix_var(v));
+      if (!vars.empty()) e = ix_substitute(e, vars);
+    }
+    idx.back() = ix_binary(IxKind::Add, idx.back(), ix_var(kFlatColumnVar));
+    st.index = std::move(idx);
+  }
+  return out;
+}
+
+// The run-time condition of the flat packing: rows of at most kFlatRowMax columns, and every
+// load that reads a column variable contiguous along the flat column (the column variable's
+// coefficient in its offset 1, each merged outer loop's the number of columns it steps over).
+std::string CppEmitter::flat_columns_test(const std::vector<KStmt>& stmts,
+                                          const MergedColumns& merged, int own) {
+  const std::vector<int> cols = column_vars(merged.outer_vars, own);
+  std::vector<const KStmt*> all;
+  flatten(stmts, all);
+  std::string test = "mj_eji <= " + std::to_string(kFlatRowMax);
+  for (const KStmt* st : all) {
+    if (st->kind != KOp::Load || !reads_any(*st, cols)) continue;
+    const std::string name = "in" + std::to_string(st->buffer);
+    const std::string at0 = offset(name, with_vars(st->index, [](int) { return 0; }));
+    std::string step = "1";  // columns between consecutive values of cols[k]
+    for (size_t k = cols.size(); k-- > 0;) {
+      const int v = cols[k];
+      const std::string at1 = offset(name, with_vars(st->index, [v](int x) { return x == v; }));
+      test += " && (" + at1 + ") - (" + at0 + ") == " + step;
+      step = k + 1 == cols.size() ? "mj_eji" : step + " * (" + merged.outer_extents[k] + ")";
+    }
+  }
+  return test;
+}
+
+// pack_merged_columns a panel at a time (merged.flat, under flat_columns_test): every column's
+// variables from tables filled once, then for each reduction step one vector loop per panel,
+// each element under its guards (masked loads) and each load at its offset for column 0 plus
+// the flat column. The digits CNN's second convolution's input gradient packs 4x4 images, whose
+// rows in pieces of 4 columns (with the guards' interval found per piece) took 183 us a call
+// against 64 us this way (dlopen harness, AVX-512).
+void CppEmitter::pack_merged_flat(const KStmt& r, const std::vector<KStmt>& prologue,
+                                  const std::vector<size_t>& stmts, int value,
+                                  const std::string& var, int pw, const std::string& dst,
+                                  const std::string& ps, const std::string& x0,
+                                  const std::string& n, const std::string& npad,
+                                  const std::string& k0, const std::string& kn, int d,
+                                  const MergedColumns& merged) {
+  const std::string PW = std::to_string(pw), NT = std::to_string(kFlatColumns);
+  const int own = std::stoi(var.substr(1));
+  const std::vector<int> cols = column_vars(merged.outer_vars, own);
+  for (int c : cols) line(d, "int mj_cv" + std::to_string(c) + "[" + NT + "];");
+  line(d, "{");
+  line(d + 1, "i64 mj_jo = mj_fo, mj_ji = mj_fi;");
+  line(d + 1, "for (i64 mj_c = 0; mj_c < " + npad + "; ++mj_c) {");
+  merged_outer_vars(merged, d + 2);
+  for (int o : merged.outer_vars)
+    line(d + 2, "mj_cv" + std::to_string(o) + "[mj_c] = (int)i" + std::to_string(o) + ";");
+  line(d + 2, "mj_cv" + std::to_string(own) + "[mj_c] = (int)mj_ji;");
+  line(d + 2, "if (++mj_ji == mj_eji) { mj_ji = 0; ++mj_jo; }");
+  line(d + 1, "}");
+  line(d, "}");
+  std::set<int> vary(cols.begin(), cols.end());
+  reduction_walk(r, k0, kn, d, [&](int dd) {
+    const GuardedBodies b = hoist_guard_tests(r, prologue, stmts, own, vary, dd);
+    const std::vector<KStmt> body = flat_loads(b.body, merged, own);
+    line(dd, "for (i64 mj_q = 0; mj_q < " + npad + "; mj_q += " + PW + ") {");
+    line(dd + 1, "float* const mj_dst = " + dst + " + (mj_q / " + PW + ") * (" + ps +
+                     ") + mj_kk * " + PW + ";");
+    line(dd + 1, "#pragma omp simd");
+    line(dd + 1, "for (i64 mj_t = 0; mj_t < " + PW + "; ++mj_t) {");
+    line(dd + 2, "const i64 mj_c = mj_q + mj_t;");
+    for (int o : merged.outer_vars)
+      line(dd + 2, "const i64 i" + std::to_string(o) + " = mj_cv" + std::to_string(o) + "[mj_c];");
+    line(dd + 2, "const i64 i" + std::to_string(kFlatColumnVar) + " = " + x0 + " + mj_c;");
+    packed_element("mj_c < " + n, var, "mj_cv" + std::to_string(own) + "[mj_c]", body, value,
+                   "mj_dst[mj_t]", dd + 2);
+    line(dd + 1, "}");
     line(dd, "}");
   });
 }
@@ -711,25 +875,7 @@ std::vector<IndexExprPtr> CppEmitter::step_span_tests(const std::vector<KStmt>& 
 bool CppEmitter::is_affine_comparison(const IndexExpr& e, int var) {
   if (e.kind != IxKind::Lt && e.kind != IxKind::Le && e.kind != IxKind::Gt && e.kind != IxKind::Ge)
     return false;
-  return is_affine_in(*e.a, var) && is_affine_in(*e.b, var);
-}
-
-bool CppEmitter::is_affine_in(const IndexExpr& e, int var) {
-  if (!ix_reads_var(e, var)) return true;
-  switch (e.kind) {
-    case IxKind::Var:
-      return true;
-    case IxKind::Neg:
-      return is_affine_in(*e.a, var);
-    case IxKind::Add:
-    case IxKind::Sub:
-      return is_affine_in(*e.a, var) && is_affine_in(*e.b, var);
-    case IxKind::Mul:  // one side free of `var` and constant along the panel
-      return (e.a->kind == IxKind::Const && is_affine_in(*e.b, var)) ||
-             (e.b->kind == IxKind::Const && is_affine_in(*e.a, var));
-    default:
-      return false;
-  }
+  return ix_affine_in(*e.a, var) && ix_affine_in(*e.b, var);
 }
 
 // Packs operand `side` (0: A, rows `var`, panels of pw = mr; 1: B, columns, pw = nr) once for
@@ -761,18 +907,33 @@ void CppEmitter::pack_operand_once(const KStmt& r, const std::vector<KStmt>& pre
                        (packs_through_buffer(r, pre, stmts, own, row_tests(r, stmts, own)) ||
                         reads_along_rows(all, own));
   const std::string G = std::to_string(grouped ? (kPackRows + pw - 1) / pw : 1);
-  const std::string panels = pad + " / " + PW;
-  line(2, "#pragma omp parallel for schedule(static) if(" + pad + " * mj_k > 32768)");
+  const std::string panels = pad + " / " + PW, parallel = pad + " * mj_k > 32768";
+  // Fewer panel groups than threads (a convolution's weight gradient: 9 or 72 columns, one
+  // or two panels, over a reduction of 4,096 or 1,024 steps): the reduction is cut into as
+  // many pieces as leave no thread idle, each packed on its own. One panel packed by one
+  // thread was 43% of the digits CNN's first weight gradient, the other thread waiting.
+  line(2, "const i64 mj_groups = (" + panels + " + " + G + " - 1) / " + G + ";");
+  line(2, "const i64 mj_kparts = " + parallel +
+              " && mj_groups < omp_get_max_threads() ? (omp_get_max_threads() + mj_groups - 1) / "
+              "mj_groups : 1;");
+  line(2, "const i64 mj_kpart = (mj_k + mj_kparts - 1) / mj_kparts;");
+  line(2, "#pragma omp parallel for collapse(2) schedule(static) if(" + parallel + ")");
   line(2, "for (i64 mj_p = 0; mj_p < " + panels + "; mj_p += " + G + ") {");
-  line(3, "const i64 mj_pn = (" + panels + " - mj_p < " + G + " ? " + panels + " - mj_p : " + G +
+  line(3, "for (i64 mj_kq = 0; mj_kq < mj_kparts; ++mj_kq) {");
+  line(4, "const i64 mj_pn = (" + panels + " - mj_p < " + G + " ? " + panels + " - mj_p : " + G +
               ") * " + PW + ";");
-  const std::string to = buf + " + mj_p * mj_k * " + PW, to_stride = "mj_k * " + PW,
-                    x0 = "mj_p * " + PW, n = "(" + extent + " - mj_p * " + PW + ")";
+  line(4, "const i64 mj_k0 = mj_kq * mj_kpart;");
+  line(4, "const i64 mj_kn = mj_k - mj_k0 < mj_kpart ? mj_k - mj_k0 : mj_kpart;");
+  line(4, "if (mj_kn <= 0) continue;");
+  const std::string to = buf + " + mj_p * mj_k * " + PW + " + mj_k0 * " + PW,
+                    to_stride = "mj_k * " + PW, x0 = "mj_p * " + PW,
+                    n = "(" + extent + " - mj_p * " + PW + ")";
   if (!call.empty())
-    line(3, call + to + ", " + to_stride + ", " + x0 + ", " + n + ", mj_pn, 0, mj_k);");
+    line(4, call + to + ", " + to_stride + ", " + x0 + ", " + n + ", mj_pn, mj_k0, mj_kn);");
   else
-    pack_operand(r, pre, stmts, value, var, pw, to, to_stride, x0, n, "mj_pn", "0", "mj_k", 3,
-                 merged);
+    pack_operand(r, pre, stmts, value, var, pw, to, to_stride, x0, n, "mj_pn", "mj_k0", "mj_kn",
+                 4, merged);
+  line(3, "}");
   line(2, "}");
   line(1, "}");
 }

@@ -34,6 +34,41 @@ bool invariant_operand(const std::set<int>& vars, const KStmt& r, int own,
   return true;
 }
 
+// Whether the loads of `stmts` (guards' bodies included) that read any of `cols` are affine
+// in each, without extras; `found` counts them.
+bool affine_column_loads(const std::vector<KStmt>& stmts, const std::vector<int>& cols,
+                         int& found) {
+  for (const KStmt& st : stmts) {
+    if (st.body && !affine_column_loads(st.body->stmts, cols, found)) return false;
+    if (st.kind != KOp::Load) continue;
+    const bool reads = std::any_of(cols.begin(), cols.end(), [&](int v) {
+      return std::any_of(st.index.begin(), st.index.end(),
+                         [&](const IndexExprPtr& e) { return ix_reads_var(*e, v); });
+    });
+    if (!reads) continue;
+    ++found;
+    for (const IndexExprPtr& e : st.index) {
+      if (ix_reads_extras(*e)) return false;
+      for (int v : cols)
+        if (!ix_affine_in(*e, v)) return false;
+    }
+  }
+  return true;
+}
+
+// ContractionSchedule::flat_columns.
+bool flat_columns(const KernelIR& ir, const Contraction& c, const std::vector<int>& merged) {
+  if (merged.empty()) return false;
+  std::vector<int> cols = merged;
+  cols.push_back(c.j_var);
+  const KStmt& r = ir.body.stmts[c.reduce_index];
+  std::vector<KStmt> stmts;
+  for (size_t s : c.b_outer) stmts.push_back(ir.body.stmts[s]);
+  for (size_t s : c.b_stmts) stmts.push_back(r.body->stmts[s]);
+  int found = 0;
+  return affine_column_loads(stmts, cols, found) && found > 0;
+}
+
 ContractionSchedule schedule_contraction(const KernelIR& ir, const Contraction& c,
                                          const CpuTarget& target) {
   ContractionSchedule cs;
@@ -54,6 +89,7 @@ ContractionSchedule schedule_contraction(const KernelIR& ir, const Contraction& 
     if (o == c.i_var || !vb.count(o) || va.count(o)) break;
     cs.merged_outer_vars.insert(cs.merged_outer_vars.begin(), o);
   }
+  cs.flat_columns = flat_columns(ir, c, cs.merged_outer_vars);
   cs.a_once = invariant_operand(va, r, c.i_var, {});
   cs.b_once = invariant_operand(vb, r, c.j_var, cs.merged_outer_vars);
   return cs;
@@ -167,7 +203,9 @@ std::string dump_schedule(const CpuSchedule& s, const CpuTarget& target) {
         "  rows i" + std::to_string(c.match.i_var) + ", columns i" + std::to_string(c.match.j_var);
     for (int v : c.merged_outer_vars) out += " with i" + std::to_string(v);
     out += ", reduction v" + std::to_string(s.ir.body.stmts[c.match.reduce_index].id) +
-           (c.pack_functions ? "; operands packed by shared functions" : "") + "\n";
+           (c.pack_functions ? "; operands packed by shared functions" : "") +
+           (c.flat_columns ? "; short merged rows packed by column tables where contiguous" : "") +
+           "\n";
   }
   if (!s.in_bounds.empty()) {
     out += "  unchecked when";

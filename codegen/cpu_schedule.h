@@ -37,6 +37,11 @@ struct ContractionSchedule {
   ContractionTile wide, narrow;         // the target's tiles; equal where it has one
   std::vector<int> merged_outer_vars;   // output loops just outside j walked as columns too,
                                         // outermost first (conv2d: 64 rows x 3136 columns)
+  // Merged columns whose loads (B's) are affine in every column variable, without extras:
+  // where at run time those loads are contiguous along the columns and the rows are short,
+  // a panel's columns pack in one vector loop, the column variables from tables, not row
+  // piece by row piece (CppEmitter::pack_merged_flat; the digits CNN's 4x4 images).
+  bool flat_columns = false;
   bool a_once = false, b_once = false;  // packed once per launch (reads no outer loop)
   // Each operand packed by one function (MJ_PACK_FN) that the packing once per launch and the
   // packing per block call: compiled once, not once per call site (codegen/cpp_contraction.cc).

@@ -62,8 +62,11 @@ namespace metajit {
 // reindex's compound bounds tests (i*2+k, i/2) dropped in the in-bounds version where their range
 // over the loops fits (codegen/extra_bounds.h); (x/c)*c + x%c read as x; 51: in that version a
 // load's last index that divides computed in int (a gather g++ vectorises), a reduction's two
-// innermost loops over trailing axes read plainly coalesced (codegen/loop_coalescing.h)
-inline constexpr const char* kCodegenVersion = "cpp-51";
+// innermost loops over trailing axes read plainly coalesced (codegen/loop_coalescing.h); 52: an
+// operand packed once per launch in fewer panel groups than threads splits its reduction among
+// them (pack_operand_once); merged columns of short rows whose loads are contiguous along them
+// pack a panel at a time through column tables (pack_merged_flat)
+inline constexpr const char* kCodegenVersion = "cpp-52";
 
 class KernelKeyBuilder {
  public:

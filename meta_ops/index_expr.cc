@@ -703,6 +703,24 @@ bool ix_reads_var(const IndexExpr& e, int var) {
   return false;
 }
 
+bool ix_affine_in(const IndexExpr& e, int var) {
+  if (!ix_reads_var(e, var)) return true;
+  switch (e.kind) {
+    case IxKind::Var:
+      return true;
+    case IxKind::Neg:
+      return ix_affine_in(*e.a, var);
+    case IxKind::Add:
+    case IxKind::Sub:
+      return ix_affine_in(*e.a, var) && ix_affine_in(*e.b, var);
+    case IxKind::Mul:
+      return (e.a->kind == IxKind::Const && ix_affine_in(*e.b, var)) ||
+             (e.b->kind == IxKind::Const && ix_affine_in(*e.a, var));
+    default:
+      return false;
+  }
+}
+
 std::string ix_to_string(const IndexExpr& e) {
   switch (e.kind) {
     case IxKind::Const:

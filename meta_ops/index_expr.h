@@ -130,6 +130,9 @@ IndexExprPtr ix_replace_extras(
 bool ix_reads_extras(const IndexExpr& e);
 // True when `e` reads loop variable i<var> (an Extra's arguments included).
 bool ix_reads_var(const IndexExpr& e, int var);
+// True when `e` is affine in i<var> with a constant coefficient: built from the variable,
+// expressions that do not read it, + - and negation, and products with a constant side.
+bool ix_affine_in(const IndexExpr& e, int var);
 
 // The C++ text of a binary operator (+ - * / % < <= > >= == != && ||); "?" for other kinds.
 const char* ix_operator_text(IxKind k);
