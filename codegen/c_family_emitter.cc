@@ -1,5 +1,6 @@
 #include "codegen/c_family_emitter.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "base/check.h"
@@ -57,6 +58,23 @@ void CFamilyEmitter::strides(const std::string& name, const KBuffer& b, int dept
 std::string CFamilyEmitter::offset(const std::string& name,
                                    const std::vector<IndexExprPtr>& idx) const {
   if (idx.empty()) return "0";
+  if (!int_lanes_.empty()) {
+    std::string wide, lanes;
+    for (size_t k = 0; k < idx.size(); ++k) {
+      const bool lane = std::any_of(int_lanes_.begin(), int_lanes_.end(),
+                                    [&](int v) { return ix_reads_var(*idx[k], v); });
+      const std::string stride = k + 1 < idx.size() ? name + "_s" + std::to_string(k) : "";
+      if (lane) {
+        lanes += (lanes.empty() ? "" : " + ") + narrow_ix(*idx[k]) +
+                 (stride.empty() ? "" : " * (int)" + stride);
+      } else {
+        const std::string term = ix(*idx[k]);
+        wide +=
+            (wide.empty() ? "" : " + ") + (stride.empty() ? term : "(" + term + ") * " + stride);
+      }
+    }
+    if (!lanes.empty()) return (wide.empty() ? "" : wide + " + ") + "(i64)(" + lanes + ")";
+  }
   std::string s;
   for (size_t k = 0; k < idx.size(); ++k) {
     std::string term = ix(*idx[k]);

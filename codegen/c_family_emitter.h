@@ -114,6 +114,10 @@ class CFamilyEmitter {
   // While set, ix() prints these extra reads as plain loads and these tests as true (the
   // in-bounds version of a map kernel's loop nest, codegen/extra_bounds.h).
   const InBoundsVersion* in_bounds_ = nullptr;
+  // While set, offset() computes the part of a read's offset that these loop variables index
+  // in int: the lanes of a flat strip, gathered (codegen/cpp_flat_strips.cc; g++ 12 vectorises
+  // no gather whose lanes' index is i64 arithmetic of values loaded from a table).
+  std::set<int> int_lanes_;
   int next_hoisted_extra_ = 0;
 };
 

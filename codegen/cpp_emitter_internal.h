@@ -87,6 +87,13 @@ class CppEmitter : public CFamilyEmitter {
   void map_nest(const std::vector<IndexExprPtr>& out_idx, const std::string& store, int depth);
   void generic_map(const MapNest& n, const std::string& store, int base);
   void hoist_guard_tests(const KBlock& b, const std::set<int>& outer, int depth);
+  // cpp_flat_strips.cc: a window-reduction kernel's loops after the first as one strip
+  // through tables (CpuSchedule::flat_nest).
+  std::string flat_strip_fits(const std::set<int>& lanes) const;
+  static bool reads_any_var(const IndexExpr& e, const std::set<int>& vars);
+  void flat_lane_vars(const std::set<int>& lanes, int d);
+  void flat_nest(const MapNest& n, const std::vector<IndexExprPtr>& out_idx, int d);
+  void flat_window_strip(const KStmt& st, const std::set<int>& lanes, int d);
   // Guard id -> its hoisted test's local and the rest of its test (null: nothing left).
   std::map<int, std::pair<std::string, IndexExprPtr>> guard_tests_;
   // Widest strip: 2048 floats (8 KiB) per row keeps the reads streaming; narrower strips

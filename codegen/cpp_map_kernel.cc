@@ -62,7 +62,17 @@ void CppEmitter::map_nest(const std::vector<IndexExprPtr>& out_idx, const std::s
                     " >= " + std::to_string(kMinWindowStripColumns) + ") {");
     generic_map(s.nest, store, depth + 1);
     line(depth, "} else {");
-    generic_map(*s.narrow_nest, store, depth + 1);
+    if (s.flat_nest && in_bounds_) {
+      std::set<int> lanes;
+      for (size_t l = 1; l < s.ir.loops.size(); ++l) lanes.insert(s.ir.loops[l].var);
+      line(depth + 1, "if (" + flat_strip_fits(lanes) + ") {");
+      flat_nest(*s.flat_nest, out_idx, depth + 2);
+      line(depth + 1, "} else {");
+      generic_map(*s.narrow_nest, store, depth + 2);
+      line(depth + 1, "}");
+    } else {
+      generic_map(*s.narrow_nest, store, depth + 1);
+    }
     line(depth, "}");
     return;
   }

@@ -931,8 +931,8 @@ void CppEmitter::pack_operand_once(const KStmt& r, const std::vector<KStmt>& pre
   if (!call.empty())
     line(4, call + to + ", " + to_stride + ", " + x0 + ", " + n + ", mj_pn, mj_k0, mj_kn);");
   else
-    pack_operand(r, pre, stmts, value, var, pw, to, to_stride, x0, n, "mj_pn", "mj_k0", "mj_kn",
-                 4, merged);
+    pack_operand(r, pre, stmts, value, var, pw, to, to_stride, x0, n, "mj_pn", "mj_k0", "mj_kn", 4,
+                 merged);
   line(3, "}");
   line(2, "}");
   line(1, "}");

@@ -56,6 +56,53 @@ bool affine_column_loads(const std::vector<KStmt>& stmts, const std::vector<int>
   return true;
 }
 
+// Whether `e` is integer arithmetic of loop variables and constants (CFamilyEmitter::narrow_ix
+// prints it in int).
+bool int_arithmetic(const IndexExpr& e) {
+  switch (e.kind) {
+    case IxKind::Const:
+    case IxKind::Var:
+      return true;
+    case IxKind::Neg:
+      return int_arithmetic(*e.a);
+    case IxKind::Add:
+    case IxKind::Sub:
+    case IxKind::Mul:
+    case IxKind::Div:
+    case IxKind::Mod:
+      return int_arithmetic(*e.a) && int_arithmetic(*e.b);
+    default:
+      return false;
+  }
+}
+
+// Whether the loads of `stmts` (guards' and reductions' bodies included) that read any of
+// `lanes` read them only through integer arithmetic, not in their first index.
+bool int_lane_loads(const std::vector<KStmt>& stmts, const std::set<int>& lanes) {
+  for (const KStmt& st : stmts) {
+    if (st.body && !int_lane_loads(st.body->stmts, lanes)) return false;
+    if (st.kind != KOp::Load) continue;
+    for (size_t d = 0; d < st.index.size(); ++d) {
+      const bool reads = std::any_of(lanes.begin(), lanes.end(),
+                                     [&](int v) { return ix_reads_var(*st.index[d], v); });
+      if (reads && (d == 0 || !int_arithmetic(*st.index[d]))) return false;
+    }
+  }
+  return true;
+}
+
+// CpuSchedule::flat_nest's conditions on a window-reduction kernel (its nest and narrow_nest
+// scheduled).
+bool flattens(const CpuSchedule& s) {
+  const int k = int(s.ir.loops.size());
+  if (k < 2 || s.nest.strips != s.nest.window_strips) return false;
+  for (int lv : s.levels)
+    if (lv > 0 && lv < k - 1) return false;
+  std::set<int> lanes;
+  for (int l = 1; l < k; ++l) lanes.insert(s.ir.loops[size_t(l)].var);
+  return int_lane_loads(s.ir.body.stmts, lanes);
+}
+
 // ContractionSchedule::flat_columns.
 bool flat_columns(const KernelIR& ir, const Contraction& c, const std::vector<int>& merged) {
   if (merged.empty()) return false;
@@ -161,7 +208,15 @@ CpuSchedule schedule_cpu_kernel(const KernelIR& ir, const CpuTarget& target) {
     return s;
   }
   MapNest plain = schedule_map_nest(s.ir, s.levels, s.level_of_value, false, false);
-  if (plain.strips != s.nest.strips) s.narrow_nest = std::move(plain);
+  if (plain.strips != s.nest.strips) {
+    s.narrow_nest = std::move(plain);
+    if (!s.in_bounds.empty() && flattens(s)) {
+      MapNest flat = s.nest;
+      flat.flat = true;
+      flat.collapse = 1;
+      s.flat_nest = flat;
+    }
+  }
   return s;
 }
 
@@ -225,6 +280,9 @@ std::string dump_schedule(const CpuSchedule& s, const CpuTarget& target) {
         "  below " + std::to_string(kMinWindowStripColumns) +
         " columns (window reductions not strip-mined): " + describe_map_nest(s.ir, *s.narrow_nest) +
         "\n";
+  if (s.flat_nest)
+    out += "  there, without bounds tests and up to a strip of outputs per i" +
+           std::to_string(s.ir.loops[0].var) + ": the loops after it as one strip through tables\n";
   if (s.row_reuse) {
     const RowReuse& r = *s.row_reuse;
     out += "  row reuse: v" + std::to_string(r.outer_value) + " read back from the row v" +

@@ -65,8 +65,10 @@ namespace metajit {
 // innermost loops over trailing axes read plainly coalesced (codegen/loop_coalescing.h); 52: an
 // operand packed once per launch in fewer panel groups than threads splits its reduction among
 // them (pack_operand_once); merged columns of short rows whose loads are contiguous along them
-// pack a panel at a time through column tables (pack_merged_flat)
-inline constexpr const char* kCodegenVersion = "cpp-52";
+// pack a panel at a time through column tables (pack_merged_flat); 53: window reductions over
+// rows narrower than 16 outputs run the loops after the first as one strip through tables in
+// the version without bounds tests (codegen/cpp_flat_strips.cc)
+inline constexpr const char* kCodegenVersion = "cpp-53";
 
 class KernelKeyBuilder {
  public:

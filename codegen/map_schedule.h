@@ -56,6 +56,9 @@ struct MapNest {
   // The nest's reductions under `omp simd` (their loops then in two versions, SIMD from
   // kMinSimdReduceExtent on); false for a contraction's fallback (CpuSchedule::nest).
   bool simd_reductions = true;
+  // Every loop after the first walked as one strip, its variables read from tables filled once
+  // per launch, the window reductions accumulating the whole strip (CpuSchedule::flat_nest).
+  bool flat = false;
 };
 
 // Window reductions (kernel_patterns.h is_window_reduction: pooling) are strip-mined like

@@ -273,8 +273,8 @@ TEST_CASE("SELU's exp is computed in vector registers on every vector width", "[
 // reduction once per row (codegen/lowering.cc memo_key) changed softmax's IR under cpp-28.
 TEST_CASE("the C++ emitter's output is pinned to the codegen version", "[targets]") {
   ScopedEnv fused("METAJIT_OPT_LEVEL", "1"), generic("METAJIT_SPECIALIZE_SHAPES", "0");
-  const char* kRecordedVersion = "cpp-52";
-  const char* kRecordedDigest = "fd4ec46e38c0bc76df053503394a0038";
+  const char* kRecordedVersion = "cpp-53";
+  const char* kRecordedDigest = "40cf87eca688a0ce732762a8699af880";
   Var a = rand({5, 7}, 1), b = rand({7, 3}, 2), x = rand({2, 3, 9, 9}, 3),
       w = rand({4, 3, 3, 3}, 4);
   Var ids = array(std::vector<int32_t>{4, 0, 2, 4}, {4}), rows = rand({4, 7}, 5),
@@ -499,6 +499,22 @@ TEST_CASE("the C++ schedule pass decides map kernels' loop nests as data, which 
   CHECK(colsum.s.nest.collapse == 1);  // the strips' loop is the parallel one
   CHECK_THAT(colsum.source, Contains("jb += mj_jw"));
   CHECK_THAT(dump_schedule(colsum.s, t), Contains("innermost loop in strips for v"));
+  // 2x2 pooling: window strips from 16 columns on; below, in the version without bounds
+  // tests, the loops after the first as one strip through tables, else the plain nest.
+  Var img = rand({2, 3, 8, 8}, 7);
+  eval({img});
+  const ScheduledKernel pool = schedule_of(max_pool2d(img, 2, 2), t);
+  CHECK(pool.s.nest.window_strips.size() == 1);
+  REQUIRE(pool.s.narrow_nest);
+  CHECK(pool.s.narrow_nest->strips.empty());
+  REQUIRE(pool.s.flat_nest);
+  CHECK(pool.s.flat_nest->flat);
+  CHECK(pool.s.flat_nest->window_strips == pool.s.nest.window_strips);
+  CHECK_FALSE(pool.s.in_bounds.empty());
+  CHECK_THAT(pool.source, Contains("int mj_fl1[2048];"));
+  CHECK_THAT(dump_schedule(pool.s, t), Contains("the loops after it as one strip through tables"));
+  // A column sum has no window, so no flat strip.
+  CHECK_FALSE(colsum.s.flat_nest);
   // The innermost index divided by a constant: division chunks of 8.
   const ScheduledKernel chunked =
       schedule_of(reindex(rows, {4, 30}, {"i0", "(i1-8)%8"}, 0.5) * 2.0, t);

@@ -1083,6 +1083,37 @@ TEST_CASE("pooling over wide rows strip-mines the window and matches the referen
   CHECK(!std::isnan(pv[size_t(1 * 5 * 19 + 2 * 19 + 11)]));
 }
 
+// Rows narrower than 16 outputs, in the version without bounds tests, run every loop after the
+// first as one strip through tables of their variables (CpuSchedule::flat_nest): the window's
+// steps outside, the strip's lanes inside, reads gathered with int indexes, the outputs stored
+// contiguously. Where the loops after the first hold more than a strip (2048 outputs) or a
+// window reads padding, the plain nest runs. NaN, integers, a sum window, relu inside, a
+// 3x3 stride-2 window over odd rows, 2-output rows, a channel count that makes the strip long.
+TEST_CASE("pooling over narrow rows runs as one flat strip and matches the reference",
+          "[ops][composite]") {
+  Var x = randn({3, 5, 8, 8}, 63);
+  std::vector<float> xv = values_of<float>(x);
+  xv[size_t(2 * 64 + 3 * 8 + 5)] = std::numeric_limits<float>::quiet_NaN();
+  Var xn = array(xv, {3, 5, 8, 8});
+  Var xi = cast(floor(x * 10.0), DType::Int32) - 1000;
+  Var tall = randn({1, 2, 1200, 8}, 64);  // 2 x 600 x 4 outputs per image: more than a strip
+  const Var plain = max_pool2d(xn, 2, 2), relu_max = max_pool2d(relu(xn), 2, 2);
+  const Var ints = max_pool2d(xi, 2, 2);
+  const Var odd = max_pool2d(randn({2, 4, 9, 7}, 65), 3, 2), tiny = max_pool2d(x, 4, 4);
+  const Var average = avg_pool2d(x, 2, 2), padded = max_pool2d(x, 3, 2, 1);
+  const Var many = max_pool2d(randn({2, 96, 8, 8}, 66), 2, 2), long_rows = max_pool2d(tall, 2, 2);
+  for (const Var& y : {plain, relu_max, ints, odd, tiny, average, padded, long_rows}) {
+    const std::vector<KernelInfo> k = plan({y}, Device::CPU);
+    REQUIRE(k.size() == 1);
+    CHECK(k[0].source.find("int mj_fl") != std::string::npos);
+  }
+  check_against_reference({plain, relu_max, ints, odd, tiny, average, padded, many, long_rows});
+  // The NaN (image 0, channel 2, row 3, column 5) wins its 2x2 window (row 1, column 2).
+  const std::vector<float> pv = values_of<float>(plain);
+  CHECK(std::isnan(pv[size_t(2 * 16 + 1 * 4 + 2)]));
+  CHECK(!std::isnan(pv[size_t(2 * 16 + 1 * 4 + 3)]));
+}
+
 // A reindex's bounds tests of compound indexes (a window's i*2+k, the gradient's i/2 and i%2)
 // that hold for every element are tested once per launch, from the index's range over the loops
 // (codegen/extra_bounds.h); the kernel then has a version without them, and the general one
