@@ -368,7 +368,7 @@ std::vector<KStmt> CppEmitter::flat_loads(const std::vector<KStmt>& stmts,
   return out;
 }
 
-// The run-time condition of the flat packing: rows of at most kFlatRowMax columns, and every
+// The run-time condition of the flat packing: rows of at most one vector, and every
 // load that reads a column variable contiguous along the flat column (the column variable's
 // coefficient in its offset 1, each merged outer loop's the number of columns it steps over).
 std::string CppEmitter::flat_columns_test(const std::vector<KStmt>& stmts,
@@ -376,7 +376,7 @@ std::string CppEmitter::flat_columns_test(const std::vector<KStmt>& stmts,
   const std::vector<int> cols = column_vars(merged.outer_vars, own);
   std::vector<const KStmt*> all;
   flatten(stmts, all);
-  std::string test = "mj_eji <= " + std::to_string(kFlatRowMax);
+  std::string test = "mj_eji <= " + std::to_string(std::max(tile_.vector_floats, 4));
   for (const KStmt* st : all) {
     if (st->kind != KOp::Load || !reads_any(*st, cols)) continue;
     const std::string name = "in" + std::to_string(st->buffer);

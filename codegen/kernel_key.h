@@ -67,8 +67,9 @@ namespace metajit {
 // them (pack_operand_once); merged columns of short rows whose loads are contiguous along them
 // pack a panel at a time through column tables (pack_merged_flat); 53: window reductions over
 // rows narrower than 16 outputs run the loops after the first as one strip through tables in
-// the version without bounds tests (codegen/cpp_flat_strips.cc)
-inline constexpr const char* kCodegenVersion = "cpp-53";
+// the version without bounds tests (codegen/cpp_flat_strips.cc); 54: 52's column tables for rows
+// of at most one vector (16 floats on AVX-512, 8 on AVX2), not 16 on every target
+inline constexpr const char* kCodegenVersion = "cpp-54";
 
 class KernelKeyBuilder {
  public:
