@@ -94,6 +94,7 @@ class CppEmitter : public CFamilyEmitter {
   void flat_lane_vars(const std::set<int>& lanes, int d);
   void flat_nest(const MapNest& n, const std::vector<IndexExprPtr>& out_idx, int d);
   void flat_window_strip(const KStmt& st, const std::set<int>& lanes, int d);
+  void strip_outputs(const std::set<size_t>& done, int d);
   // Guard id -> its hoisted test's local and the rest of its test (null: nothing left).
   std::map<int, std::pair<std::string, IndexExprPtr>> guard_tests_;
   // Widest strip: 2048 floats (8 KiB) per row keeps the reads streaming; narrower strips
@@ -101,8 +102,7 @@ class CppEmitter : public CFamilyEmitter {
   // 1024 -> 18 GB/s on a Xeon; 1024 -> 2048: 3.8 -> 3.6 ms on an EPYC).
   static constexpr int kStrip = 2048;
   static constexpr int kRowUnroll = 4;  // column_strip's combine is written for four
-  void strip_mined_inner(const KernelIR& ir, const std::vector<int>& levels, const MapNest& n,
-                         int d, const std::string& store);
+  void strip_mined_inner(const KernelIR& ir, const MapNest& n, int d, const std::string& store);
   void column_strip(const KStmt& st, const KLoop& inner, int d, bool window);
   void window_strip_step(const KStmt& st, const std::string& i, const std::string& acc,
                          const std::vector<IndexExprPtr>& tests,

@@ -106,18 +106,7 @@ void CppEmitter::flat_nest(const MapNest& n, const std::vector<IndexExprPtr>& ou
   line(d + 1, "for (i64 t = 0; t < jn; ++t) {");
   flat_lane_vars(lanes, d + 2);
   line(d + 2, "const i64 i" + std::to_string(kFlatColumnVar) + " = t;");
-  for (size_t s = 0; s < ir.body.stmts.size(); ++s) {
-    if (levels[s] != k - 1) continue;
-    const KStmt& st = ir.body.stmts[s];
-    if (done.count(s)) {
-      const std::string T = ctype(st.dtype);
-      dtypes_[st.id] = st.dtype;
-      line(d + 2,
-           "const " + T + " " + v(st.id) + " = (" + T + ")acc" + std::to_string(st.id) + "[t];");
-    } else {
-      stmt(st, d + 2);
-    }
-  }
+  strip_outputs(done, d + 2);
   // The outputs of one first-loop iteration are contiguous: its offset plus the strip's lane.
   std::vector<IndexExprPtr> at = {out_idx[0]};
   for (int l = 1; l < k; ++l) at.push_back(ix_const(0));

@@ -155,7 +155,7 @@ void CppEmitter::generic_map(const MapNest& n, const std::string& store, int bas
       hoist_guard_tests(ir.body, outer, d);
     }
     if (innermost && strips) {
-      strip_mined_inner(ir, levels, n, d, store);
+      strip_mined_inner(ir, n, d, store);
       break;
     }
     if (innermost && n.chunks) {
@@ -206,8 +206,8 @@ void CppEmitter::hoist_guard_tests(const KBlock& b, const std::set<int>& outer, 
 // The innermost output loop in strips of kStrip: each interchanged reduction accumulates a
 // strip of outputs with its reduced loops outside and the strip inside (contiguous, SIMD);
 // then the strip's outputs are finished in one more SIMD loop.
-void CppEmitter::strip_mined_inner(const KernelIR& ir, const std::vector<int>& levels,
-                                   const MapNest& n, int d, const std::string& store) {
+void CppEmitter::strip_mined_inner(const KernelIR& ir, const MapNest& n, int d,
+                                   const std::string& store) {
   const std::vector<size_t>& interchanged = n.strips;
   const int k = int(ir.loops.size());
   const KLoop& l = ir.loops[size_t(k - 1)];
@@ -222,21 +222,28 @@ void CppEmitter::strip_mined_inner(const KernelIR& ir, const std::vector<int>& l
   line(d, "#pragma omp simd");
   line(d, "for (i64 t = 0; t < jn; ++t) {");
   line(d + 1, "const i64 " + i + " = jb + t;");
+  strip_outputs(done, d + 1);
+  line(d + 1, store);
+  line(d, "}");
+  line(d - 1, "}");
+}
+
+// The innermost loop's statements for output t of a strip, at depth `d`: the interchanged
+// reductions (`done`, top-level statement indices) read from their accumulators.
+void CppEmitter::strip_outputs(const std::set<size_t>& done, int d) {
+  const KernelIR& ir = sched_.ir;
+  const int inner = int(ir.loops.size()) - 1;
   for (size_t s = 0; s < ir.body.stmts.size(); ++s) {
-    if (levels[s] != k - 1) continue;
+    if (sched_.levels[s] != inner) continue;
     const KStmt& st = ir.body.stmts[s];
     if (done.count(s)) {
       const std::string T = ctype(st.dtype);
       dtypes_[st.id] = st.dtype;
-      line(d + 1,
-           "const " + T + " " + v(st.id) + " = (" + T + ")acc" + std::to_string(st.id) + "[t];");
+      line(d, "const " + T + " " + v(st.id) + " = (" + T + ")acc" + std::to_string(st.id) + "[t];");
     } else {
-      stmt(st, d + 1);
+      stmt(st, d);
     }
   }
-  line(d + 1, store);
-  line(d, "}");
-  line(d - 1, "}");
 }
 
 // One interchanged column reduction `st` of a strip (strip_mined_inner; `inner` the innermost
