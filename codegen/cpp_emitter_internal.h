@@ -95,6 +95,7 @@ class CppEmitter : public CFamilyEmitter {
   void flat_nest(const MapNest& n, const std::vector<IndexExprPtr>& out_idx, int d);
   void flat_window_strip(const KStmt& st, const std::set<int>& lanes, int d);
   void strip_outputs(const std::set<size_t>& done, int d);
+  std::string strip_accumulators(const KStmt& st, int d);
   // Guard id -> its hoisted test's local and the rest of its test (null: nothing left).
   std::map<int, std::pair<std::string, IndexExprPtr>> guard_tests_;
   // Widest strip: 2048 floats (8 KiB) per row keeps the reads streaming; narrower strips

@@ -125,9 +125,7 @@ void CppEmitter::flat_nest(const MapNest& n, const std::vector<IndexExprPtr>& ou
 void CppEmitter::flat_window_strip(const KStmt& st, const std::set<int>& lanes, int d) {
   const ReduceOp op = ReduceOp(st.op);
   const DType at = acc_dtype(op, st.dtype);
-  const std::string acc = "acc" + std::to_string(st.id);
-  line(d, ctype(at) + " " + acc + "[" + std::to_string(kStrip) + "];");
-  line(d, "for (i64 t = 0; t < jn; ++t) " + acc + "[t] = " + identity(op, at) + ";");
+  const std::string acc = strip_accumulators(st, d);
   int dd = d;
   for (const KLoop& l : st.loops) {
     const std::string r = "i" + std::to_string(l.var);

@@ -246,6 +246,17 @@ void CppEmitter::strip_outputs(const std::set<size_t>& done, int d) {
   }
 }
 
+// Declares reduction `st`'s accumulators for the jn outputs of a strip, each its identity;
+// returns their name.
+std::string CppEmitter::strip_accumulators(const KStmt& st, int d) {
+  const ReduceOp op = ReduceOp(st.op);
+  const DType at = acc_dtype(op, st.dtype);
+  const std::string acc = "acc" + std::to_string(st.id);
+  line(d, ctype(at) + " " + acc + "[" + std::to_string(kStrip) + "];");
+  line(d, "for (i64 t = 0; t < jn; ++t) " + acc + "[t] = " + identity(op, at) + ";");
+  return acc;
+}
+
 // One interchanged column reduction `st` of a strip (strip_mined_inner; `inner` the innermost
 // output loop): its accumulators, its reduced loops outside and the strip inside. A window
 // reduction (`window`: the schedule's MapNest::window_strips, pooling) steps its innermost
@@ -258,9 +269,7 @@ void CppEmitter::column_strip(const KStmt& st, const KLoop& inner, int d, bool w
       window ? step_span_tests(st.body->stmts, inner.var, unguarded) : std::vector<IndexExprPtr>{};
   const ReduceOp op = ReduceOp(st.op);
   const DType at = acc_dtype(op, st.dtype);
-  const std::string acc = "acc" + std::to_string(st.id);
-  line(d, ctype(at) + " " + acc + "[" + std::to_string(kStrip) + "];");
-  line(d, "for (i64 t = 0; t < jn; ++t) " + acc + "[t] = " + identity(op, at) + ";");
+  const std::string acc = strip_accumulators(st, d);
   int dd = d;
   for (size_t n = 0; n + 1 < st.loops.size(); ++n) {
     std::string r = "i" + std::to_string(st.loops[n].var);

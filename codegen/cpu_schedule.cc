@@ -56,28 +56,9 @@ bool affine_column_loads(const std::vector<KStmt>& stmts, const std::vector<int>
   return true;
 }
 
-// Whether `e` is integer arithmetic of loop variables and constants (CFamilyEmitter::narrow_ix
-// prints it in int).
-bool int_arithmetic(const IndexExpr& e) {
-  switch (e.kind) {
-    case IxKind::Const:
-    case IxKind::Var:
-      return true;
-    case IxKind::Neg:
-      return int_arithmetic(*e.a);
-    case IxKind::Add:
-    case IxKind::Sub:
-    case IxKind::Mul:
-    case IxKind::Div:
-    case IxKind::Mod:
-      return int_arithmetic(*e.a) && int_arithmetic(*e.b);
-    default:
-      return false;
-  }
-}
-
 // Whether the loads of `stmts` (guards' and reductions' bodies included) that read any of
-// `lanes` read them only through integer arithmetic, not in their first index.
+// `lanes` read them only through arithmetic printed alike in int (ix_plain_arithmetic), not in
+// their first index.
 bool int_lane_loads(const std::vector<KStmt>& stmts, const std::set<int>& lanes) {
   for (const KStmt& st : stmts) {
     if (st.body && !int_lane_loads(st.body->stmts, lanes)) return false;
@@ -85,7 +66,7 @@ bool int_lane_loads(const std::vector<KStmt>& stmts, const std::set<int>& lanes)
     for (size_t d = 0; d < st.index.size(); ++d) {
       const bool reads = std::any_of(lanes.begin(), lanes.end(),
                                      [&](int v) { return ix_reads_var(*st.index[d], v); });
-      if (reads && (d == 0 || !int_arithmetic(*st.index[d]))) return false;
+      if (reads && (d == 0 || !ix_plain_arithmetic(*st.index[d]))) return false;
     }
   }
   return true;

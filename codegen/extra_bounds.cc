@@ -189,7 +189,7 @@ class Finder {
   // (64x8x8x8) then vectorises: 126 -> 73 us a call (METAJIT_PROFILE; tests/
   // test_ops_correctness.cc checks that the int index is printed).
   void narrow(const IndexExpr& e) {
-    if (!divides(e) || !plain_arithmetic(e)) return;
+    if (!divides(e) || !ix_plain_arithmetic(e)) return;
     std::set<int> vars;
     std::optional<Interval> r = interval(e, vars);
     if (!r || r->magnitude > INT32_MAX) return;
@@ -202,27 +202,6 @@ class Finder {
     for (const IndexExpr* c : {e.a.get(), e.b.get(), e.c.get()})
       if (c && divides(*c)) return true;
     return false;
-  }
-
-  // Arithmetic whose C++ text means the same in int as in i64 (no selects, min or max).
-  static bool plain_arithmetic(const IndexExpr& e) {
-    switch (e.kind) {
-      case IxKind::Const:
-      case IxKind::Var:
-        return true;
-      case IxKind::Neg:
-        return plain_arithmetic(*e.a);
-      case IxKind::Div:
-      case IxKind::Mod:  // by a constant the emitter prints as / and % (not mj_div)
-        if (e.b->kind != IxKind::Const || e.b->value == 0 || e.b->value == -1) return false;
-        return plain_arithmetic(*e.a);
-      case IxKind::Add:
-      case IxKind::Sub:
-      case IxKind::Mul:
-        return plain_arithmetic(*e.a) && plain_arithmetic(*e.b);
-      default:
-        return false;
-    }
   }
 
   // Whether guard condition `g` is true for the whole launch: a conjunction of tests found true.

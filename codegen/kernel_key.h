@@ -68,8 +68,10 @@ namespace metajit {
 // pack a panel at a time through column tables (pack_merged_flat); 53: window reductions over
 // rows narrower than 16 outputs run the loops after the first as one strip through tables in
 // the version without bounds tests (codegen/cpp_flat_strips.cc); 54: 52's column tables for rows
-// of at most one vector (16 floats on AVX-512, 8 on AVX2), not 16 on every target
-inline constexpr const char* kCodegenVersion = "cpp-54";
+// of at most one vector (16 floats on AVX-512, 8 on AVX2), not 16 on every target; 55: 53's
+// flat strips only where the strip's indexes divide by constants (ix_plain_arithmetic), as the
+// int index of 51: a division by a variable is mj_div in i64, never a plain int `/`
+inline constexpr const char* kCodegenVersion = "cpp-55";
 
 class KernelKeyBuilder {
  public:

@@ -703,6 +703,26 @@ bool ix_reads_var(const IndexExpr& e, int var) {
   return false;
 }
 
+bool ix_plain_arithmetic(const IndexExpr& e) {
+  switch (e.kind) {
+    case IxKind::Const:
+    case IxKind::Var:
+      return true;
+    case IxKind::Neg:
+      return ix_plain_arithmetic(*e.a);
+    case IxKind::Div:
+    case IxKind::Mod:
+      if (e.b->kind != IxKind::Const || e.b->value == 0 || e.b->value == -1) return false;
+      return ix_plain_arithmetic(*e.a);
+    case IxKind::Add:
+    case IxKind::Sub:
+    case IxKind::Mul:
+      return ix_plain_arithmetic(*e.a) && ix_plain_arithmetic(*e.b);
+    default:
+      return false;
+  }
+}
+
 bool ix_affine_in(const IndexExpr& e, int var) {
   if (!ix_reads_var(e, var)) return true;
   switch (e.kind) {
