@@ -31,12 +31,23 @@ void CppEmitter::merged_outer_vars(const MergedColumns& m, int d) {
 // so that the register allocator sees exactly mr x nr/W of them.
 // The micro-kernel of tile `t` as the function `name`; with `vector_types`, the vector type
 // and its load/store helpers before it (once per kernel source).
+// With `direct` (ContractionSchedule::direct) step k's row of B is at g + offs[k] instead.
 std::string CppEmitter::micro_kernel(const ContractionTile& t, const std::string& name,
-                                     bool vector_types) const {
+                                     bool vector_types, bool direct) const {
   const int MR = t.mr, NR = t.nr, W = t.vector_floats;
-  const std::string sig = "static inline void " + name +
-                          "(const float* __restrict__ a, const float* __restrict__ b, "
-                          "i64 kn, float* __restrict__ c, i64 ldc, int first) {\n";
+  const std::string sig =
+      "static inline void " + name +
+      (direct ? "(const float* __restrict__ a, const float* __restrict__ g, "
+                "const i64* __restrict__ offs, i64 kn, float* __restrict__ c, i64 ldc, "
+                "int first) {\n"
+              : "(const float* __restrict__ a, const float* __restrict__ b, "
+                "i64 kn, float* __restrict__ c, i64 ldc, int first) {\n");
+  // The loop over the steps and the start of its body: B's row of the step at b.
+  const std::string step_loop =
+      direct ? "for (i64 k = 0; k < kn; ++k, a += " + std::to_string(MR) +
+                   ") {\n    const float* const b = g + offs[k];\n"
+             : "for (i64 k = 0; k < kn; ++k, a += " + std::to_string(MR) +
+                   ", b += " + std::to_string(NR) + ") {\n";
   std::string o;
   if (W <= 1) {
     o += "// Portable micro-kernel: plain arrays; the compiler vectorises the rows as it can.\n";
@@ -45,13 +56,17 @@ std::string CppEmitter::micro_kernel(const ContractionTile& t, const std::string
     o += "  for (int r = 0; r < " + std::to_string(MR) + "; ++r)\n";
     o += "    for (int t = 0; t < " + std::to_string(NR) +
          "; ++t) acc[r][t] = first ? 0.0f : c[r * ldc + t];\n";
-    o += "  for (i64 k = 0; k < kn; ++k, a += " + std::to_string(MR) +
-         ", b += " + std::to_string(NR) + ")\n";
+    if (direct)
+      o += "  " + step_loop;
+    else
+      o += "  for (i64 k = 0; k < kn; ++k, a += " + std::to_string(MR) +
+           ", b += " + std::to_string(NR) + ")\n";
     o += "    for (int r = 0; r < " + std::to_string(MR) + "; ++r) {\n";
     o += "      const float av = a[r];\n";
     o += "#pragma omp simd\n";
     o += "      for (int t = 0; t < " + std::to_string(NR) + "; ++t) acc[r][t] += av * b[t];\n";
     o += "    }\n";
+    if (direct) o += "  }\n";
     o += "  for (int r = 0; r < " + std::to_string(MR) + "; ++r)\n";
     o += "    for (int t = 0; t < " + std::to_string(NR) + "; ++t) c[r * ldc + t] = acc[r][t];\n";
     o += "}\n";
@@ -89,8 +104,7 @@ std::string CppEmitter::micro_kernel(const ContractionTile& t, const std::string
   // additions and branch left the AVX2 6x16 loop at the front end's issue limit (the FFN's
   // second product, [1024,512]x[512,128]: 8% faster, measured).
   o += "#pragma GCC unroll 4\n";
-  o += "  for (i64 k = 0; k < kn; ++k, a += " + std::to_string(MR) +
-       ", b += " + std::to_string(NR) + ") {\n";
+  o += "  " + step_loop;
   for (int v = 0; v < NV; ++v)
     o += "    const mj_vf b" + std::to_string(v) + " = mj_ld(b + " + std::to_string(v * W) + ");\n";
   for (int r = 0; r < MR; ++r) {
@@ -220,6 +234,7 @@ void CppEmitter::contraction_kernel(const KernelIR& ir, const std::vector<int>& 
   helpers_ += kCppContractionPrelude;
   helpers_ += micro_kernel(wide, "mj_micro", true);
   if (two_tiles) helpers_ += micro_kernel(narrow, "mj_micro_narrow", false);
+  if (cs.direct) helpers_ += micro_kernel(wide, "mj_micro_direct", false, true);
   if (wide.vector_floats > 1) {
     helpers_ += transpose_helper(wide.vector_floats);
     helpers_ += interleave_helper(wide.vector_floats, wide.mr);
@@ -229,7 +244,7 @@ void CppEmitter::contraction_kernel(const KernelIR& ir, const std::vector<int>& 
   if (two_tiles)
     two_tile_choice(p);
   else
-    contraction_tile(p, wide, "mj_micro");
+    wide_tile(p);
   line(1, "if (!mj_blocked) {");
   generic_map(sched_.nest, store, 2);
   line(1, "}");
@@ -251,11 +266,26 @@ void CppEmitter::two_tile_choice(const ContractionParts& p) {
   line(1, "if (mj_cols >= " + std::to_string(kWideTileMinColumns) + " || (mj_cols >= " + NRW +
               " && (mj_colsp - mj_cols) * 4 <= mj_colsp)) {");
   ++indent_;
-  contraction_tile(p, wide, "mj_micro");
+  wide_tile(p);
   --indent_;
   line(1, "} else {");
   ++indent_;
   contraction_tile(p, narrow, "mj_micro_narrow");
+  --indent_;
+  line(1, "}");
+}
+
+// The wide tile's schedule; with ContractionSchedule::direct, the direct one first where the
+// launch's shape allows it (mj_blocked when it ran), then the packed one where it did not.
+void CppEmitter::wide_tile(const ContractionParts& p) {
+  if (!p.cs.direct) {
+    contraction_tile(p, p.cs.wide, "mj_micro");
+    return;
+  }
+  direct_tile(p);
+  line(1, "if (!mj_blocked) {");
+  ++indent_;
+  contraction_tile(p, p.cs.wide, "mj_micro");
   --indent_;
   line(1, "}");
 }
@@ -266,7 +296,10 @@ void CppEmitter::contraction_tile(const ContractionParts& p, const ContractionTi
                                   const std::string& micro) {
   const std::string MR = std::to_string(t.mr), NR = std::to_string(t.nr);
   line(1, "const i64 mj_k = " + work(p.r.loops) + ";");
-  if (p.merged) {
+  if (p.direct) {
+    // Widened rows (direct_tile declared mj_eji, mj_eo and mj_gw).
+    line(1, "const i64 mj_ei = " + p.ei + ", mj_ej = mj_eo * mj_gw;");
+  } else if (p.merged) {
     std::string eo;
     for (const std::string& e : p.merged->outer_extents) eo += (eo.empty() ? "" : " * ") + e;
     line(1, "const i64 mj_eji = " + p.eji + ";");
@@ -352,7 +385,7 @@ void CppEmitter::contraction_pack_once(const ContractionParts& p, const Contract
     pack_operand_once(p.r, p.a_pre, c.a_stmts, c.a, p.iv, t.mr, 0, nullptr,
                       "mj_nb * " + outer_work + " > 1", pack_call(p, 0, t.mr, true));
   line(1, "float* mj_bpre = 0;");
-  if (p.cs.b_once)
+  if (p.cs.b_once && !p.direct)
     pack_operand_once(p.r, p.b_pre, c.b_stmts, c.b, p.jv, t.nr, 1, p.merged_columns(),
                       "mj_mb * " + outer_work + " > 1", pack_call(p, 1, t.nr, true));
 }
@@ -421,12 +454,13 @@ void CppEmitter::contraction_block(const ContractionParts& p, const ContractionT
   line(d, "const i64 mj_jn = (mj_ej - mj_j0) < mj_nc ? (mj_ej - mj_j0) : mj_nc;");
   line(d, "const i64 mj_inp = (mj_in + " + MR + " - 1) / " + MR + " * " + MR +
               ", mj_jnp = (mj_jn + " + NR + " - 1) / " + NR + " * " + NR + ";");
+  if (p.direct) line(d, "const float* const mj_gb = mj_g + " + direct_plane(p) + " + mj_j0;");
   line(d, "for (i64 mj_pc = 0; mj_pc < mj_k; mj_pc += mj_kc) {");
   ++d;
   line(d, "const i64 mj_kn = (mj_k - mj_pc) < mj_kc ? (mj_k - mj_pc) : mj_kc;");
   // Each operand's panels for this reduction block: the once-packed ones (mj_i0 and mj_j0 are
   // multiples of the tile), or packed here; mj_as / mj_bs is the distance between panels.
-  for (int side = 0; side < 2; ++side) {
+  for (int side = 0; side < 1 + !p.direct; ++side) {
     const bool a = side == 0;
     const std::string T = a ? MR : NR, name = a ? "a" : "b", x0 = a ? "mj_i0" : "mj_j0";
     const bool once = a ? p.cs.a_once : p.cs.b_once;
@@ -455,8 +489,10 @@ void CppEmitter::contraction_block(const ContractionParts& p, const ContractionT
   // Each B micro-panel stays in L1 while the A panels of the block stream past it.
   line(d, "for (i64 mj_jr = 0; mj_jr < mj_jnp; mj_jr += " + NR + ")");
   line(d + 1, "for (i64 mj_ir = 0; mj_ir < mj_inp; mj_ir += " + MR + ")");
-  line(d + 2, micro + "(mj_a + (mj_ir / " + MR + ") * mj_as, mj_b + (mj_jr / " + NR +
-                  ") * mj_bs, mj_kn, mj_cb + mj_ir * mj_nc + mj_jr, mj_nc, mj_pc == 0);");
+  const std::string b_panel = p.direct ? "mj_gb + mj_jr, mj_goff + mj_pc"
+                                       : "mj_b + (mj_jr / " + NR + ") * mj_bs";
+  line(d + 2, micro + "(mj_a + (mj_ir / " + MR + ") * mj_as, " + b_panel +
+                  ", mj_kn, mj_cb + mj_ir * mj_nc + mj_jr, mj_nc, mj_pc == 0);");
   line(--d, "}");
 }
 
@@ -472,13 +508,18 @@ void CppEmitter::contraction_epilogue(const ContractionParts& p, int d) {
   line(d, "for (i64 mj_r = 0; mj_r < mj_in; ++mj_r) {");
   line(d + 1, "const i64 " + p.iv + " = mj_i0 + mj_r;");
   int e = d + 1;
+  // Direct: pieces of the widened rows (mj_gw), stored up to the row's own end.
+  const std::string row = p.direct ? "mj_gw" : "mj_eji";
   if (p.merged) {
     // Row pieces of the merged columns, as in pack_operand: contiguous stores.
-    line(e, "i64 mj_jo = mj_j0 / mj_eji, mj_ji = mj_j0 % mj_eji;");
+    line(e, "i64 mj_jo = mj_j0 / " + row + ", mj_ji = mj_j0 % " + row + ";");
     line(e, "for (i64 mj_c = 0; mj_c < mj_jn;) {");
-    line(e + 1,
-         "const i64 mj_len = (mj_eji - mj_ji) < (mj_jn - mj_c) ? (mj_eji - mj_ji) : "
-         "(mj_jn - mj_c);");
+    line(e + 1, std::string("const i64 ") + (p.direct ? "mj_step" : "mj_len") + " = (" + row +
+                    " - mj_ji) < (mj_jn - mj_c) ? (" + row + " - mj_ji) : (mj_jn - mj_c);");
+    if (p.direct)
+      line(e + 1,
+           "const i64 mj_len = mj_ji >= mj_eji ? 0 : (mj_eji - mj_ji) < mj_step ? "
+           "(mj_eji - mj_ji) : mj_step;");
     merged_outer_vars(*p.merged, e + 1);
     ++e;
   }
@@ -500,9 +541,10 @@ void CppEmitter::contraction_epilogue(const ContractionParts& p, int d) {
   line(e + 1, p.store);
   line(e, "}");
   if (p.merged) {
-    line(e, "mj_c += mj_len;");
-    line(e, "mj_ji += mj_len;");
-    line(e, "if (mj_ji >= mj_eji) { mj_ji -= mj_eji; ++mj_jo; }");
+    const std::string step = p.direct ? "mj_step" : "mj_len";
+    line(e, "mj_c += " + step + ";");
+    line(e, "mj_ji += " + step + ";");
+    line(e, "if (mj_ji >= " + row + ") { mj_ji -= " + row + "; ++mj_jo; }");
     line(--e, "}");
   }
   line(d, "}");

@@ -141,7 +141,7 @@ class CppEmitter : public CFamilyEmitter {
   };
   void merged_outer_vars(const MergedColumns& m, int d);
   std::string micro_kernel(const ContractionTile& t, const std::string& name,
-                           bool vector_types) const;
+                           bool vector_types, bool direct = false) const;
   static std::string transpose_helper(int W);
   static std::string interleave_helper(int W, int rows);
   // One contraction being printed: its schedule and what its parts share.
@@ -160,11 +160,20 @@ class CppEmitter : public CFamilyEmitter {
     // and the packing per block both call: where no reduction runs before the loops (level
     // -1), which a function would compute again, and the columns are not merged.
     bool pack_functions = false;
+    // The tile being printed reads B from the window table (ContractionSchedule::direct,
+    // cpp_direct_columns.cc): mj_g, mj_goff, the widened rows mj_gw.
+    bool direct = false;
     const MergedColumns* merged_columns() const { return merged ? &*merged : nullptr; }
   };
   void contraction_kernel(const KernelIR& ir, const std::vector<int>& levels,
                           const ContractionSchedule& cs, const std::string& store);
   void two_tile_choice(const ContractionParts& p);
+  void wide_tile(const ContractionParts& p);
+  // cpp_direct_columns.cc: the direct tile (ContractionSchedule::direct).
+  void direct_tile(const ContractionParts& p);
+  void direct_table(const ContractionParts& p, int d);
+  void direct_offsets(const ContractionParts& p, int d);
+  std::string direct_plane(const ContractionParts& p);
   void contraction_tile(const ContractionParts& p, const ContractionTile& t,
                         const std::string& micro);
   void contraction_pack_once(const ContractionParts& p, const ContractionTile& t);

@@ -118,6 +118,7 @@ ContractionSchedule schedule_contraction(const KernelIR& ir, const Contraction& 
     cs.merged_outer_vars.insert(cs.merged_outer_vars.begin(), o);
   }
   cs.flat_columns = flat_columns(ir, c, cs.merged_outer_vars);
+  cs.direct = find_direct_columns(ir, c, cs.merged_outer_vars);
   cs.a_once = invariant_operand(va, r, c.i_var, {});
   cs.b_once = invariant_operand(vb, r, c.j_var, cs.merged_outer_vars);
   return cs;
@@ -217,6 +218,7 @@ std::string describe_schedule(const CpuSchedule& s, const CpuTarget& target) {
                     : "") +
          (c.a_once ? "; A packed once per launch" : "") +
          (c.b_once ? "; B packed once per launch" : "") +
+         (c.direct ? "; B read from a table of its input's windows where the rows allow" : "") +
          (merged == 0   ? ""
           : merged == 1 ? "; columns span two output loops"
                         : "; columns span " + std::to_string(merged + 1) + " output loops");
@@ -242,6 +244,11 @@ std::string dump_schedule(const CpuSchedule& s, const CpuTarget& target) {
            (c.pack_functions ? "; operands packed by shared functions" : "") +
            (c.flat_columns ? "; short merged rows packed by column tables where contiguous" : "") +
            "\n";
+    if (c.direct)
+      out += "  direct: rows i" + std::to_string(c.direct->row_var) +
+             (c.direct->row_flipped ? " - i" : " + i") + std::to_string(c.direct->row_tap) +
+             ", columns i" + std::to_string(c.direct->col_var) +
+             (c.direct->col_flipped ? " - i" : " + i") + std::to_string(c.direct->col_tap) + "\n";
   }
   if (!s.in_bounds.empty()) {
     out += "  unchecked when";

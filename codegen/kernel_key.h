@@ -70,8 +70,10 @@ namespace metajit {
 // the version without bounds tests (codegen/cpp_flat_strips.cc); 54: 52's column tables for rows
 // of at most one vector (16 floats on AVX-512, 8 on AVX2), not 16 on every target; 55: 53's
 // flat strips only where the strip's indexes divide by constants (ix_plain_arithmetic), as the
-// int index of 51: a division by a variable is mj_div in i64, never a plain int `/`
-inline constexpr const char* kCodegenVersion = "cpp-55";
+// int index of 51: a division by a variable is mj_div in i64, never a plain int `/`; 56: a
+// stride-1 convolution's B read by the wide tile from a table of its input over the windows
+// (codegen/direct_columns.h, codegen/cpp_direct_columns.cc) where its rows allow
+inline constexpr const char* kCodegenVersion = "cpp-56";
 
 class KernelKeyBuilder {
  public:

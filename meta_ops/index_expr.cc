@@ -741,6 +741,25 @@ bool ix_affine_in(const IndexExpr& e, int var) {
   }
 }
 
+int64_t ix_coefficient(const IndexExpr& e, int var) {
+  if (!ix_reads_var(e, var)) return 0;
+  switch (e.kind) {
+    case IxKind::Var:
+      return 1;
+    case IxKind::Neg:
+      return -ix_coefficient(*e.a, var);
+    case IxKind::Add:
+      return ix_coefficient(*e.a, var) + ix_coefficient(*e.b, var);
+    case IxKind::Sub:
+      return ix_coefficient(*e.a, var) - ix_coefficient(*e.b, var);
+    case IxKind::Mul:
+      return e.a->kind == IxKind::Const ? e.a->value * ix_coefficient(*e.b, var)
+                                        : e.b->value * ix_coefficient(*e.a, var);
+    default:
+      return 0;
+  }
+}
+
 std::string ix_to_string(const IndexExpr& e) {
   switch (e.kind) {
     case IxKind::Const:

@@ -133,6 +133,9 @@ bool ix_reads_var(const IndexExpr& e, int var);
 // True when `e` is affine in i<var> with a constant coefficient: built from the variable,
 // expressions that do not read it, + - and negation, and products with a constant side.
 bool ix_affine_in(const IndexExpr& e, int var);
+// The coefficient of i<var> in `e`, where ix_affine_in(e, var) holds (0 when `e` does not
+// read it).
+int64_t ix_coefficient(const IndexExpr& e, int var);
 // True when `e`'s C++ text means the same in int as in i64: constants, loop variables, + - *,
 // negation, and / % by a constant other than 0 and -1 (the emitters print other divisions as
 // mj_div / mj_mod; codegen/c_family_emitter.cc ix and narrow_ix).

@@ -194,6 +194,48 @@ TEST_CASE("short merged rows pack by column tables where contiguous, else by row
   }
 }
 
+// The direct tile (ContractionSchedule::direct, codegen/cpp_direct_columns.cc): a stride-1
+// convolution's B read from a table of its input over the windows. Each case runs it at run time
+// (rows of 14 and more for 3 columns of kernel, 256 columns and more or nearly whole panels),
+// against the reference interpreter on every width: padding 0, 1 and 2, kernels 3x3, 5x5, 1x3
+// and 3x1, channels that fill no tile, an element-wise producer inside B, a bias after, the
+// transposed convolution of the input's gradient (B reads row - tap), and rows too short for it
+// (the packed tile).
+TEST_CASE("stride-1 convolutions read B from a table of the input's windows on every width",
+          "[targets][conv]") {
+  uint64_t seed = 60;
+  auto r = [&](Shape s) { return rand(s, seed++) - 0.5; };
+  Var x = r({2, 5, 16, 16}), w3 = r({7, 5, 3, 3}), x40 = r({1, 2, 40, 40}), w5 = r({3, 2, 5, 5});
+  Var w13 = r({4, 5, 1, 3}), w31 = r({4, 5, 3, 1}), bias = r({1, 7, 1, 1}), x8 = r({2, 5, 8, 8});
+  eval({x, w3, x40, w5, w13, w31, bias, x8});
+  for (const Width& w : widths()) {
+    ScopedEnv flags("METAJIT_CXXFLAGS", w.flags);
+    INFO(w.flags);
+    const std::vector<Var> cases = {
+        conv2d(x, w3, 1, 1),                                    // 0: rows of 16 (widened to 18)
+        conv2d(x, w3, 1, 0),                                    // 1: rows of 14, 196 columns
+        conv2d(x40, w5, 1, 2),                                  // 2: 5x5, padding 2
+        conv2d(x, w13, 1, 1),                                   // 3: 1x3 (rows 18 wide)
+        conv2d(x, w31, 1, 1),                                   // 4: 3x1
+        conv2d(relu(x - 0.1), w3, 1, 1) + bias,                 // 5: producer and epilogue
+        grad(sum(conv2d(x, w3, 1, 1) * conv2d(x, w3, 1, 1)), {x})[0],  // 6: transposed
+        conv2d(x8, w3, 1, 1)};                                  // 7: rows of 8: packed
+    const std::vector<KernelInfo> first = plan({cases[0]});
+    REQUIRE(!first.empty());
+    CHECK_THAT(first.back().source, Catch::Contains("mj_micro_direct"));
+    if (!w.runs) {
+      WARN("target " << CpuTarget{w.isa}.name() << ": checked by compiling only, values not "
+                     << "checked: this CPU cannot run its code");
+      compile_only({cases[0], cases[6]});
+      continue;
+    }
+    for (size_t c = 0; c < cases.size(); ++c) {
+      INFO("case " << c);
+      check_against_reference(cases[c]);
+    }
+  }
+}
+
 TEST_CASE("explain() and the kernel source name the schedule chosen", "[targets]") {
   Var a = rand({40, 30}, 1), b = rand({30, 20}, 2);
   const std::string text = explain({matmul(a, b)});
@@ -273,8 +315,8 @@ TEST_CASE("SELU's exp is computed in vector registers on every vector width", "[
 // reduction once per row (codegen/lowering.cc memo_key) changed softmax's IR under cpp-28.
 TEST_CASE("the C++ emitter's output is pinned to the codegen version", "[targets]") {
   ScopedEnv fused("METAJIT_OPT_LEVEL", "1"), generic("METAJIT_SPECIALIZE_SHAPES", "0");
-  const char* kRecordedVersion = "cpp-55";
-  const char* kRecordedDigest = "a40dd8a0081f9a4cb1fc244926d6ba58";
+  const char* kRecordedVersion = "cpp-56";
+  const char* kRecordedDigest = "04d162f865d4718c4a232e81bef7b891";
   Var a = rand({5, 7}, 1), b = rand({7, 3}, 2), x = rand({2, 3, 9, 9}, 3),
       w = rand({4, 3, 3, 3}, 4);
   Var ids = array(std::vector<int32_t>{4, 0, 2, 4}, {4}), rows = rand({4, 7}, 5),
@@ -384,6 +426,15 @@ TEST_CASE(
     CHECK_FALSE(s.contraction->flat_columns);
     CHECK_THAT(dump_schedule(sc, t),
                Contains("short merged rows packed by column tables where contiguous"));
+    // Stride 1: B reads row + kh and column + kw, so it may come from the window table.
+    REQUIRE(sc.contraction->direct);
+    CHECK(sc.contraction->direct->row_var == sc.contraction->merged_outer_vars[0]);
+    CHECK(sc.contraction->direct->col_var == sc.contraction->match.j_var);
+    CHECK_FALSE(sc.contraction->direct->row_flipped);
+    CHECK_FALSE(sc.contraction->direct->col_flipped);
+    CHECK_THAT(dump_schedule(sc, t), Contains("direct: rows i"));
+    CHECK_FALSE(s.contraction->direct);
+    CHECK_FALSE(sb.contraction->direct);
     // A plain loop nest has no contraction and no schedule line.
     const CpuSchedule sm = schedule_cpu_kernel(map[0], t);
     CHECK_FALSE(sm.contraction);
@@ -399,6 +450,42 @@ TEST_CASE(
   const std::string text = explain({matmul(a, b)});
   CHECK_THAT(text, Contains("  schedule: contraction, packed A and B panels, "));
   CHECK_THAT(text, Contains("target: "));
+}
+
+// codegen/direct_columns.h: which convolutions may read B from the window table.
+TEST_CASE("a contraction's B comes from the window table only where it reads row + tap",
+          "[targets][conv]") {
+  // shift_invariant: (i2, i5) only as i2 + i5 (or i2 - i5), under any function of that.
+  auto parse = [](const char* e) { return parse_index_expr(e, 8, true, "test"); };
+  CHECK(shift_invariant(*parse("i2+i5-1"), 2, 5, 1));
+  CHECK(shift_invariant(*parse("((i2+i5)>=0)&&((i2+i5-1)<7)"), 2, 5, 1));
+  CHECK(shift_invariant(*parse("(i2-i5+3)*4+i3"), 2, 5, -1));
+  CHECK(shift_invariant(*parse("(i2+i5)/2+i6"), 2, 5, 1));
+  CHECK(shift_invariant(*parse("i0*3+i1"), 2, 5, 1));  // reads neither
+  CHECK_FALSE(shift_invariant(*parse("i2+i5"), 2, 5, -1));
+  CHECK_FALSE(shift_invariant(*parse("i2*2+i5"), 2, 5, 1));  // stride 2
+  CHECK_FALSE(shift_invariant(*parse("i2+i5*2"), 2, 5, 1));  // dilation 2
+  CHECK_FALSE(shift_invariant(*parse("i2"), 2, 5, 1));
+  CHECK_FALSE(shift_invariant(*parse("(i2+i5<4)&&(i2<3)"), 2, 5, 1));
+  Var x = rand({2, 3, 16, 16}, 4), w = rand({5, 3, 3, 3}, 5), g = rand({2, 5, 16, 16}, 6);
+  eval({x, w, g});
+  const CpuTarget t{CpuIsa::Avx512};
+  auto direct = [&](const Var& y) {
+    const std::vector<KernelIR> ks = lowered({y});
+    REQUIRE(ks.size() == 1);
+    const CpuSchedule s = schedule_cpu_kernel(ks[0], t);
+    REQUIRE(s.contraction);
+    return s.contraction->direct;
+  };
+  CHECK(direct(conv2d(x, w, 1, 0)));
+  CHECK_FALSE(direct(conv2d(x, w, 2, 1)));     // stride 2
+  CHECK_FALSE(direct(conv2d(x, w, 1, 2, 2)));  // dilation 2
+  // The input's gradient, a transposed convolution: row - tap on both sides.
+  const auto dx = direct(grad(sum(conv2d(x, w, 1, 1) * g), {x})[0]);
+  REQUIRE(dx);
+  CHECK(dx->row_flipped);
+  CHECK(dx->col_flipped);
+  CHECK(dx->row_tap != dx->col_tap);
 }
 
 namespace {

@@ -1,0 +1,162 @@
+// The C++ emitter's direct tile (ContractionSchedule::direct, codegen/direct_columns.h): B read
+// from a table of its input over the union of the windows instead of packed panels. The table
+// G holds, per outer iteration and step of the reduction loops other than the two taps, B's
+// values over the (OH+KH-1) x (OW+KW-1) positions a window reaches: B evaluated with the taps
+// at one end of their range and the output row and column running over the table. Step k of
+// the reduction then reads row mj_goff[k] of it, one offset a step for every column: the
+// columns are the output rows widened to mj_gw = OW+KW-1, so that a panel's columns are
+// contiguous in G, and the epilogue drops the KW-1 extra ones per row.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/check.h"
+#include "codegen/cpp_emitter_internal.h"
+
+namespace metajit {
+namespace {
+
+// The reduction loops of `r` other than the two taps, in order.
+std::vector<const KLoop*> other_steps(const KStmt& r, const DirectColumns& dc) {
+  std::vector<const KLoop*> out;
+  for (const KLoop& l : r.loops)
+    if (l.var != dc.row_tap && l.var != dc.col_tap) out.push_back(&l);
+  return out;
+}
+
+const KLoop& loop_of(const KStmt& r, int var) {
+  for (const KLoop& l : r.loops)
+    if (l.var == var) return l;
+  METAJIT_UNREACHABLE("direct columns: no reduction loop i" + std::to_string(var));
+}
+
+}  // namespace
+
+// The flat index of loops `ls` (outermost first) as text: "0" for none.
+static std::string flat_index(const std::vector<const KLoop*>& ls,
+                              const std::function<std::string(const KLoop&)>& extent) {
+  std::string s;
+  for (const KLoop* l : ls) {
+    const std::string i = "i" + std::to_string(l->var);
+    s = s.empty() ? i : "(" + s + ") * (" + extent(*l) + ") + " + i;
+  }
+  return s.empty() ? "0" : s;
+}
+
+// G's offset of the current outer iteration's first plane (in a block of the parallel loop).
+std::string CppEmitter::direct_plane(const ContractionParts& p) {
+  const std::string outer = flat_index(p.outer, [&](const KLoop& l) { return ix(*l.extent); });
+  return outer == "0" ? "0" : "(" + outer + ") * mj_gsteps * mj_gplane";
+}
+
+// The direct tile where the launch allows it: the table, the offsets, then the blocked schedule
+// of the wide tile reading them (contraction_tile with ContractionParts::direct); mj_blocked
+// when it ran. Not where the widened rows would waste more than an eighth of the columns
+// (kernels of 3 columns on rows under 14), for a 1x1 kernel (G would be a copy of the input,
+// and the packed panels are as good), or where G would pass 1 GiB.
+void CppEmitter::direct_tile(const ContractionParts& p) {
+  const DirectColumns& dc = *p.cs.direct;
+  const ContractionTile& t = p.cs.wide;
+  const KStmt& r = p.r;
+  METAJIT_CHECK(p.merged && p.merged->outer_extents.size() == 1,
+                    "direct columns need one merged row loop");
+  std::string outer_work = "1LL";
+  for (const KLoop* l : p.outer) outer_work += " * (" + ix(*l->extent) + ")";
+  std::string steps = "1LL";
+  for (const KLoop* l : other_steps(r, dc)) steps += " * (" + ix(*l->extent) + ")";
+  line(1, "{");
+  line(2, "const i64 mj_eji = " + p.eji + ", mj_eo = " + p.merged->outer_extents[0] + ";");
+  line(2, "const i64 mj_th = " + ix(*loop_of(r, dc.row_tap).extent) +
+              ", mj_tw = " + ix(*loop_of(r, dc.col_tap).extent) + ";");
+  line(2,
+       "const i64 mj_gh = mj_eo + mj_th - 1, mj_gw = mj_eji + mj_tw - 1, mj_gplane = mj_gh * "
+       "mj_gw;");
+  line(2, "const i64 mj_gsteps = " + steps + ", mj_gplanes = " + outer_work + " * mj_gsteps;");
+  line(2, "const i64 mj_gk = " + work(r.loops) + ";");
+  line(2, "float* mj_g = 0;");
+  // Reads run past a plane's end by up to KW-1 + NR - 1 floats (the widened last row, the
+  // panel's padding): the slack after the last one, zeroed; the offsets after it.
+  line(2, "i64 mj_gn = 0, mj_gpad = 0;");
+  line(2,
+       "if (mj_gk > 0 && mj_eo > 0 && mj_eji > 0 && mj_th > 0 && mj_tw > 0 && (mj_th > 1 || "
+       "mj_tw > 1) && (mj_gw - mj_eji) * " +
+           std::to_string(kDirectMaxWaste) +
+           " <= mj_gw && mj_gplanes <= (1LL << 28) / mj_gplane && mj_gk <= (1LL << 28)) {");
+  line(3, "mj_gn = mj_gplanes * mj_gplane;");
+  line(3, "mj_gpad = (mj_gn + mj_gw + " + std::to_string(t.nr) + " + 1) / 2 * 2;");
+  line(3, "mj_g = mj_take(1, sizeof(float) * (mj_gpad + 2 * mj_gk));");
+  line(2, "}");
+  line(2, "if (mj_g) {");
+  line(3, "for (i64 mj_t = mj_gn; mj_t < mj_gpad; ++mj_t) mj_g[mj_t] = 0;");
+  line(3, "i64* const mj_goff = (i64*)(void*)(mj_g + mj_gpad);");
+  direct_table(p, 3);
+  direct_offsets(p, 3);
+  ContractionParts q = p;
+  q.direct = true;
+  q.pack_functions = false;
+  indent_ += 2;
+  contraction_tile(q, t, "mj_micro_direct");
+  indent_ -= 2;
+  line(2, "}");
+  line(2, "mj_give(1, mj_g);");
+  line(1, "}");
+}
+
+// Fills G: each plane (an outer iteration and a step of the other reduction loops, in
+// parallel) is B over the window positions, the taps at the end of their range from which the
+// row and column variables reach every position (0, or KH-1 where B reads row - tap).
+void CppEmitter::direct_table(const ContractionParts& p, int d) {
+  const DirectColumns& dc = *p.cs.direct;
+  const Contraction& c = p.cs.match;
+  std::vector<const KLoop*> planes = p.outer;
+  for (const KLoop* l : other_steps(p.r, dc)) planes.push_back(l);
+  line(d, "#pragma omp parallel for schedule(static) if(mj_gn > 32768)");
+  line(d, "for (i64 mj_gq = 0; mj_gq < mj_gplanes; ++mj_gq) {");
+  line(d + 1, "i64 mj_rem = mj_gq;");
+  for (size_t k = planes.size(); k-- > 0;) {
+    const std::string i = "i" + std::to_string(planes[k]->var);
+    if (k == 0) {
+      line(d + 1, "const i64 " + i + " = mj_rem;");
+    } else {
+      const std::string e = ix(*planes[k]->extent);
+      line(d + 1, "const i64 " + i + " = mj_rem % (" + e + "); mj_rem /= (" + e + ");");
+    }
+    line(d + 1, "(void)" + i + ";");
+  }
+  line(d + 1, "(void)mj_rem;");
+  line(d + 1, "const i64 i" + std::to_string(dc.row_tap) + " = " +
+                  (dc.row_flipped ? "mj_th - 1" : "0") + ";");
+  line(d + 1, "const i64 i" + std::to_string(dc.col_tap) + " = " +
+                  (dc.col_flipped ? "mj_tw - 1" : "0") + ";");
+  line(d + 1, "float* const mj_gp = mj_g + mj_gq * mj_gplane;");
+  line(d + 1, "for (i64 mj_u = 0; mj_u < mj_gh; ++mj_u) {");
+  line(d + 2, "const i64 i" + std::to_string(dc.row_var) + " = mj_u;");
+  line(d + 2, "#pragma omp simd");
+  line(d + 2, "for (i64 mj_v = 0; mj_v < mj_gw; ++mj_v) {");
+  line(d + 3, "const i64 i" + std::to_string(dc.col_var) + " = mj_v;");
+  for (size_t s : c.b_stmts) stmt(p.r.body->stmts[s], d + 3);
+  line(d + 3, "mj_gp[mj_u * mj_gw + mj_v] = " + v(c.b) + ";");
+  line(d + 2, "}");
+  line(d + 1, "}");
+  line(d, "}");
+}
+
+// mj_goff[k]: where reduction step k's row of B starts in G, relative to the outer iteration's
+// first plane and the panel's first column: its plane, then the taps' row and column (counted
+// from the other end where B reads row - tap).
+void CppEmitter::direct_offsets(const ContractionParts& p, int d) {
+  const DirectColumns& dc = *p.cs.direct;
+  const std::vector<const KLoop*> others = other_steps(p.r, dc);
+  const std::string plane = flat_index(others, [&](const KLoop& l) { return ix(*l.extent); });
+  const std::string kh = "i" + std::to_string(dc.row_tap), kw = "i" + std::to_string(dc.col_tap);
+  line(d, "for (i64 mj_kk = 0; mj_kk < mj_gk; ++mj_kk) {");
+  line(d + 1, "i64 mj_rem = mj_kk;");
+  odometer_vars(p.r, p.r.loops.size(), d + 1);
+  line(d + 1, "(void)mj_rem;");
+  line(d + 1, "mj_goff[mj_kk] = (" + plane + ") * mj_gplane + (" +
+                  (dc.row_flipped ? "mj_th - 1 - " + kh : kh) + ") * mj_gw + (" +
+                  (dc.col_flipped ? "mj_tw - 1 - " + kw : kw) + ");");
+  line(d, "}");
+}
+
+}  // namespace metajit

@@ -1,0 +1,43 @@
+// Whether a contraction's B operand can be read straight from a table of its input instead of
+// packed panels (ContractionSchedule::direct, codegen/cpu_schedule.h): a stride-1 convolution.
+//
+// Its columns are an output row and column (the merged loop R and j), and B depends on each only
+// together with one reduction loop, through R + kh or R - kh (and j + kw or j - kw): B's value at
+// (kh, kw, R, j) is then a table G's element (R + kh', j + kw'), kh' = kh or KH-1-kh. G is the
+// operand over the union of the windows (an input plane with its padding applied: (OH+KH-1) x
+// (OW+KW-1) per other reduction step, a ninth of im2col's 3x3 copy), and a micro-kernel reads
+// step k's row of a panel at G + offset(k) + column, contiguous along the columns when each
+// output row is widened to OW+KW-1 columns (the KW-1 extra ones are computed and dropped). This is
+// the direct convolution of oneDNN's "flat" layouts with the output pixels along the vector
+// (NCHW, the layout metajit's tensors have) rather than a blocked channel layout, which would cost
+// a reorder of the input and the output per call.
+#pragma once
+#include <optional>
+#include <vector>
+
+#include "codegen/kernel_ir.h"
+#include "codegen/kernel_patterns.h"
+
+namespace metajit {
+
+struct DirectColumns {
+  int row_var = -1, col_var = -1;  // the merged output row loop and the column loop j
+  int row_tap = -1, col_tap = -1;  // the reduction loops paired with them
+  // B reads row - row_tap (a transposed convolution, or one whose kernel is flipped) rather
+  // than row + row_tap; the same for the columns.
+  bool row_flipped = false, col_flipped = false;
+};
+
+// The pairing for contraction `c` whose columns merge the output loops `merged` (exactly one),
+// or nullopt: B has no prologue (Contraction::b_outer) and every index expression of its
+// statements (loads, iotas, guards, nested bodies included) reads the row loop only with its
+// tap, as R + kh or R - kh up to a common factor, and the column loop likewise with another.
+std::optional<DirectColumns> find_direct_columns(const KernelIR& ir, const Contraction& c,
+                                                 const std::vector<int>& merged);
+
+// Whether `e` depends on loop variables `u` and `t` only through u + sigma * t (sigma = 1 or
+// -1): each subexpression reading either is a function of subexpressions that do, down to
+// affine ones whose coefficients of t and u are in the ratio sigma.
+bool shift_invariant(const IndexExpr& e, int u, int t, int sigma);
+
+}  // namespace metajit
