@@ -234,7 +234,7 @@ void CppEmitter::contraction_kernel(const KernelIR& ir, const std::vector<int>& 
   helpers_ += kCppContractionPrelude;
   helpers_ += micro_kernel(wide, "mj_micro", true);
   if (two_tiles) helpers_ += micro_kernel(narrow, "mj_micro_narrow", false);
-  if (cs.direct) helpers_ += micro_kernel(wide, "mj_micro_direct", false, true);
+  if (cs.direct || cs.direct_steps) helpers_ += micro_kernel(wide, "mj_micro_direct", false, true);
   if (wide.vector_floats > 1) {
     helpers_ += transpose_helper(wide.vector_floats);
     helpers_ += interleave_helper(wide.vector_floats, wide.mr);
@@ -278,11 +278,22 @@ void CppEmitter::two_tile_choice(const ContractionParts& p) {
 // The wide tile's schedule; with ContractionSchedule::direct, the direct one first where the
 // launch's shape allows it (mj_blocked when it ran), then the packed one where it did not.
 void CppEmitter::wide_tile(const ContractionParts& p) {
-  if (!p.cs.direct) {
+  if (!p.cs.direct && !p.cs.direct_steps) {
     contraction_tile(p, p.cs.wide, "mj_micro");
     return;
   }
-  direct_tile(p);
+  if (p.cs.direct) {
+    direct_tile(p);
+  } else {
+    ContractionParts q = p;
+    q.direct_steps = true;
+    q.pack_functions = false;
+    line(1, "{");
+    ++indent_;
+    contraction_tile(q, p.cs.wide, "mj_micro_direct");
+    --indent_;
+    line(1, "}");
+  }
   line(1, "if (!mj_blocked) {");
   ++indent_;
   contraction_tile(p, p.cs.wide, "mj_micro");
@@ -339,8 +350,9 @@ void CppEmitter::contraction_tile(const ContractionParts& p, const ContractionTi
   contraction_pack_once(p, t);
   line(1, "const i64 mj_per_thread = mj_mc * mj_kc + mj_kc * mj_nc + mj_mc * mj_nc;");
   line(1,
-       "float* mj_scratch = mj_take(2, sizeof(float) * (mj_per_thread > 0 ? mj_per_thread "
-       ": 1) * omp_get_max_threads());");
+       std::string("float* mj_scratch = ") + (p.direct_steps ? "!mj_bpre || !mj_goff ? 0 : " : "") +
+           "mj_take(2, sizeof(float) * (mj_per_thread > 0 ? mj_per_thread "
+           ": 1) * omp_get_max_threads());");
   line(1, "if (mj_scratch) {");
   line(2, "mj_blocked = true;");
   std::string w = work(p.ir.loops) + " * mj_k";
@@ -368,6 +380,7 @@ void CppEmitter::contraction_tile(const ContractionParts& p, const ContractionTi
   line(1, "}");
   line(1, "mj_give(0, mj_apre);");
   line(1, "mj_give(1, mj_bpre);");
+  if (p.direct_steps) line(1, "mj_give(3, (float*)(void*)mj_goff);");
 }
 
 // Operands packed once: every panel over the whole reduction, panels in parallel, when the
@@ -385,7 +398,9 @@ void CppEmitter::contraction_pack_once(const ContractionParts& p, const Contract
     pack_operand_once(p.r, p.a_pre, c.a_stmts, c.a, p.iv, t.mr, 0, nullptr,
                       "mj_nb * " + outer_work + " > 1", pack_call(p, 0, t.mr, true));
   line(1, "float* mj_bpre = 0;");
-  if (p.cs.b_once && !p.direct)
+  if (p.direct_steps)
+    direct_steps_table(p, t);
+  else if (p.cs.b_once && !p.direct)
     pack_operand_once(p.r, p.b_pre, c.b_stmts, c.b, p.jv, t.nr, 1, p.merged_columns(),
                       "mj_mb * " + outer_work + " > 1", pack_call(p, 1, t.nr, true));
 }
@@ -455,12 +470,15 @@ void CppEmitter::contraction_block(const ContractionParts& p, const ContractionT
   line(d, "const i64 mj_inp = (mj_in + " + MR + " - 1) / " + MR + " * " + MR +
               ", mj_jnp = (mj_jn + " + NR + " - 1) / " + NR + " * " + NR + ";");
   if (p.direct) line(d, "const float* const mj_gb = mj_g + " + direct_plane(p) + " + mj_j0;");
+  if (p.direct_steps)
+    line(d, "const float* const mj_gb = mj_bpre + (mj_j0 / " + NR + ") * mj_gk * " + NR + " + (" +
+                direct_steps_shift(p) + ") * " + NR + ";");
   line(d, "for (i64 mj_pc = 0; mj_pc < mj_k; mj_pc += mj_kc) {");
   ++d;
   line(d, "const i64 mj_kn = (mj_k - mj_pc) < mj_kc ? (mj_k - mj_pc) : mj_kc;");
   // Each operand's panels for this reduction block: the once-packed ones (mj_i0 and mj_j0 are
   // multiples of the tile), or packed here; mj_as / mj_bs is the distance between panels.
-  for (int side = 0; side < 1 + !p.direct; ++side) {
+  for (int side = 0; side < 1 + !(p.direct || p.direct_steps); ++side) {
     const bool a = side == 0;
     const std::string T = a ? MR : NR, name = a ? "a" : "b", x0 = a ? "mj_i0" : "mj_j0";
     const bool once = a ? p.cs.a_once : p.cs.b_once;
@@ -489,8 +507,10 @@ void CppEmitter::contraction_block(const ContractionParts& p, const ContractionT
   // Each B micro-panel stays in L1 while the A panels of the block stream past it.
   line(d, "for (i64 mj_jr = 0; mj_jr < mj_jnp; mj_jr += " + NR + ")");
   line(d + 1, "for (i64 mj_ir = 0; mj_ir < mj_inp; mj_ir += " + MR + ")");
-  const std::string b_panel = p.direct ? "mj_gb + mj_jr, mj_goff + mj_pc"
-                                       : "mj_b + (mj_jr / " + NR + ") * mj_bs";
+  const std::string b_panel =
+      p.direct         ? "mj_gb + mj_jr, mj_goff + mj_pc"
+      : p.direct_steps ? "mj_gb + (mj_jr / " + NR + ") * mj_gk * " + NR + ", mj_goff + mj_pc"
+                       : "mj_b + (mj_jr / " + NR + ") * mj_bs";
   line(d + 2, micro + "(mj_a + (mj_ir / " + MR + ") * mj_as, " + b_panel +
                   ", mj_kn, mj_cb + mj_ir * mj_nc + mj_jr, mj_nc, mj_pc == 0);");
   line(--d, "}");

@@ -5,8 +5,10 @@
 // Scratch memory a contraction keeps between launches: a fresh malloc of megabytes is a fresh
 // mmap whose pages fault in on every launch (3 ms of a 16 ms 1024^3 matmul, measured). Each
 // slot holds one buffer; a launch takes it (atomically, so concurrent launches never share one)
-// and gives it back, keeping at most 64 MiB per slot; anything else is freed.
-static void* mj_slots[3];
+// and gives it back, keeping at most 64 MiB per slot; anything else is freed. Slots: 0 and 1
+// the operands packed once (1 also a direct tile's window table), 2 the threads' blocks, 3 a
+// direct tile's step offsets (codegen/cpp_direct_columns.cc).
+static void* mj_slots[4];
 static float* mj_take(int slot, unsigned long bytes) {
   void* p = __atomic_exchange_n(&mj_slots[slot], (void*)0, __ATOMIC_ACQ_REL);
   if (p && *(unsigned long*)p >= bytes) return (float*)((char*)p + 64);

@@ -6,6 +6,7 @@
 // the reduction then reads row mj_goff[k] of it, one offset a step for every column: the
 // columns are the output rows widened to mj_gw = OW+KW-1, so that a panel's columns are
 // contiguous in G, and the epilogue drops the KW-1 extra ones per row.
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -157,6 +158,99 @@ void CppEmitter::direct_offsets(const ContractionParts& p, int d) {
                   (dc.row_flipped ? "mj_th - 1 - " + kh : kh) + ") * mj_gw + (" +
                   (dc.col_flipped ? "mj_tw - 1 - " + kw : kw) + ");");
   line(d, "}");
+}
+
+}  // namespace metajit
+
+namespace metajit {
+namespace {
+
+// The reduction loops of `r` with each paired step loop widened by its outer loop's extent - 1
+// (ContractionSchedule::direct_steps).
+std::vector<KLoop> widened_steps(const KStmt& r, const KernelIR& ir, const DirectSteps& ds) {
+  std::vector<KLoop> loops = r.loops;
+  for (const TapPair& p : ds.pairs) {
+    const auto outer = std::find_if(ir.loops.begin(), ir.loops.end(),
+                                    [&](const KLoop& l) { return l.var == p.outer_var; });
+    const auto step = std::find_if(loops.begin(), loops.end(),
+                                   [&](const KLoop& l) { return l.var == p.step_var; });
+    METAJIT_CHECK(outer != ir.loops.end() && step != loops.end(), "direct steps: loops");
+    step->extent = ix_binary(IxKind::Add, step->extent,
+                             ix_binary(IxKind::Sub, outer->extent, ix_const(1)));
+  }
+  return loops;
+}
+
+const TapPair* pair_of_step(const DirectSteps& ds, int var) {
+  for (const TapPair& p : ds.pairs)
+    if (p.step_var == var) return &p;
+  return nullptr;
+}
+
+}  // namespace
+
+// B's panels packed once over the widened reduction (pack_operand_once with the paired outer
+// loops at the end of their range from which the steps reach every position), where the launch
+// has more than one outer iteration, and each real step's row in them, mj_goff (slot 3).
+void CppEmitter::direct_steps_table(const ContractionParts& p, const ContractionTile& t) {
+  const DirectSteps& ds = *p.cs.direct_steps;
+  const Contraction& c = p.cs.match;
+  KStmt wide = p.r;
+  wide.loops = widened_steps(p.r, p.ir, ds);
+  std::string outer_work = "1LL";
+  for (const KLoop* l : p.outer) outer_work += " * (" + ix(*l->extent) + ")";
+  line(1, "i64* mj_goff = 0;");
+  line(1, "const i64 mj_gk = " + work(wide.loops) + ";");
+  line(1, "{");
+  line(2, "const i64 mj_k = mj_gk;");
+  for (const TapPair& tp : ds.pairs) {
+    const KLoop* o = nullptr;
+    for (const KLoop* l : p.outer)
+      if (l->var == tp.outer_var) o = l;
+    METAJIT_CHECK(o, "direct steps: the outer loop");
+    line(2, "const i64 i" + std::to_string(tp.outer_var) + " = " +
+                (tp.flipped ? "(" + ix(*o->extent) + ") - 1" : std::string("0")) + ";");
+  }
+  ++indent_;
+  pack_operand_once(wide, p.b_pre, c.b_stmts, c.b, p.jv, t.nr, 1, nullptr, outer_work + " > 1",
+                    "");
+  --indent_;
+  line(1, "}");
+  line(1, "if (mj_bpre) mj_goff = (i64*)(void*)mj_take(3, sizeof(i64) * (mj_k > 0 ? mj_k : 1));");
+  line(1, "if (mj_goff) {");
+  line(2, "for (i64 mj_kk = 0; mj_kk < mj_k; ++mj_kk) {");
+  line(3, "i64 mj_rem = mj_kk;");
+  odometer_vars(p.r, p.r.loops.size(), 3);
+  line(3, "(void)mj_rem;");
+  std::string flat;
+  for (const KLoop& l : wide.loops) {
+    const std::string i = "i" + std::to_string(l.var);
+    flat = flat.empty() ? i : "(" + flat + ") * (" + ix(*l.extent) + ") + " + i;
+  }
+  line(3, "mj_goff[mj_kk] = (" + flat + ") * " + std::to_string(t.nr) + ";");
+  line(2, "}");
+  line(1, "}");
+}
+
+// The outer iteration's shift in the widened reduction, in rows: each paired outer loop's
+// position (from the other end where B reads step - outer) at its step loop's stride.
+std::string CppEmitter::direct_steps_shift(const ContractionParts& p) {
+  const DirectSteps& ds = *p.cs.direct_steps;
+  const std::vector<KLoop> wide = widened_steps(p.r, p.ir, ds);
+  std::string flat;
+  for (const KLoop& l : wide) {
+    const TapPair* tp = pair_of_step(ds, l.var);
+    std::string at = "0";
+    if (tp) {
+      const std::string o = "i" + std::to_string(tp->outer_var);
+      std::string extent;
+      for (const KLoop* ol : p.outer)
+        if (ol->var == tp->outer_var) extent = ix(*ol->extent);
+      at = tp->flipped ? "(" + extent + ") - 1 - " + o : o;
+    }
+    flat = flat.empty() ? at : "(" + flat + ") * (" + ix(*l.extent) + ") + " + at;
+  }
+  return flat;
 }
 
 }  // namespace metajit

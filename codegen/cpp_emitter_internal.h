@@ -163,6 +163,9 @@ class CppEmitter : public CFamilyEmitter {
     // The tile being printed reads B from the window table (ContractionSchedule::direct,
     // cpp_direct_columns.cc): mj_g, mj_goff, the widened rows mj_gw.
     bool direct = false;
+    // The tile being printed reads B from its panels packed once over the widened reduction
+    // (ContractionSchedule::direct_steps): mj_bpre, mj_goff, mj_gk.
+    bool direct_steps = false;
     const MergedColumns* merged_columns() const { return merged ? &*merged : nullptr; }
   };
   void contraction_kernel(const KernelIR& ir, const std::vector<int>& levels,
@@ -174,6 +177,8 @@ class CppEmitter : public CFamilyEmitter {
   void direct_table(const ContractionParts& p, int d);
   void direct_offsets(const ContractionParts& p, int d);
   std::string direct_plane(const ContractionParts& p);
+  void direct_steps_table(const ContractionParts& p, const ContractionTile& t);
+  std::string direct_steps_shift(const ContractionParts& p);
   void contraction_tile(const ContractionParts& p, const ContractionTile& t,
                         const std::string& micro);
   void contraction_pack_once(const ContractionParts& p, const ContractionTile& t);

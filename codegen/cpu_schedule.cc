@@ -119,6 +119,12 @@ ContractionSchedule schedule_contraction(const KernelIR& ir, const Contraction& 
   }
   cs.flat_columns = flat_columns(ir, c, cs.merged_outer_vars);
   cs.direct = find_direct_columns(ir, c, cs.merged_outer_vars);
+  if (cs.merged_outer_vars.empty()) {
+    std::vector<int> outer;
+    for (const KLoop& l : ir.loops)
+      if (l.var != c.i_var && l.var != c.j_var) outer.push_back(l.var);
+    cs.direct_steps = find_direct_steps(ir, c, outer);
+  }
   cs.a_once = invariant_operand(va, r, c.i_var, {});
   cs.b_once = invariant_operand(vb, r, c.j_var, cs.merged_outer_vars);
   return cs;
@@ -219,6 +225,7 @@ std::string describe_schedule(const CpuSchedule& s, const CpuTarget& target) {
          (c.a_once ? "; A packed once per launch" : "") +
          (c.b_once ? "; B packed once per launch" : "") +
          (c.direct ? "; B read from a table of its input's windows where the rows allow" : "") +
+         (c.direct_steps ? "; B packed once for every tap over the widened reduction" : "") +
          (merged == 0   ? ""
           : merged == 1 ? "; columns span two output loops"
                         : "; columns span " + std::to_string(merged + 1) + " output loops");
@@ -249,6 +256,13 @@ std::string dump_schedule(const CpuSchedule& s, const CpuTarget& target) {
              (c.direct->row_flipped ? " - i" : " + i") + std::to_string(c.direct->row_tap) +
              ", columns i" + std::to_string(c.direct->col_var) +
              (c.direct->col_flipped ? " - i" : " + i") + std::to_string(c.direct->col_tap) + "\n";
+    if (c.direct_steps) {
+      out += "  direct steps:";
+      for (const TapPair& p : c.direct_steps->pairs)
+        out += " i" + std::to_string(p.step_var) + (p.flipped ? " - i" : " + i") +
+               std::to_string(p.outer_var);
+      out += "\n";
+    }
   }
   if (!s.in_bounds.empty()) {
     out += "  unchecked when";

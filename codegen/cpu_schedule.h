@@ -52,6 +52,11 @@ struct ContractionSchedule {
   // most an eighth of the columns (kDirectMaxWaste) and the table fits (CppEmitter::
   // direct_table): conv2d 8x64x56x56 by 64x3x3 in 6.5 ms against 8.5 packed (AVX-512).
   std::optional<DirectColumns> direct;
+  // A weight gradient's B packed once, over its reduction widened by the taps, for every tap
+  // (codegen/direct_columns.h DirectSteps), on the wide tile, where the launch has several outer
+  // iterations and the table fits: conv2d 8x64x56x56 by 64x3x3's weight gradient packed B 18
+  // times (9 taps, 2 row blocks).
+  std::optional<DirectSteps> direct_steps;
   bool a_once = false, b_once = false;  // packed once per launch (reads no outer loop)
   // Each operand packed by one function (MJ_PACK_FN) that the packing once per launch and the
   // packing per block call: compiled once, not once per call site (codegen/cpp_contraction.cc).

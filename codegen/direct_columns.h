@@ -28,6 +28,27 @@ struct DirectColumns {
   bool row_flipped = false, col_flipped = false;
 };
 
+// The other direct form: a convolution's weight gradient (sum over n, oh, ow of dy times x at
+// oh + kh, ow + kw, one [oc x ic] product per kh, kw): B reads outer loops (the taps kh, kw)
+// only together with reduction loops (oh, ow). One table of B over the reduction with those
+// loops widened by the taps' extents - 1, [column panel][step][panel's columns] like a packed
+// panel, then serves every outer iteration: step k of iteration (kh, kw) is the table's row
+// offset(k) + shift(kh, kw). B is packed once for all nine taps instead of once per tap and
+// row block.
+struct TapPair {
+  int outer_var = -1, step_var = -1;
+  bool flipped = false;  // B reads step - outer rather than step + outer
+};
+struct DirectSteps {
+  std::vector<TapPair> pairs;  // every outer loop B reads, with its reduction loop
+};
+
+// The pairing for contraction `c` without merged columns whose output loops outside the blocks
+// are `outer`: each one B reads is paired with a reduction loop (distinct ones) as in
+// shift_invariant; at least one; nullopt otherwise.
+std::optional<DirectSteps> find_direct_steps(const KernelIR& ir, const Contraction& c,
+                                             const std::vector<int>& outer);
+
 // The pairing for contraction `c` whose columns merge the output loops `merged` (exactly one),
 // or nullopt: B has no prologue (Contraction::b_outer) and every index expression of its
 // statements (loads, iotas, guards, nested bodies included) reads the row loop only with its

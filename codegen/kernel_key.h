@@ -72,8 +72,10 @@ namespace metajit {
 // flat strips only where the strip's indexes divide by constants (ix_plain_arithmetic), as the
 // int index of 51: a division by a variable is mj_div in i64, never a plain int `/`; 56: a
 // stride-1 convolution's B read by the wide tile from a table of its input over the windows
-// (codegen/direct_columns.h, codegen/cpp_direct_columns.cc) where its rows allow
-inline constexpr const char* kCodegenVersion = "cpp-56";
+// (codegen/direct_columns.h, codegen/cpp_direct_columns.cc) where its rows allow; 57: a
+// convolution's weight gradient ([kh, kw, oc, ic]) packs B once for every tap over its
+// reduction widened by the taps (DirectSteps); the contraction prelude keeps four scratch slots
+inline constexpr const char* kCodegenVersion = "cpp-57";
 
 class KernelKeyBuilder {
  public:

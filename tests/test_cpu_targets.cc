@@ -207,7 +207,10 @@ TEST_CASE("stride-1 convolutions read B from a table of the input's windows on e
   auto r = [&](Shape s) { return rand(s, seed++) - 0.5; };
   Var x = r({2, 5, 16, 16}), w3 = r({7, 5, 3, 3}), x40 = r({1, 2, 40, 40}), w5 = r({3, 2, 5, 5});
   Var w13 = r({4, 5, 1, 3}), w31 = r({4, 5, 3, 1}), bias = r({1, 7, 1, 1}), x8 = r({2, 5, 8, 8});
-  eval({x, w3, x40, w5, w13, w31, bias, x8});
+  // Weight gradients over 64 input channels (the wide tile): B packed once for every tap.
+  Var x64 = r({2, 64, 12, 12}), w8 = r({8, 64, 3, 3}), g12 = r({2, 8, 12, 12}),
+      g10 = r({2, 8, 10, 10}), wt = r({64, 8, 3, 3});
+  eval({x, w3, x40, w5, w13, w31, bias, x8, x64, w8, g12, g10, wt});
   for (const Width& w : widths()) {
     ScopedEnv flags("METAJIT_CXXFLAGS", w.flags);
     INFO(w.flags);
@@ -219,10 +222,17 @@ TEST_CASE("stride-1 convolutions read B from a table of the input's windows on e
         conv2d(x, w31, 1, 1),                                   // 4: 3x1
         conv2d(relu(x - 0.1), w3, 1, 1) + bias,                 // 5: producer and epilogue
         grad(sum(conv2d(x, w3, 1, 1) * conv2d(x, w3, 1, 1)), {x})[0],  // 6: transposed
-        conv2d(x8, w3, 1, 1)};                                  // 7: rows of 8: packed
+        conv2d(x8, w3, 1, 1),                                   // 7: rows of 8: packed
+        grad(sum(conv2d(x64, w8, 1, 1) * g12), {w8})[0],        // 8: step + tap
+        grad(sum(conv2d(x64, w8, 1, 0) * g10), {w8})[0],        // 9: no padding
+        grad(sum(conv_transpose2d(x64, wt, 1, 1) * g12), {wt})[0]};  // 10
     const std::vector<KernelInfo> first = plan({cases[0]});
     REQUIRE(!first.empty());
     CHECK_THAT(first.back().source, Catch::Contains("mj_micro_direct"));
+    const std::vector<KernelInfo> steps = plan({cases[8]});
+    CHECK(std::any_of(steps.begin(), steps.end(), [](const KernelInfo& k) {
+      return k.source.find("mj_goff") != std::string::npos;
+    }));
     if (!w.runs) {
       WARN("target " << CpuTarget{w.isa}.name() << ": checked by compiling only, values not "
                      << "checked: this CPU cannot run its code");
@@ -315,8 +325,8 @@ TEST_CASE("SELU's exp is computed in vector registers on every vector width", "[
 // reduction once per row (codegen/lowering.cc memo_key) changed softmax's IR under cpp-28.
 TEST_CASE("the C++ emitter's output is pinned to the codegen version", "[targets]") {
   ScopedEnv fused("METAJIT_OPT_LEVEL", "1"), generic("METAJIT_SPECIALIZE_SHAPES", "0");
-  const char* kRecordedVersion = "cpp-56";
-  const char* kRecordedDigest = "04d162f865d4718c4a232e81bef7b891";
+  const char* kRecordedVersion = "cpp-57";
+  const char* kRecordedDigest = "9d1cbf2a32ccebb5ef7bda716375f998";
   Var a = rand({5, 7}, 1), b = rand({7, 3}, 2), x = rand({2, 3, 9, 9}, 3),
       w = rand({4, 3, 3, 3}, 4);
   Var ids = array(std::vector<int32_t>{4, 0, 2, 4}, {4}), rows = rand({4, 7}, 5),
@@ -486,6 +496,35 @@ TEST_CASE("a contraction's B comes from the window table only where it reads row
   CHECK(dx->row_flipped);
   CHECK(dx->col_flipped);
   CHECK(dx->row_tap != dx->col_tap);
+  // A weight gradient: the taps are outer loops, each paired with a reduction loop.
+  auto steps = [&](const Var& y) {
+    const std::vector<KernelIR> ks = lowered({y});
+    REQUIRE(!ks.empty());
+    const CpuSchedule s = schedule_cpu_kernel(ks[0], t);
+    REQUIRE(s.contraction);
+    CHECK_FALSE(s.contraction->direct);
+    return s.contraction->direct_steps;
+  };
+  // (With 64 input channels the gradient is [kh, kw, oc, ic], then transposed; with 3 its
+  // columns merge ic, kh and kw, and neither direct form applies.)
+  Var x64 = rand({2, 64, 12, 12}, 10), w64 = rand({8, 64, 3, 3}, 11), g64 = rand({2, 8, 12, 12}, 12);
+  eval({x64, w64, g64});
+  const auto dw = steps(grad(sum(conv2d(x64, w64, 1, 1) * g64), {w64})[0]);
+  REQUIRE(dw);
+  REQUIRE(dw->pairs.size() == 2);
+  CHECK_FALSE(dw->pairs[0].flipped);
+  CHECK(dw->pairs[0].step_var != dw->pairs[1].step_var);
+  CHECK_FALSE(
+      steps(grad(sum(conv2d(x64, w64, 2, 1) * rand({2, 8, 6, 6}, 7)), {w64})[0]));  // stride 2
+  // A transposed convolution's weight gradient reads step - tap.
+  Var wt = rand({64, 8, 3, 3}, 13);
+  const auto dt = steps(grad(sum(conv_transpose2d(x64, wt, 1, 1) * g64), {wt})[0]);
+  REQUIRE(dt);
+  REQUIRE(dt->pairs.size() == 2);
+  CHECK(dt->pairs[0].flipped);
+  CHECK(dt->pairs[1].flipped);
+  CHECK_FALSE(direct(matmul(rand({3, 4, 5}, 8), rand({5, 6}, 9))));
+  CHECK_FALSE(steps(matmul(rand({3, 4, 5}, 8), rand({3, 5, 6}, 9))));  // batch, not a tap
 }
 
 namespace {
