@@ -1,7 +1,8 @@
 // The C++ emitter's direct tile (ContractionSchedule::direct, codegen/direct_columns.h): B read
 // from a table of its input over the union of the windows instead of packed panels. The table
-// G holds, per outer iteration and step of the reduction loops other than the two taps, B's
-// values over the (OH+KH-1) x (OW+KW-1) positions a window reaches: B evaluated with the taps
+// G holds, per outer iteration and step of the reduction loops other than the two taps (and per
+// phase tap % stride of a strided one), B's values over the (OH+KH-1) x (OW+KW-1) positions a
+// window reaches (OH + ceil(KH/stride) - 1 rows of a phase): B evaluated with the taps
 // at one end of their range and the output row and column running over the table. Step k of
 // the reduction then reads row mj_goff[k] of it, one offset a step for every column: the
 // columns are the output rows widened to mj_gw = OW+KW-1, so that a panel's columns are
@@ -69,10 +70,15 @@ void CppEmitter::direct_tile(const ContractionParts& p) {
   line(2, "const i64 mj_eji = " + p.eji + ", mj_eo = " + p.merged->outer_extents[0] + ";");
   line(2, "const i64 mj_th = " + ix(*loop_of(r, dc.row_tap).extent) +
               ", mj_tw = " + ix(*loop_of(r, dc.col_tap).extent) + ";");
+  // Strides: a plane per phase (tap % stride), each tap a row (tap / stride) further down.
+  line(2, "const i64 mj_sh = " + std::to_string(dc.row_stride) +
+              ", mj_sw = " + std::to_string(dc.col_stride) + ";");
+  line(2, "const i64 mj_ph = mj_th < mj_sh ? mj_th : mj_sh, mj_pw = mj_tw < mj_sw ? mj_tw : mj_sw;");
   line(2,
-       "const i64 mj_gh = mj_eo + mj_th - 1, mj_gw = mj_eji + mj_tw - 1, mj_gplane = mj_gh * "
-       "mj_gw;");
-  line(2, "const i64 mj_gsteps = " + steps + ", mj_gplanes = " + outer_work + " * mj_gsteps;");
+       "const i64 mj_gh = mj_eo + (mj_th + mj_sh - 1) / mj_sh - 1, mj_gw = mj_eji + (mj_tw + "
+       "mj_sw - 1) / mj_sw - 1, mj_gplane = mj_gh * mj_gw;");
+  line(2, "const i64 mj_gsteps = " + steps + " * mj_ph * mj_pw, mj_gplanes = " + outer_work +
+              " * mj_gsteps;");
   line(2, "const i64 mj_gk = " + work(r.loops) + ";");
   line(2, "float* mj_g = 0;");
   // Reads run past a plane's end by up to KW-1 + NR - 1 floats (the widened last row, the
@@ -114,6 +120,8 @@ void CppEmitter::direct_table(const ContractionParts& p, int d) {
   line(d, "#pragma omp parallel for schedule(static) if(mj_gn > 32768)");
   line(d, "for (i64 mj_gq = 0; mj_gq < mj_gplanes; ++mj_gq) {");
   line(d + 1, "i64 mj_rem = mj_gq;");
+  line(d + 1, "const i64 mj_phc = mj_rem % mj_pw; mj_rem /= mj_pw;");
+  line(d + 1, "const i64 mj_phr = mj_rem % mj_ph; mj_rem /= mj_ph;");
   for (size_t k = planes.size(); k-- > 0;) {
     const std::string i = "i" + std::to_string(planes[k]->var);
     if (k == 0) {
@@ -126,18 +134,23 @@ void CppEmitter::direct_table(const ContractionParts& p, int d) {
   }
   line(d + 1, "(void)mj_rem;");
   line(d + 1, "const i64 i" + std::to_string(dc.row_tap) + " = " +
-                  (dc.row_flipped ? "mj_th - 1" : "0") + ";");
+                  (dc.row_flipped ? "mj_th - 1" : "mj_phr") + ";");
   line(d + 1, "const i64 i" + std::to_string(dc.col_tap) + " = " +
-                  (dc.col_flipped ? "mj_tw - 1" : "0") + ";");
+                  (dc.col_flipped ? "mj_tw - 1" : "mj_phc") + ";");
+  // Positions no tap of the phase reaches are 0, never B: B may read outside its input there.
+  line(d + 1, "const i64 mj_uend = mj_eo + (mj_th - 1 - mj_phr) / mj_sh;");
+  line(d + 1, "const i64 mj_vend = mj_eji + (mj_tw - 1 - mj_phc) / mj_sw;");
   line(d + 1, "float* const mj_gp = mj_g + mj_gq * mj_gplane;");
   line(d + 1, "for (i64 mj_u = 0; mj_u < mj_gh; ++mj_u) {");
   line(d + 2, "const i64 i" + std::to_string(dc.row_var) + " = mj_u;");
+  line(d + 2, "const i64 mj_vn = mj_u < mj_uend ? mj_vend : 0;");
   line(d + 2, "#pragma omp simd");
-  line(d + 2, "for (i64 mj_v = 0; mj_v < mj_gw; ++mj_v) {");
+  line(d + 2, "for (i64 mj_v = 0; mj_v < mj_vn; ++mj_v) {");
   line(d + 3, "const i64 i" + std::to_string(dc.col_var) + " = mj_v;");
   for (size_t s : c.b_stmts) stmt(p.r.body->stmts[s], d + 3);
   line(d + 3, "mj_gp[mj_u * mj_gw + mj_v] = " + v(c.b) + ";");
   line(d + 2, "}");
+  line(d + 2, "for (i64 mj_v = mj_vn; mj_v < mj_gw; ++mj_v) mj_gp[mj_u * mj_gw + mj_v] = 0;");
   line(d + 1, "}");
   line(d, "}");
 }
@@ -154,9 +167,13 @@ void CppEmitter::direct_offsets(const ContractionParts& p, int d) {
   line(d + 1, "i64 mj_rem = mj_kk;");
   odometer_vars(p.r, p.r.loops.size(), d + 1);
   line(d + 1, "(void)mj_rem;");
-  line(d + 1, "mj_goff[mj_kk] = (" + plane + ") * mj_gplane + (" +
-                  (dc.row_flipped ? "mj_th - 1 - " + kh : kh) + ") * mj_gw + (" +
-                  (dc.col_flipped ? "mj_tw - 1 - " + kw : kw) + ");");
+  // The phase and the row within it (the plane's other end where B reads row - tap).
+  const std::string rh = dc.row_flipped ? "0" : kh + " % mj_sh",
+                    qh = dc.row_flipped ? "mj_th - 1 - " + kh : kh + " / mj_sh",
+                    rw = dc.col_flipped ? "0" : kw + " % mj_sw",
+                    qw = dc.col_flipped ? "mj_tw - 1 - " + kw : kw + " / mj_sw";
+  line(d + 1, "mj_goff[mj_kk] = (((" + plane + ") * mj_ph + " + rh + ") * mj_pw + " + rw +
+                  ") * mj_gplane + (" + qh + ") * mj_gw + (" + qw + ");");
   line(d, "}");
 }
 

@@ -4,30 +4,31 @@
 
 namespace metajit {
 
-bool shift_invariant(const IndexExpr& e, int u, int t, int sigma) {
+bool shift_invariant(const IndexExpr& e, int u, int t, int sigma, int stride) {
   const bool reads_u = ix_reads_var(e, u), reads_t = ix_reads_var(e, t);
   if (!reads_u && !reads_t) return true;
+  // c * (stride * u + sigma * t) + rest: u's coefficient is stride * sigma times t's.
   if (ix_affine_in(e, u) && ix_affine_in(e, t))
-    return ix_coefficient(e, t) == sigma * ix_coefficient(e, u);
+    return ix_coefficient(e, u) == stride * sigma * ix_coefficient(e, t);
   // A function of its operands: invariant when they are. A bare variable is affine (above).
   for (const IndexExprPtr* child : {&e.a, &e.b, &e.c})
-    if (*child && !shift_invariant(**child, u, t, sigma)) return false;
+    if (*child && !shift_invariant(**child, u, t, sigma, stride)) return false;
   for (const IndexExprPtr& arg : e.args)
-    if (!shift_invariant(*arg, u, t, sigma)) return false;
+    if (!shift_invariant(*arg, u, t, sigma, stride)) return false;
   return true;
 }
 
 namespace {
 
-// Every index expression of `stmts` (guards' bodies included) shift-invariant in (u, t, sigma).
-bool stmts_shift_invariant(const std::vector<KStmt>& stmts, int u, int t, int sigma) {
+// Every index expression of `stmts` (guards' bodies included) shift-invariant in (u, t).
+bool stmts_shift_invariant(const std::vector<KStmt>& stmts, int u, int t, int sigma, int stride) {
   for (const KStmt& st : stmts) {
     for (const IndexExprPtr& e : st.index)
-      if (!shift_invariant(*e, u, t, sigma)) return false;
-    if (st.cond && !shift_invariant(*st.cond, u, t, sigma)) return false;
+      if (!shift_invariant(*e, u, t, sigma, stride)) return false;
+    if (st.cond && !shift_invariant(*st.cond, u, t, sigma, stride)) return false;
     for (const KLoop& l : st.loops)
-      if (!shift_invariant(*l.extent, u, t, sigma)) return false;
-    if (st.body && !stmts_shift_invariant(st.body->stmts, u, t, sigma)) return false;
+      if (!shift_invariant(*l.extent, u, t, sigma, stride)) return false;
+    if (st.body && !stmts_shift_invariant(st.body->stmts, u, t, sigma, stride)) return false;
   }
   return true;
 }
@@ -45,17 +46,22 @@ bool stmts_read(const std::vector<KStmt>& stmts, int var) {
   return false;
 }
 
-// The reduction loop of `r` that `stmts` read output loop `u` with, and the sign; false when
-// there is none (or the only candidates are in `taken`).
+// The reduction loop of `r` that `stmts` read output loop `u` with, the sign and the stride
+// (up to `max_stride`; a stride above 1 only with +); false when there is none (or the only
+// candidates are in `taken`).
 bool find_tap(const std::vector<KStmt>& stmts, const KStmt& r, int u,
-              const std::vector<int>& taken, int& tap, bool& flipped) {
+              const std::vector<int>& taken, int max_stride, int& tap, bool& flipped,
+              int& stride) {
   for (const KLoop& l : r.loops) {
     if (std::find(taken.begin(), taken.end(), l.var) != taken.end()) continue;
-    for (int sigma : {1, -1}) {
-      if (stmts_shift_invariant(stmts, u, l.var, sigma)) {
-        tap = l.var;
-        flipped = sigma < 0;
-        return true;
+    for (int s = 1; s <= max_stride; ++s) {
+      for (int sigma : {1, -1}) {
+        if ((s == 1 || sigma > 0) && stmts_shift_invariant(stmts, u, l.var, sigma, s)) {
+          tap = l.var;
+          flipped = sigma < 0;
+          stride = s;
+          return true;
+        }
       }
     }
   }
@@ -73,8 +79,11 @@ std::optional<DirectColumns> find_direct_columns(const KernelIR& ir, const Contr
   DirectColumns d;
   d.row_var = merged[0];
   d.col_var = c.j_var;
-  if (!find_tap(stmts, r, d.col_var, {}, d.col_tap, d.col_flipped)) return std::nullopt;
-  if (!find_tap(stmts, r, d.row_var, {d.col_tap}, d.row_tap, d.row_flipped)) return std::nullopt;
+  if (!find_tap(stmts, r, d.col_var, {}, kDirectMaxStride, d.col_tap, d.col_flipped,
+                d.col_stride) ||
+      !find_tap(stmts, r, d.row_var, {d.col_tap}, kDirectMaxStride, d.row_tap, d.row_flipped,
+                d.row_stride))
+    return std::nullopt;
   return d;
 }
 
@@ -90,7 +99,8 @@ std::optional<DirectSteps> find_direct_steps(const KernelIR& ir, const Contracti
     if (!stmts_read(stmts, o)) continue;
     TapPair p;
     p.outer_var = o;
-    if (!find_tap(stmts, r, o, taken, p.step_var, p.flipped)) return std::nullopt;
+    int stride = 1;
+    if (!find_tap(stmts, r, o, taken, 1, p.step_var, p.flipped, stride)) return std::nullopt;
     taken.push_back(p.step_var);
     d.pairs.push_back(p);
   }

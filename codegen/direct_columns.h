@@ -26,7 +26,13 @@ struct DirectColumns {
   // B reads row - row_tap (a transposed convolution, or one whose kernel is flipped) rather
   // than row + row_tap; the same for the columns.
   bool row_flipped = false, col_flipped = false;
+  // B reads stride * row + kh (a strided convolution): the table holds one plane per phase
+  // kh % stride, and tap kh reads phase kh % stride at row + kh / stride. Flipped only at 1.
+  int row_stride = 1, col_stride = 1;
 };
+
+// The largest stride find_direct_columns pairs (the 7x7 stride-2 stem of an image network).
+inline constexpr int kDirectMaxStride = 4;
 
 // The other direct form: a convolution's weight gradient (sum over n, oh, ow of dy times x at
 // oh + kh, ow + kw, one [oc x ic] product per kh, kw): B reads outer loops (the taps kh, kw)
@@ -56,9 +62,9 @@ std::optional<DirectSteps> find_direct_steps(const KernelIR& ir, const Contracti
 std::optional<DirectColumns> find_direct_columns(const KernelIR& ir, const Contraction& c,
                                                  const std::vector<int>& merged);
 
-// Whether `e` depends on loop variables `u` and `t` only through u + sigma * t (sigma = 1 or
-// -1): each subexpression reading either is a function of subexpressions that do, down to
-// affine ones whose coefficients of t and u are in the ratio sigma.
-bool shift_invariant(const IndexExpr& e, int u, int t, int sigma);
+// Whether `e` depends on loop variables `u` and `t` only through stride * u + sigma * t (sigma
+// = 1 or -1): each subexpression reading either is a function of subexpressions that do, down
+// to affine ones whose coefficient of u is stride * sigma times that of t.
+bool shift_invariant(const IndexExpr& e, int u, int t, int sigma, int stride = 1);
 
 }  // namespace metajit

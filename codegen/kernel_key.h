@@ -74,8 +74,10 @@ namespace metajit {
 // stride-1 convolution's B read by the wide tile from a table of its input over the windows
 // (codegen/direct_columns.h, codegen/cpp_direct_columns.cc) where its rows allow; 57: a
 // convolution's weight gradient ([kh, kw, oc, ic]) packs B once for every tap over its
-// reduction widened by the taps (DirectSteps); the contraction prelude keeps four scratch slots
-inline constexpr const char* kCodegenVersion = "cpp-57";
+// reduction widened by the taps (DirectSteps); the contraction prelude keeps four scratch slots;
+// 58: 56's table for strided convolutions too, a plane per phase of the taps (the 7x7 stride-2
+// stem)
+inline constexpr const char* kCodegenVersion = "cpp-58";
 
 class KernelKeyBuilder {
  public:

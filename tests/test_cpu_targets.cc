@@ -194,13 +194,13 @@ TEST_CASE("short merged rows pack by column tables where contiguous, else by row
   }
 }
 
-// The direct tile (ContractionSchedule::direct, codegen/cpp_direct_columns.cc): a stride-1
-// convolution's B read from a table of its input over the windows. Each case runs it at run time
+// The direct tile (ContractionSchedule::direct, codegen/cpp_direct_columns.cc): a convolution's
+// B read from a table of its input over the windows. Each case runs it at run time
 // (rows of 14 and more for 3 columns of kernel, 256 columns and more or nearly whole panels),
 // against the reference interpreter on every width: padding 0, 1 and 2, kernels 3x3, 5x5, 1x3
 // and 3x1, channels that fill no tile, an element-wise producer inside B, a bias after, the
 // transposed convolution of the input's gradient (B reads row - tap), and rows too short for it
-// (the packed tile).
+// (the packed tile), strides of 2, weight gradients (B packed once for every tap).
 TEST_CASE("stride-1 convolutions read B from a table of the input's windows on every width",
           "[targets][conv]") {
   uint64_t seed = 60;
@@ -210,7 +210,9 @@ TEST_CASE("stride-1 convolutions read B from a table of the input's windows on e
   // Weight gradients over 64 input channels (the wide tile): B packed once for every tap.
   Var x64 = r({2, 64, 12, 12}), w8 = r({8, 64, 3, 3}), g12 = r({2, 8, 12, 12}),
       g10 = r({2, 8, 10, 10}), wt = r({64, 8, 3, 3});
-  eval({x, w3, x40, w5, w13, w31, bias, x8, x64, w8, g12, g10, wt});
+  // Strided: a plane per phase of the taps.
+  Var x32 = r({2, 5, 32, 32}), x48 = r({1, 3, 48, 48}), w7 = r({8, 3, 7, 7});
+  eval({x, w3, x40, w5, w13, w31, bias, x8, x64, w8, g12, g10, wt, x32, x48, w7});
   for (const Width& w : widths()) {
     ScopedEnv flags("METAJIT_CXXFLAGS", w.flags);
     INFO(w.flags);
@@ -225,7 +227,10 @@ TEST_CASE("stride-1 convolutions read B from a table of the input's windows on e
         conv2d(x8, w3, 1, 1),                                   // 7: rows of 8: packed
         grad(sum(conv2d(x64, w8, 1, 1) * g12), {w8})[0],        // 8: step + tap
         grad(sum(conv2d(x64, w8, 1, 0) * g10), {w8})[0],        // 9: no padding
-        grad(sum(conv_transpose2d(x64, wt, 1, 1) * g12), {wt})[0]};  // 10
+        grad(sum(conv_transpose2d(x64, wt, 1, 1) * g12), {wt})[0],  // 10
+        conv2d(x32, w3, 2, 1),                                  // 11: stride 2, padding 1
+        conv2d(x32, w3, 2, 0),                                  // 12: stride 2, no padding
+        conv2d(x48, w7, 2, 3)};                                 // 13: a 7x7 stride-2 stem
     const std::vector<KernelInfo> first = plan({cases[0]});
     REQUIRE(!first.empty());
     CHECK_THAT(first.back().source, Catch::Contains("mj_micro_direct"));
@@ -325,8 +330,8 @@ TEST_CASE("SELU's exp is computed in vector registers on every vector width", "[
 // reduction once per row (codegen/lowering.cc memo_key) changed softmax's IR under cpp-28.
 TEST_CASE("the C++ emitter's output is pinned to the codegen version", "[targets]") {
   ScopedEnv fused("METAJIT_OPT_LEVEL", "1"), generic("METAJIT_SPECIALIZE_SHAPES", "0");
-  const char* kRecordedVersion = "cpp-57";
-  const char* kRecordedDigest = "9d1cbf2a32ccebb5ef7bda716375f998";
+  const char* kRecordedVersion = "cpp-58";
+  const char* kRecordedDigest = "a7fc27c8db2c1cca1ebd80df1af17975";
   Var a = rand({5, 7}, 1), b = rand({7, 3}, 2), x = rand({2, 3, 9, 9}, 3),
       w = rand({4, 3, 3, 3}, 4);
   Var ids = array(std::vector<int32_t>{4, 0, 2, 4}, {4}), rows = rand({4, 7}, 5),
@@ -473,7 +478,9 @@ TEST_CASE("a contraction's B comes from the window table only where it reads row
   CHECK(shift_invariant(*parse("(i2+i5)/2+i6"), 2, 5, 1));
   CHECK(shift_invariant(*parse("i0*3+i1"), 2, 5, 1));  // reads neither
   CHECK_FALSE(shift_invariant(*parse("i2+i5"), 2, 5, -1));
-  CHECK_FALSE(shift_invariant(*parse("i2*2+i5"), 2, 5, 1));  // stride 2
+  CHECK_FALSE(shift_invariant(*parse("i2*2+i5"), 2, 5, 1));  // stride 2 ...
+  CHECK(shift_invariant(*parse("(i2*2+i5-3>=0)&&(i2*2+i5-3<9)"), 2, 5, 1, 2));
+  CHECK_FALSE(shift_invariant(*parse("i2*2-i5"), 2, 5, 1, 2));
   CHECK_FALSE(shift_invariant(*parse("i2+i5*2"), 2, 5, 1));  // dilation 2
   CHECK_FALSE(shift_invariant(*parse("i2"), 2, 5, 1));
   CHECK_FALSE(shift_invariant(*parse("(i2+i5<4)&&(i2<3)"), 2, 5, 1));
@@ -488,7 +495,10 @@ TEST_CASE("a contraction's B comes from the window table only where it reads row
     return s.contraction->direct;
   };
   CHECK(direct(conv2d(x, w, 1, 0)));
-  CHECK_FALSE(direct(conv2d(x, w, 2, 1)));     // stride 2
+  const auto s2 = direct(conv2d(x, w, 2, 1));  // stride 2: a plane per phase
+  REQUIRE(s2);
+  CHECK(s2->row_stride == 2);
+  CHECK(s2->col_stride == 2);
   CHECK_FALSE(direct(conv2d(x, w, 1, 2, 2)));  // dilation 2
   // The input's gradient, a transposed convolution: row - tap on both sides.
   const auto dx = direct(grad(sum(conv2d(x, w, 1, 1) * g), {x})[0]);
