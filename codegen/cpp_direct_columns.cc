@@ -207,15 +207,14 @@ const TapPair* pair_of_step(const DirectSteps& ds, int var) {
 }  // namespace
 
 // B's panels packed once over the widened reduction (pack_operand_once with the paired outer
-// loops at the end of their range from which the steps reach every position), where the launch
-// has more than one outer iteration, and each real step's row in them, mj_goff (slot 3).
+// loops at the end of their range from which the steps reach every position), and each real
+// step's row in them, mj_goff (slot 3). Also for one outer iteration (a 1x1 kernel's weight
+// gradient): the table is then B packed once, which the packed tile packs per row block.
 void CppEmitter::direct_steps_table(const ContractionParts& p, const ContractionTile& t) {
   const DirectSteps& ds = *p.cs.direct_steps;
   const Contraction& c = p.cs.match;
   KStmt wide = p.r;
   wide.loops = widened_steps(p.r, p.ir, ds);
-  std::string outer_work = "1LL";
-  for (const KLoop* l : p.outer) outer_work += " * (" + ix(*l->extent) + ")";
   line(1, "i64* mj_goff = 0;");
   line(1, "const i64 mj_gk = " + work(wide.loops) + ";");
   line(1, "{");
@@ -229,8 +228,7 @@ void CppEmitter::direct_steps_table(const ContractionParts& p, const Contraction
                 (tp.flipped ? "(" + ix(*o->extent) + ") - 1" : std::string("0")) + ";");
   }
   ++indent_;
-  pack_operand_once(wide, p.b_pre, c.b_stmts, c.b, p.jv, t.nr, 1, nullptr, outer_work + " > 1",
-                    "");
+  pack_operand_once(wide, p.b_pre, c.b_stmts, c.b, p.jv, t.nr, 1, nullptr, "1", "");
   --indent_;
   line(1, "}");
   line(1, "if (mj_bpre) mj_goff = (i64*)(void*)mj_take(3, sizeof(i64) * (mj_k > 0 ? mj_k : 1));");

@@ -47,15 +47,15 @@ struct ContractionSchedule {
   // a panel's columns pack in one vector loop, the column variables from tables, not row
   // piece by row piece (CppEmitter::pack_merged_flat; the digits CNN's 4x4 images).
   bool flat_columns = false;
-  // A stride-1 convolution's B read from a table of its input over the windows, not packed
+  // A convolution's B read from a table of its input over the windows, not packed
   // (codegen/direct_columns.h), on the wide tile, where at run time the widened rows waste at
-  // most an eighth of the columns (kDirectMaxWaste) and the table fits (CppEmitter::
-  // direct_table): conv2d 8x64x56x56 by 64x3x3 in 6.5 ms against 8.5 packed (AVX-512).
+  // most an eighth of the columns (kDirectMaxWaste), the kernel is not 1x1 and the table fits
+  // (CppEmitter::direct_tile): conv2d 8x64x56x56 by 64x3x3 in 6.5 ms against 8.6 packed
+  // (AVX-512).
   std::optional<DirectColumns> direct;
   // A weight gradient's B packed once, over its reduction widened by the taps, for every tap
-  // (codegen/direct_columns.h DirectSteps), on the wide tile, where the launch has several outer
-  // iterations and the table fits: conv2d 8x64x56x56 by 64x3x3's weight gradient packed B 18
-  // times (9 taps, 2 row blocks).
+  // (codegen/direct_columns.h DirectSteps), on the wide tile, where the table fits: conv2d
+  // 8x64x56x56 by 64x3x3's weight gradient had packed B 18 times (9 taps, 2 row blocks).
   std::optional<DirectSteps> direct_steps;
   bool a_once = false, b_once = false;  // packed once per launch (reads no outer loop)
   // Each operand packed by one function (MJ_PACK_FN) that the packing once per launch and the

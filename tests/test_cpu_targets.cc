@@ -194,14 +194,14 @@ TEST_CASE("short merged rows pack by column tables where contiguous, else by row
   }
 }
 
-// The direct tile (ContractionSchedule::direct, codegen/cpp_direct_columns.cc): a convolution's
-// B read from a table of its input over the windows. Each case runs it at run time
+// The direct tiles (ContractionSchedule::direct and direct_steps, codegen/cpp_direct_columns.cc):
+// a convolution's B read from a table of its input over the windows. Each case runs it at run time
 // (rows of 14 and more for 3 columns of kernel, 256 columns and more or nearly whole panels),
 // against the reference interpreter on every width: padding 0, 1 and 2, kernels 3x3, 5x5, 1x3
 // and 3x1, channels that fill no tile, an element-wise producer inside B, a bias after, the
 // transposed convolution of the input's gradient (B reads row - tap), and rows too short for it
 // (the packed tile), strides of 2, weight gradients (B packed once for every tap).
-TEST_CASE("stride-1 convolutions read B from a table of the input's windows on every width",
+TEST_CASE("convolutions read B from a table of the input's windows on every width",
           "[targets][conv]") {
   uint64_t seed = 60;
   auto r = [&](Shape s) { return rand(s, seed++) - 0.5; };
@@ -211,8 +211,8 @@ TEST_CASE("stride-1 convolutions read B from a table of the input's windows on e
   Var x64 = r({2, 64, 12, 12}), w8 = r({8, 64, 3, 3}), g12 = r({2, 8, 12, 12}),
       g10 = r({2, 8, 10, 10}), wt = r({64, 8, 3, 3});
   // Strided: a plane per phase of the taps.
-  Var x32 = r({2, 5, 32, 32}), x48 = r({1, 3, 48, 48}), w7 = r({8, 3, 7, 7});
-  eval({x, w3, x40, w5, w13, w31, bias, x8, x64, w8, g12, g10, wt, x32, x48, w7});
+  Var x32 = r({2, 5, 32, 32}), x48 = r({1, 3, 48, 48}), w7 = r({8, 3, 7, 7}), w1 = r({8, 64, 1, 1});
+  eval({x, w3, x40, w5, w13, w31, bias, x8, x64, w8, g12, g10, wt, x32, x48, w7, w1});
   for (const Width& w : widths()) {
     ScopedEnv flags("METAJIT_CXXFLAGS", w.flags);
     INFO(w.flags);
@@ -230,7 +230,8 @@ TEST_CASE("stride-1 convolutions read B from a table of the input's windows on e
         grad(sum(conv_transpose2d(x64, wt, 1, 1) * g12), {wt})[0],  // 10
         conv2d(x32, w3, 2, 1),                                  // 11: stride 2, padding 1
         conv2d(x32, w3, 2, 0),                                  // 12: stride 2, no padding
-        conv2d(x48, w7, 2, 3)};                                 // 13: a 7x7 stride-2 stem
+        conv2d(x48, w7, 2, 3),                                  // 13: a 7x7 stride-2 stem
+        grad(sum(conv2d(x64, w1, 1, 0) * g12), {w1})[0]};       // 14: one tap
     const std::vector<KernelInfo> first = plan({cases[0]});
     REQUIRE(!first.empty());
     CHECK_THAT(first.back().source, Catch::Contains("mj_micro_direct"));
