@@ -1,12 +1,18 @@
-// The C++ emitter's direct tile (ContractionSchedule::direct, codegen/direct_columns.h): B read
-// from a table of its input over the union of the windows instead of packed panels. The table
-// G holds, per outer iteration and step of the reduction loops other than the two taps (and per
-// phase tap % stride of a strided one), B's values over the (OH+KH-1) x (OW+KW-1) positions a
-// window reaches (OH + ceil(KH/stride) - 1 rows of a phase): B evaluated with the taps
-// at one end of their range and the output row and column running over the table. Step k of
-// the reduction then reads row mj_goff[k] of it, one offset a step for every column: the
-// columns are the output rows widened to mj_gw = OW+KW-1, so that a panel's columns are
-// contiguous in G, and the epilogue drops the KW-1 extra ones per row.
+// The C++ emitter's two direct tiles (codegen/direct_columns.h), which read a convolution's B
+// from a table filled once per launch instead of panels packed per block.
+//
+// ContractionSchedule::direct (a convolution, its input's gradient): the table G holds, per
+// outer iteration and step of the reduction loops other than the two taps (and per phase
+// tap % stride of a strided one), B's values over the (OH+KH-1) x (OW+KW-1) positions a window
+// reaches (OH + ceil(KH/stride) - 1 rows of a phase): B evaluated with the taps at one end of
+// their range and the output row and column running over the table. Step k of the reduction
+// then reads row mj_goff[k] of it, one offset a step for every column: the columns are the
+// output rows widened to mj_gw = OW+KW-1, so that a panel's columns are contiguous in G, and
+// the epilogue drops the KW-1 extra ones per row.
+//
+// ContractionSchedule::direct_steps (a weight gradient, one product per tap): B's panels packed
+// once over the reduction widened by the taps; tap (kh, kw) reads step k at row mj_goff[k] +
+// its shift (direct_steps_table, direct_steps_shift).
 #include <algorithm>
 #include <functional>
 #include <string>
@@ -32,11 +38,9 @@ const KLoop& loop_of(const KStmt& r, int var) {
   METAJIT_UNREACHABLE("direct columns: no reduction loop i" + std::to_string(var));
 }
 
-}  // namespace
-
 // The flat index of loops `ls` (outermost first) as text: "0" for none.
-static std::string flat_index(const std::vector<const KLoop*>& ls,
-                              const std::function<std::string(const KLoop&)>& extent) {
+std::string flat_index(const std::vector<const KLoop*>& ls,
+                       const std::function<std::string(const KLoop&)>& extent) {
   std::string s;
   for (const KLoop* l : ls) {
     const std::string i = "i" + std::to_string(l->var);
@@ -44,6 +48,8 @@ static std::string flat_index(const std::vector<const KLoop*>& ls,
   }
   return s.empty() ? "0" : s;
 }
+
+}  // namespace
 
 // G's offset of the current outer iteration's first plane (in a block of the parallel loop).
 std::string CppEmitter::direct_plane(const ContractionParts& p) {
@@ -177,9 +183,6 @@ void CppEmitter::direct_offsets(const ContractionParts& p, int d) {
   line(d, "}");
 }
 
-}  // namespace metajit
-
-namespace metajit {
 namespace {
 
 // The reduction loops of `r` with each paired step loop widened by its outer loop's extent - 1
