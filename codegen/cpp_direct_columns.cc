@@ -169,10 +169,13 @@ void CppEmitter::direct_offsets(const ContractionParts& p, int d) {
   const std::vector<const KLoop*> others = other_steps(p.r, dc);
   const std::string plane = flat_index(others, [&](const KLoop& l) { return ix(*l.extent); });
   const std::string kh = "i" + std::to_string(dc.row_tap), kw = "i" + std::to_string(dc.col_tap);
-  line(d, "for (i64 mj_kk = 0; mj_kk < mj_gk; ++mj_kk) {");
-  line(d + 1, "i64 mj_rem = mj_kk;");
+  // The loop variables walked as an odometer, no division a step (every extent is > 0 here:
+  // mj_gk > 0).
+  line(d, "{");
+  line(d + 1, "i64 mj_rem = 0;");
   odometer_vars(p.r, p.r.loops.size(), d + 1);
   line(d + 1, "(void)mj_rem;");
+  line(d, "for (i64 mj_kk = 0; mj_kk < mj_gk; ++mj_kk) {");
   // The phase and the row within it (the plane's other end where B reads row - tap).
   const std::string rh = dc.row_flipped ? "0" : kh + " % mj_sh",
                     qh = dc.row_flipped ? "mj_th - 1 - " + kh : kh + " / mj_sh",
@@ -180,6 +183,8 @@ void CppEmitter::direct_offsets(const ContractionParts& p, int d) {
                     qw = dc.col_flipped ? "mj_tw - 1 - " + kw : kw + " / mj_sw";
   line(d + 1, "mj_goff[mj_kk] = (((" + plane + ") * mj_ph + " + rh + ") * mj_pw + " + rw +
                   ") * mj_gplane + (" + qh + ") * mj_gw + (" + qw + ");");
+  line(d + 1, odometer_advance(p.r));
+  line(d, "}");
   line(d, "}");
 }
 
@@ -235,17 +240,17 @@ void CppEmitter::direct_steps_table(const ContractionParts& p, const Contraction
   --indent_;
   line(1, "}");
   line(1, "if (mj_bpre) mj_goff = (i64*)(void*)mj_take(3, sizeof(i64) * (mj_k > 0 ? mj_k : 1));");
-  line(1, "if (mj_goff) {");
+  // The real steps walked as an odometer, no division a step (mj_k > 0: every extent > 0).
+  line(1, "if (mj_goff && mj_k > 0) {");
+  line(2, "i64 mj_rem = 0;");
+  odometer_vars(p.r, p.r.loops.size(), 2);
+  line(2, "(void)mj_rem;");
   line(2, "for (i64 mj_kk = 0; mj_kk < mj_k; ++mj_kk) {");
-  line(3, "i64 mj_rem = mj_kk;");
-  odometer_vars(p.r, p.r.loops.size(), 3);
-  line(3, "(void)mj_rem;");
-  std::string flat;
-  for (const KLoop& l : wide.loops) {
-    const std::string i = "i" + std::to_string(l.var);
-    flat = flat.empty() ? i : "(" + flat + ") * (" + ix(*l.extent) + ") + " + i;
-  }
+  std::vector<const KLoop*> steps;
+  for (const KLoop& l : wide.loops) steps.push_back(&l);
+  const std::string flat = flat_index(steps, [&](const KLoop& l) { return ix(*l.extent); });
   line(3, "mj_goff[mj_kk] = (" + flat + ") * " + std::to_string(t.nr) + ";");
+  line(3, odometer_advance(p.r));
   line(2, "}");
   line(1, "}");
 }

@@ -191,6 +191,7 @@ class CppEmitter : public CFamilyEmitter {
 
   // cpp_packing.cc: a contraction's operands packed into panels.
   void odometer_vars(const KStmt& r, size_t upto, int d);
+  std::string odometer_advance(const KStmt& r);
   void interval_from_ends(const std::string& pass, const std::string& var, const std::string& base,
                           int d);
   template <class Body>

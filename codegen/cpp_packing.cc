@@ -52,7 +52,14 @@ void CppEmitter::reduction_walk(const KStmt& r, const std::string& start, const 
   line(d + 1, "(void)mj_rem;");
   line(d + 1, "for (i64 mj_kk = 0; mj_kk < " + count + "; ++mj_kk) {");
   body(d + 2);
-  // Advance: the innermost variable first, carrying outwards.
+  line(d + 2, odometer_advance(r));
+  line(d + 1, "}");
+  line(d, "}");
+}
+
+// One step of the reduction's loop variables as an odometer: the innermost first, carrying
+// outwards (reduction_walk, and the direct tiles' offset tables, codegen/cpp_direct_columns.cc).
+std::string CppEmitter::odometer_advance(const KStmt& r) {
   std::string adv;
   for (size_t n = r.loops.size(); n-- > 0;) {
     const std::string i = "i" + std::to_string(r.loops[n].var), e = ix(*r.loops[n].extent);
@@ -63,9 +70,7 @@ void CppEmitter::reduction_walk(const KStmt& r, const std::string& start, const 
     }
   }
   for (size_t n = 1; n < r.loops.size(); ++n) adv += " }";
-  line(d + 2, adv);
-  line(d + 1, "}");
-  line(d, "}");
+  return adv;
 }
 
 template <class Emit>

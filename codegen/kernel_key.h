@@ -76,8 +76,9 @@ namespace metajit {
 // convolution's weight gradient ([kh, kw, oc, ic]) packs B once for every tap over its
 // reduction widened by the taps (DirectSteps); the contraction prelude keeps four scratch slots;
 // 58: 56's table for strided convolutions too, a plane per phase of the taps (the 7x7 stride-2
-// stem); 57's for a single outer iteration too (a 1x1 kernel's weight gradient)
-inline constexpr const char* kCodegenVersion = "cpp-58";
+// stem); 57's for a single outer iteration too (a 1x1 kernel's weight gradient); 59: the direct
+// tiles' step offsets walked as an odometer, not two divisions a step
+inline constexpr const char* kCodegenVersion = "cpp-59";
 
 class KernelKeyBuilder {
  public:
