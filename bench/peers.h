@@ -55,6 +55,13 @@ Impl openblas_batched_sgemm(const Buffer& a, const Buffer& b, int64_t batch, int
                             int64_t m);
 Impl im2col_sgemm(const Buffer& x, const Buffer& w, const ConvShape& s);  // im2col is ours
 
+// --- hand-written Winograd F(4x4,3x3), stride-1 padding-1 3x3 layers (bench/peers_winograd.cc),
+// built for AVX2 (x86-64-v3) and for the host; winograd_f4x4_3x3 picks the one of the bench's
+// --target (METAJIT_BENCH_TARGET), and is skipped for the portable target ---
+Impl winograd_f4x4_3x3_avx2(const Buffer& x, const Buffer& w, const ConvShape& s);
+Impl winograd_f4x4_3x3_native(const Buffer& x, const Buffer& w, const ConvShape& s);
+Impl winograd_f4x4_3x3(const Buffer& x, const Buffer& w, const ConvShape& s);
+
 // --- Halide JIT (hand schedules) ---
 std::string halide_target();  // the JIT target (HL_JIT_TARGET, else the host)
 Impl halide_selu(const Buffer& x);

@@ -4,6 +4,7 @@
 // library's, as in a plain C++ program.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "bench/peers.h"
@@ -172,6 +173,17 @@ Impl loops_max_pool_3x3s2(const Buffer& x, int64_t planes, int64_t hw) {
         }
   };
   im.result = [out] { return out.to_vector(); };
+  return im;
+}
+
+// The Winograd peer built for the ISA metajit's kernels are held to in this run (bench/main.cc
+// sets METAJIT_BENCH_TARGET for --target; native when unset).
+Impl winograd_f4x4_3x3(const Buffer& x, const Buffer& w, const ConvShape& s) {
+  const char* target = std::getenv("METAJIT_BENCH_TARGET");
+  const std::string t = target ? target : "native";
+  if (t == "avx2") return winograd_f4x4_3x3_avx2(x, w, s);
+  Impl im = winograd_f4x4_3x3_native(x, w, s);
+  if (t != "native" && t != "avx512") im.skipped = "built for AVX2 and for the host, not for " + t;
   return im;
 }
 

@@ -39,6 +39,9 @@ struct Impl {
   // Optional: the output after the warm-up; every peer's is checked against impls[0]'s.
   std::function<std::vector<float>()> result;
   std::string skipped;  // non-empty: not run, and why
+  // The check's tolerance for this impl when it is not the workload's: an algorithm whose
+  // rounding error is known to be larger (the Winograd peer's), NaN for the workload's.
+  double tol = kNaN;
 };
 
 struct Timing {

@@ -384,6 +384,8 @@ Workload conv2d(const std::string& name, const ConvShape& s, bool with_o0) {
                 o0_kernels, product_gib);
   o0.skipped = why;
   w.impls = {metajit_impl(build), im2col_sgemm(x.host, wt.host, s)};
+  if (s.kh == 3 && s.kw == 3 && s.stride == 1)
+    w.impls.push_back(winograd_f4x4_3x3(x.host, wt.host, s));
   if (with_o0) w.impls.push_back(o0);
   w.flops = 2.0 * s.n * s.o * s.oh() * s.ow() * s.c * s.kh * s.kw;
   w.tol = 1e-3;
@@ -424,6 +426,17 @@ Workload conv2d_grad(const std::string& name, const ConvShape& s, bool of_input)
     Var loss = metajit::sum(metajit::conv2d(xv, wv, stride, pad) * gv);
     return metajit::grad(loss, {of_input ? xv : wv})[0];
   })};
+  if (of_input && s.kh == 3 && s.kw == 3 && s.stride == 1 && s.pad == 1) {
+    // The input's gradient is the convolution of g by the filters transposed (O and C
+    // swapped) and flipped; the flip is made here, once, outside the timing.
+    Buffer flipped(s.c * s.o * 9);
+    for (int64_t k = 0; k < s.o; ++k)
+      for (int64_t c = 0; c < s.c; ++c)
+        for (int64_t t = 0; t < 9; ++t)
+          flipped.data()[(c * s.o + k) * 9 + t] = wt.host.data()[(k * s.c + c) * 9 + 8 - t];
+    const ConvShape back{s.n, s.o, s.oh(), s.ow(), s.c, 3, 3, 1, 1};
+    w.impls.push_back(winograd_f4x4_3x3(g.host, flipped, back));
+  }
   w.flops = 2.0 * s.n * s.o * s.oh() * s.ow() * s.c * s.kh * s.kw;
   w.tol = 1e-3;
   return w;
