@@ -284,6 +284,8 @@ void CppEmitter::wide_tile(const ContractionParts& p) {
   }
   if (p.cs.direct) {
     direct_tile(p);
+  } else if (p.cs.a_once) {
+    direct_steps_tile(p);
   } else {
     ContractionParts q = p;
     q.direct_steps = true;
@@ -453,6 +455,18 @@ std::string CppEmitter::pack_function(const ContractionParts& p, int side, int p
   return name;
 }
 
+// Block (mj_bi, mj_bj)'s first row and column, its rows and columns, padded to the tile.
+void CppEmitter::block_bounds(const ContractionTile& t, int d) {
+  const std::string MR = std::to_string(t.mr), NR = std::to_string(t.nr);
+  line(d, "const i64 mj_i0 = (mj_bi * mj_mtb + (mj_bi < mj_mte ? mj_bi : mj_mte)) * " + MR +
+              ", mj_j0 = mj_bj * mj_nc;");
+  line(d, "const i64 mj_ib = (mj_mtb + (mj_bi < mj_mte)) * " + MR + ";");
+  line(d, "const i64 mj_in = (mj_ei - mj_i0) < mj_ib ? (mj_ei - mj_i0) : mj_ib;");
+  line(d, "const i64 mj_jn = (mj_ej - mj_j0) < mj_nc ? (mj_ej - mj_j0) : mj_nc;");
+  line(d, "const i64 mj_inp = (mj_in + " + MR + " - 1) / " + MR + " * " + MR +
+              ", mj_jnp = (mj_jn + " + NR + " - 1) / " + NR + " * " + NR + ";");
+}
+
 // One block of the parallel loop at depth `d`: its rows and columns, each reduction block's
 // panels (packed here or taken from the once-packed ones) and the micro-kernel over its tiles.
 void CppEmitter::contraction_block(const ContractionParts& p, const ContractionTile& t,
@@ -462,13 +476,7 @@ void CppEmitter::contraction_block(const ContractionParts& p, const ContractionT
   line(d, "float* const mj_ap = mj_scratch + (i64)omp_get_thread_num() * mj_per_thread;");
   line(d, "float* const mj_bp = mj_ap + mj_mc * mj_kc;");
   line(d, "float* const mj_cb = mj_bp + mj_kc * mj_nc;");
-  line(d, "const i64 mj_i0 = (mj_bi * mj_mtb + (mj_bi < mj_mte ? mj_bi : mj_mte)) * " + MR +
-              ", mj_j0 = mj_bj * mj_nc;");
-  line(d, "const i64 mj_ib = (mj_mtb + (mj_bi < mj_mte)) * " + MR + ";");
-  line(d, "const i64 mj_in = (mj_ei - mj_i0) < mj_ib ? (mj_ei - mj_i0) : mj_ib;");
-  line(d, "const i64 mj_jn = (mj_ej - mj_j0) < mj_nc ? (mj_ej - mj_j0) : mj_nc;");
-  line(d, "const i64 mj_inp = (mj_in + " + MR + " - 1) / " + MR + " * " + MR +
-              ", mj_jnp = (mj_jn + " + NR + " - 1) / " + NR + " * " + NR + ";");
+  block_bounds(t, d);
   if (p.direct) line(d, "const float* const mj_gb = mj_g + " + direct_plane(p) + " + mj_j0;");
   if (p.direct_steps)
     line(d, "const float* const mj_gb = mj_bpre + (mj_j0 / " + NR + ") * mj_gk * " + NR + " + (" +

@@ -177,6 +177,9 @@ class CppEmitter : public CFamilyEmitter {
   void direct_table(const ContractionParts& p, int d);
   void direct_offsets(const ContractionParts& p, int d);
   std::string direct_plane(const ContractionParts& p);
+  void direct_steps_tile(const ContractionParts& p);
+  void direct_steps_sums(const ContractionParts& p, const ContractionTile& t);
+  void direct_steps_epilogue(const ContractionParts& p);
   void direct_steps_table(const ContractionParts& p, const ContractionTile& t);
   std::string direct_steps_shift(const ContractionParts& p);
   void contraction_tile(const ContractionParts& p, const ContractionTile& t,
@@ -185,6 +188,7 @@ class CppEmitter : public CFamilyEmitter {
   void contraction_block(const ContractionParts& p, const ContractionTile& t,
                          const std::string& micro, int d);
   void contraction_epilogue(const ContractionParts& p, int d);
+  void block_bounds(const ContractionTile& t, int d);
   std::string pack_function(const ContractionParts& p, int side, int pw);
   std::string pack_call(const ContractionParts& p, int side, int pw, bool once);
   std::set<std::string> pack_functions_;  // the packing functions printed into helpers_

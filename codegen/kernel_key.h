@@ -77,8 +77,10 @@ namespace metajit {
 // reduction widened by the taps (DirectSteps); the contraction prelude keeps four scratch slots;
 // 58: 56's table for strided convolutions too, a plane per phase of the taps (the 7x7 stride-2
 // stem); 57's for a single outer iteration too (a 1x1 kernel's weight gradient); 59: the direct
-// tiles' step offsets walked as an odometer, not two divisions a step
-inline constexpr const char* kCodegenVersion = "cpp-59";
+// tiles' step offsets walked as an odometer, not two divisions a step; 60: 57's tile runs every
+// tap inside each reduction block of a work item (a block of rows, one panel of columns, a part
+// of the reduction; the parts' sums added in order), where A reads no outer loop
+inline constexpr const char* kCodegenVersion = "cpp-60";
 
 class KernelKeyBuilder {
  public:

@@ -331,13 +331,14 @@ TEST_CASE("SELU's exp is computed in vector registers on every vector width", "[
 // reduction once per row (codegen/lowering.cc memo_key) changed softmax's IR under cpp-28.
 TEST_CASE("the C++ emitter's output is pinned to the codegen version", "[targets]") {
   ScopedEnv fused("METAJIT_OPT_LEVEL", "1"), generic("METAJIT_SPECIALIZE_SHAPES", "0");
-  const char* kRecordedVersion = "cpp-59";
-  const char* kRecordedDigest = "0212354aa1089a7ff6bd267e4d46daf8";
+  const char* kRecordedVersion = "cpp-60";
+  const char* kRecordedDigest = "a047dc8b5a4fb9a8034397abc5e89f09";
   Var a = rand({5, 7}, 1), b = rand({7, 3}, 2), x = rand({2, 3, 9, 9}, 3),
       w = rand({4, 3, 3, 3}, 4);
   Var ids = array(std::vector<int32_t>{4, 0, 2, 4}, {4}), rows = rand({4, 7}, 5),
       cols = array(std::vector<int64_t>{6, 0, 1, 2, 3, 4, 5, 6, 0, 1}, {5, 2});
-  eval({a, b, x, w, ids, rows, cols});
+  Var x16 = rand({1, 16, 6, 6}, 8), w16 = rand({16, 16, 3, 3}, 9);
+  eval({a, b, x, w, ids, rows, cols, x16, w16});
   const Var nested =
       reindex(reindex(rows, {4, 9}, {"i0", "i1-1"}, 0.5), {4, 7}, {"i0", "i1+1"}, -1.0);
   const std::vector<Var> graphs = {
@@ -364,7 +365,10 @@ TEST_CASE("the C++ emitter's output is pinned to the codegen version", "[targets
       matmul(nested, b), matmul(transpose(nested, {1, 0}), rand({4, 3}, 7)),
       // an unpadded pooling and its gradient: bounds tests proven once per launch, the
       // gradient's i/2 in int (codegen/extra_bounds.h); a bias gradient's coalesced loops
-      grad(sum(max_pool2d(relu(x), 2, 2) * 3.0), {x})[0], sum(x, {0, 2, 3})};
+      grad(sum(max_pool2d(relu(x), 2, 2) * 3.0), {x})[0], sum(x, {0, 2, 3}),
+      // a weight gradient whose B is packed once over the widened reduction, every tap run
+      // inside each reduction block (ContractionSchedule::direct_steps, cpp-60)
+      grad(sum(conv2d(x16, w16, 1, 1)), {w16})[0]};
   std::string all;
   for (const Var& g : graphs) {
     PipelinePlan p = build_pipeline({g.node()});
