@@ -144,6 +144,96 @@ std::optional<boost::filesystem::path> resolve_executable(const std::string& nam
   return found;
 }
 
+// A started compiler: the read end of its output pipe, its process group and the child.
+struct RunningCompiler {
+  std::optional<bp::pipe> pipe;
+  bp::group group;
+  std::unique_ptr<bp::child> child;
+};
+
+// Starts `exe` with argv's arguments, its output and errors into a pipe of our own; false, with
+// `out` saying why, where it could not start.
+bool start_compiler(const boost::filesystem::path& exe, const std::vector<std::string>& argv,
+                    RunningCompiler& rc, CompileOutcome& out) {
+  // Our own pipe with O_CLOEXEC: children started concurrently by other threads must not
+  // inherit this write end, or our reader would wait for *their* exit to see end of file.
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    out.failed_to_start = true;
+    out.output =
+        std::string("cannot create a pipe for the compiler's output: ") + std::strerror(errno);
+    return false;
+  }
+  rc.pipe.emplace(fds[0], fds[1]);
+  // A process group of its own (rc.group), so that a timeout also kills cc1plus/as started by g++.
+  std::error_code start_error;  // an error handler: Boost then reports instead of throwing
+  try {
+    std::vector<std::string> args(argv.begin() + 1, argv.end());
+    // clang-format would read the redirections as template brackets.
+    // clang-format off
+    rc.child = std::make_unique<bp::child>(bp::exe = exe.string(), bp::args = args,
+                                           bp::std_in < bp::null,
+                                           (bp::std_out & bp::std_err) > *rc.pipe,
+                                           rc.group, ReapFailedExec{}, DieWithParent{}, start_error);
+    // clang-format on
+  } catch (const std::exception& e) {
+    start_error = std::make_error_code(std::errc::io_error);
+    out.output = e.what();
+  }
+  if (start_error || !rc.child || !rc.child->valid()) {
+    out.failed_to_start = true;
+    out.output = "cannot start '" + argv[0] +
+                 "': " + (out.output.empty() ? start_error.message() : out.output);
+    return false;
+  }
+  return true;
+}
+
+// Collects the compiler's output until it exits or `timeout_seconds` after `start` pass
+// (out.timed_out), then ends its process group, reaps it and drains what is left in the pipe.
+void await_compiler(RunningCompiler& rc, double timeout_seconds, Clock::time_point start,
+                    CompileOutcome& out) {
+  const int fd = rc.pipe->native_source();
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  const pid_t pid = rc.child->id();
+  bool eof = false, truncated = false;
+  int idle_ms = 1;
+  for (;;) {
+    if (has_exited(pid)) break;
+    double left = timeout_seconds > 0 ? timeout_seconds - seconds_since(start) : 1e9;
+    if (left <= 0) {
+      out.timed_out = true;
+      break;
+    }
+    // Output wakes us at once; with the pipe closed we poll for the exit, backing off.
+    int wait_ms = eof ? idle_ms : 50;
+    wait_ms = std::max(1, std::min(wait_ms, int(left * 1000) + 1));
+    pump_output(eof ? -1 : fd, wait_ms, out.output, eof, truncated);
+    if (eof) idle_ms = std::min(idle_ms * 2, 20);
+  }
+  std::error_code ec;
+  rc.group.terminate(ec);  // the leader is still a zombie here, so the group id is still ours
+  rc.child->wait(ec);
+  const Clock::time_point drain_start = Clock::now();
+  while (!eof && seconds_since(drain_start) < kDrainSeconds)
+    pump_output(fd, 50, out.output, eof, truncated);
+  if (truncated) out.output += "\n[metajit: output truncated]\n";
+}
+
+// The exit status of a compiler that ran to its end: its code, or 128 + the signal that
+// killed it (with a line saying which); out.ok for a clean exit 0.
+void record_exit(const RunningCompiler& rc, const std::string& name, CompileOutcome& out) {
+  const int status = rc.child->native_exit_code();
+  if (WIFEXITED(status)) {
+    out.exit_code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    out.exit_code = 128 + WTERMSIG(status);
+    out.output += "\n[metajit: '" + name + "' was killed by signal " +
+                  std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")]\n";
+  }
+  out.ok = WIFEXITED(status) && out.exit_code == 0;
+}
+
 CompileOutcome run_one(const std::vector<std::string>& argv, double timeout_seconds) {
   CompileOutcome out;
   out.command = join_command(argv);
@@ -161,85 +251,20 @@ CompileOutcome run_one(const std::vector<std::string>& argv, double timeout_seco
     out.seconds = seconds_since(start);
     return out;
   }
-
-  // Our own pipe with O_CLOEXEC: children started concurrently by other threads must not
-  // inherit this write end, or our reader would wait for *their* exit to see end of file.
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) {
-    out.failed_to_start = true;
-    out.output =
-        std::string("cannot create a pipe for the compiler's output: ") + std::strerror(errno);
-    return out;
-  }
-  bp::pipe pipe(fds[0], fds[1]);
-  // A process group of its own, so that a timeout also kills cc1plus/as started by g++.
-  bp::group group;
-  std::unique_ptr<bp::child> child;
-  std::error_code start_error;  // an error handler: Boost then reports instead of throwing
-  try {
-    std::vector<std::string> args(argv.begin() + 1, argv.end());
-    // clang-format would read the redirections as template brackets.
-    // clang-format off
-    child = std::make_unique<bp::child>(bp::exe = exe->string(), bp::args = args,
-                                        bp::std_in < bp::null,
-                                        (bp::std_out & bp::std_err) > pipe,
-                                        group, ReapFailedExec{}, DieWithParent{}, start_error);
-    // clang-format on
-  } catch (const std::exception& e) {
-    start_error = std::make_error_code(std::errc::io_error);
-    out.output = e.what();
-  }
-  if (start_error || !child || !child->valid()) {
-    out.failed_to_start = true;
-    out.output = "cannot start '" + argv[0] +
-                 "': " + (out.output.empty() ? start_error.message() : out.output);
+  RunningCompiler rc;
+  if (!start_compiler(*exe, argv, rc, out)) {
     out.seconds = seconds_since(start);
     return out;
   }
-
-  const int fd = pipe.native_source();
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-  const pid_t pid = child->id();
-  bool eof = false, truncated = false;
-  int idle_ms = 1;
-  for (;;) {
-    if (has_exited(pid)) break;
-    double left = timeout_seconds > 0 ? timeout_seconds - seconds_since(start) : 1e9;
-    if (left <= 0) {
-      out.timed_out = true;
-      break;
-    }
-    // Output wakes us at once; with the pipe closed we poll for the exit, backing off.
-    int wait_ms = eof ? idle_ms : 50;
-    wait_ms = std::max(1, std::min(wait_ms, int(left * 1000) + 1));
-    pump_output(eof ? -1 : fd, wait_ms, out.output, eof, truncated);
-    if (eof) idle_ms = std::min(idle_ms * 2, 20);
-  }
-
-  std::error_code ec;
-  group.terminate(ec);  // the leader is still a zombie here, so the group id is still ours
-  child->wait(ec);
-  const Clock::time_point drain_start = Clock::now();
-  while (!eof && seconds_since(drain_start) < kDrainSeconds)
-    pump_output(fd, 50, out.output, eof, truncated);
+  await_compiler(rc, timeout_seconds, start, out);
   out.seconds = seconds_since(start);
-
-  if (truncated) out.output += "\n[metajit: output truncated]\n";
   if (out.timed_out) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%g", timeout_seconds);
     out.output += "\n[metajit: '" + argv[0] + "' timed out after " + buf + " s and was killed]\n";
     return out;
   }
-  const int status = child->native_exit_code();
-  if (WIFEXITED(status)) {
-    out.exit_code = WEXITSTATUS(status);
-  } else if (WIFSIGNALED(status)) {
-    out.exit_code = 128 + WTERMSIG(status);
-    out.output += "\n[metajit: '" + argv[0] + "' was killed by signal " +
-                  std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")]\n";
-  }
-  out.ok = WIFEXITED(status) && out.exit_code == 0;
+  record_exit(rc, argv[0], out);
   return out;
 }
 

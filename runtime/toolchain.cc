@@ -221,13 +221,8 @@ BinaryFacts locate_compiler(const std::string& cxx) {
   return f;
 }
 
-Toolchain resolve(const Config& c) {
-  Toolchain t;
-  t.compiler = c.cxx;
-  BinaryFacts f = locate_compiler(c.cxx);
-  t.path = f.path;
-  t.binary_size = f.size;
-  t.binary_mtime = f.mtime_ns;
+// The flags every kernel compile gets, before the ones that depend on the compiler.
+std::vector<std::string> base_kernel_flags() {
   // -fno-math-errno lets loops call the SIMD variants of exp/log/sin/... (libmvec); unlike
   // -ffast-math it changes no result, NaN and Inf included: only errno is no longer set. (It
   // does let g++ fold cos(atan(x)) into a sqrt that loses NaN: the prelude hides atan from that,
@@ -242,68 +237,97 @@ Toolchain resolve(const Config& c) {
   // -pipe: the compiler hands its assembly to the assembler through a pipe, not a file in
   // /tmp: an element-wise kernel's compile and link 58 -> 52 ms, a matmul's 559 -> 538 ms
   // (medians of 25 interleaved runs, g++ 12, 2026-11-30).
-  t.flags = {"-std=c++17", "-O3",      "-march=native",   "-fPIC",           "-shared",
-             "-fopenmp",   "-fno-math-errno", "-fwrapv", "-fno-exceptions", "-pipe"};
+  return {"-std=c++17",      "-O3",     "-march=native",   "-fPIC", "-shared", "-fopenmp",
+          "-fno-math-errno", "-fwrapv", "-fno-exceptions", "-pipe"};
+}
 
+// The kernel flags for a compiler whose --version says `version_output`, resolving
+// -march=native to `resolved_target`, with METAJIT_CXXFLAGS (`extra`) last.
+std::vector<std::string> kernel_flags(const std::string& version_output,
+                                      const std::string& resolved_target,
+                                      const std::vector<std::string>& extra) {
+  std::vector<std::string> flags = base_kernel_flags();
+  // GCC's tree-sink pass moves the exp of `where(x > 0, x, exp(x) - 1)` into the branch that
+  // uses it; the loop then has control flow and is not vectorised, and every element calls
+  // scalar expf (SELU 16M on AVX2: 56 ms with sinking, 7 ms without, measured). Without the
+  // pass, both sides are computed and selected: every select over a transcendental stays
+  // one vector loop calling libmvec. Clang has no such pass (and no such flag).
+  if (version_output.find("clang") == std::string::npos) flags.push_back("-fno-tree-sink");
+  // g++ links every shared object against libstdc++, which kernels do not use: ld reading
+  // its symbol table was half of an element-wise kernel's link (27 -> 13 ms of CPU, measured
+  // on the ~70 ms of a cold compile). GCC only: the libraries named instead (link_libraries)
+  // are GCC's defaults for C; libgomp still comes with -fopenmp.
+  if (version_output.find("clang") == std::string::npos) flags.push_back("-nodefaultlibs");
+  // GCC prefers 256-bit vectors even where 512-bit ones exist; kernels are loops over large
+  // arrays, where the wider vectors win.
+  if (resolved_target.find("-mavx512f") != std::string::npos)
+    flags.push_back("-mprefer-vector-width=512");
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  return flags;
+}
+
+// What the compiler at `f` says of itself (--version) and of -march=native; throws
+// CompileError where it does not run.
+Queried query_compiler(const BinaryFacts& f, const Config& c) {
+  Queried q;
+  CompileOutcome v = run_compiler({f.path.string(), "--version"}, kQueryTimeoutSeconds);
+  if (!v.ok)
+    throw CompileError(
+        "compiler '" + c.cxx + "' does not work: `" + v.command + "` " + describe_failure(v),
+        v.command, v.output);
+  q.version_output = v.output;
+  CompileOutcome target = run_compiler(
+      {f.path.string(), "-march=native", "-E", "-v", "-x", "c++", "/dev/null", "-o", "/dev/null"},
+      kQueryTimeoutSeconds);
+  q.resolved_target = target.ok ? parse_resolved_target(target.output) : "";
+  if (q.resolved_target.empty()) {
+    // Still keyed to this CPU, so kernels built here are never reused on another one.
+    q.resolved_target = "unresolved-native cpu=" + cpu_id();
+    log_message(LogLevel::Debug, "could not tell what -march=native means for " + f.path.string() +
+                                     "; keying kernels by the CPU id");
+  }
+  return q;
+}
+
+// The ISA the kernels' schedules are written for: what the compiler predefines with the whole
+// flag list, METAJIT_CXXFLAGS included (cpu_target.h). Throws CompileError where the compiler
+// rejects the flags.
+std::string isa_of_flags(const BinaryFacts& f, const Config& c,
+                         const std::vector<std::string>& flags) {
+  std::vector<std::string> argv = {f.path.string()};
+  for (const std::string& flag : flags)
+    if (flag != "-shared") argv.push_back(flag);
+  for (const char* a : {"-dM", "-E", "-x", "c++", "/dev/null"}) argv.push_back(a);
+  CompileOutcome macros = run_compiler(argv, kQueryTimeoutSeconds);
+  if (!macros.ok)
+    throw CompileError("compiler '" + c.cxx + "' rejects the kernel flags: `" + macros.command +
+                           "` " + describe_failure(macros),
+                       macros.command, macros.output);
+  return cpu_target_from_macros(macros.output).name();
+}
+
+// The toolchain of setting `c`: the compiler's facts, its kernel flags and ISA, queried once
+// per compiler binary and flag list and remembered in the cache (load_queried / save_queried).
+Toolchain resolve(const Config& c) {
+  Toolchain t;
+  t.compiler = c.cxx;
+  BinaryFacts f = locate_compiler(c.cxx);
+  t.path = f.path;
+  t.binary_size = f.size;
+  t.binary_mtime = f.mtime_ns;
   const std::string name = facts_digest(f) + ".json";
   const std::filesystem::path file = c.cache_dir / "v1" / "toolchains" / name;
   std::optional<Queried> q = load_queried(file, f);
-  auto with_flags = [&](const std::string& version_output, const std::string& resolved_target) {
-    std::vector<std::string> flags = t.flags;
-    // GCC's tree-sink pass moves the exp of `where(x > 0, x, exp(x) - 1)` into the branch that
-    // uses it; the loop then has control flow and is not vectorised, and every element calls
-    // scalar expf (SELU 16M on AVX2: 56 ms with sinking, 7 ms without, measured). Without the
-    // pass, both sides are computed and selected: every select over a transcendental stays
-    // one vector loop calling libmvec. Clang has no such pass (and no such flag).
-    if (version_output.find("clang") == std::string::npos) flags.push_back("-fno-tree-sink");
-    // g++ links every shared object against libstdc++, which kernels do not use: ld reading
-    // its symbol table was half of an element-wise kernel's link (27 -> 13 ms of CPU, measured
-    // on the ~70 ms of a cold compile). GCC only: the libraries named instead (link_libraries)
-    // are GCC's defaults for C; libgomp still comes with -fopenmp.
-    if (version_output.find("clang") == std::string::npos) flags.push_back("-nodefaultlibs");
-    // GCC prefers 256-bit vectors even where 512-bit ones exist; kernels are loops over large
-    // arrays, where the wider vectors win.
-    if (resolved_target.find("-mavx512f") != std::string::npos)
-      flags.push_back("-mprefer-vector-width=512");
-    flags.insert(flags.end(), c.extra_cxxflags.begin(), c.extra_cxxflags.end());
-    return flags;
-  };
   if (!q) {
-    q.emplace();
-    CompileOutcome v = run_compiler({f.path.string(), "--version"}, kQueryTimeoutSeconds);
-    if (!v.ok)
-      throw CompileError(
-          "compiler '" + c.cxx + "' does not work: `" + v.command + "` " + describe_failure(v),
-          v.command, v.output);
-    q->version_output = v.output;
-    CompileOutcome target = run_compiler(
-        {f.path.string(), "-march=native", "-E", "-v", "-x", "c++", "/dev/null", "-o", "/dev/null"},
-        kQueryTimeoutSeconds);
-    q->resolved_target = target.ok ? parse_resolved_target(target.output) : "";
-    if (q->resolved_target.empty()) {
-      // Still keyed to this CPU, so kernels built here are never reused on another one.
-      q->resolved_target = "unresolved-native cpu=" + cpu_id();
-      log_message(LogLevel::Debug, "could not tell what -march=native means for " +
-                                       f.path.string() + "; keying kernels by the CPU id");
-    }
+    q = query_compiler(f, c);
     save_queried(c.cache_dir, name, f, *q);
   }
-  // The ISA the kernels' schedules are written for: what the compiler predefines with the
-  // whole flag list, METAJIT_CXXFLAGS included (cpu_target.h).
-  const std::vector<std::string> flags = with_flags(q->version_output, q->resolved_target);
+  const std::vector<std::string> flags =
+      kernel_flags(q->version_output, q->resolved_target, c.extra_cxxflags);
   std::string joined;
   for (const std::string& flag : flags) joined += (joined.empty() ? "" : " ") + flag;
   if (!q->isa_by_flags.count(joined)) {
-    std::vector<std::string> argv = {f.path.string()};
-    for (const std::string& flag : flags)
-      if (flag != "-shared") argv.push_back(flag);
-    for (const char* a : {"-dM", "-E", "-x", "c++", "/dev/null"}) argv.push_back(a);
-    CompileOutcome macros = run_compiler(argv, kQueryTimeoutSeconds);
-    if (!macros.ok)
-      throw CompileError("compiler '" + c.cxx + "' rejects the kernel flags: `" + macros.command +
-                             "` " + describe_failure(macros),
-                         macros.command, macros.output);
-    q->isa_by_flags[joined] = cpu_target_from_macros(macros.output).name();
+    q->isa_by_flags[joined] = isa_of_flags(f, c, flags);
     save_queried(c.cache_dir, name, f, *q);
   }
   t.version_output = q->version_output;
