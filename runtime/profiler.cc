@@ -204,26 +204,18 @@ void reset_profile() {
   t.rows.clear();
 }
 
-std::string profile_report() {
-  const bool on = profiling_enabled();
-  std::vector<std::pair<std::string, Row>> rows;
-  {
-    ProfileTable& t = table();
-    std::lock_guard<std::mutex> lock(t.mu);
-    rows.assign(t.rows.begin(), t.rows.end());
-  }
-  const std::string how_to = "set METAJIT_PROFILE=1 or call metajit::set_profiling(true)";
-  if (rows.empty())
-    return on ? "metajit profile: no kernel launched since profiling started\n"
-              : "metajit profile: profiling is off (" + how_to + ")\n";
-  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
-    return a.second.total_ns != b.second.total_ns ? a.second.total_ns > b.second.total_ns
-                                                  : a.first < b.first;
-  });
+namespace {
 
-  uint64_t launches = 0, total_ns = 0;
+using ProfileRows = std::vector<std::pair<std::string, Row>>;
+
+// The report's first two lines: kernels, launches, kernel and compile time, where the kernels
+// came from; the lazy graph and memory in use.
+std::string profile_summary(const ProfileRows& rows, bool on, uint64_t& total_ns,
+                            double& compile_s) {
+  uint64_t launches = 0;
   size_t compiled = 0, from_disk = 0, from_remote = 0;
-  double compile_s = 0;
+  total_ns = 0;
+  compile_s = 0;
   for (const auto& [key, r] : rows) {
     launches += r.calls;
     total_ns += r.total_ns;
@@ -253,7 +245,11 @@ std::string profile_report() {
          std::to_string(graph.realized_nodes) + " realized nodes; " +
          fmt_bytes(double(memory.bytes_in_use)) + " in use (peak " +
          fmt_bytes(double(memory.peak_bytes)) + ")\n";
+  return out;
+}
 
+// One row per kernel under a header, columns padded to their widest cell.
+std::string profile_table(const ProfileRows& rows, uint64_t total_ns) {
   // One row of cells per kernel; columns separated by two spaces, so no cell has two in a row.
   const std::vector<std::string> head = {"key",     "ops",        "calls", "total", "mean",
                                          "compile", "bytes/call", "GB/s",  "%"};
@@ -290,10 +286,14 @@ std::string profile_report() {
     while (!s.empty() && s.back() == ' ') s.pop_back();
     return s + "\n";
   };
-  out += line(head);
+  std::string out = line(head);
   for (const auto& row : cells) out += line(row);
+  return out;
+}
 
-  // The hints: where the time goes, then whether compiling cost more than running.
+// The hints: where the time goes, then whether compiling cost more than running.
+std::string profile_hints(const ProfileRows& rows, uint64_t total_ns, double compile_s) {
+  std::string out;
   const auto& [top_key, top] = rows.front();
   const double share = total_ns ? 100.0 * double(top.total_ns) / double(total_ns) : 0.0;
   out += "top: " + top_key.substr(0, kKeyDigits) + " (" + clip(abbreviate_ops(top.ops), 60) + ") " +
@@ -312,6 +312,32 @@ std::string profile_report() {
     out += "compiling (" + fmt_time(compile_s * 1e9) + ") cost more than running (" +
            fmt_time(double(total_ns)) +
            "): a warm cache avoids it (METAJIT_RECORD=FILE, then metajit cache warm FILE)\n";
+  return out;
+}
+
+}  // namespace
+
+std::string profile_report() {
+  const bool on = profiling_enabled();
+  ProfileRows rows;
+  {
+    ProfileTable& t = table();
+    std::lock_guard<std::mutex> lock(t.mu);
+    rows.assign(t.rows.begin(), t.rows.end());
+  }
+  const std::string how_to = "set METAJIT_PROFILE=1 or call metajit::set_profiling(true)";
+  if (rows.empty())
+    return on ? "metajit profile: no kernel launched since profiling started\n"
+              : "metajit profile: profiling is off (" + how_to + ")\n";
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+    return a.second.total_ns != b.second.total_ns ? a.second.total_ns > b.second.total_ns
+                                                  : a.first < b.first;
+  });
+  uint64_t total_ns = 0;
+  double compile_s = 0;
+  std::string out = profile_summary(rows, on, total_ns, compile_s);
+  out += profile_table(rows, total_ns);
+  out += profile_hints(rows, total_ns, compile_s);
   return out;
 }
 
