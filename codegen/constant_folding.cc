@@ -229,75 +229,34 @@ std::optional<double> fold(const Graph& g, const GNode& n, const std::vector<dou
   }
 }
 
-}  // namespace
-
-void fold_constants(Graph& g) {
-  std::vector<int> replacement(g.nodes.size());
-  bool changed = false;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    replacement[i] = int(i);
-    GNode& n = g.nodes[i];
-    for (int& in : n.inputs) in = replacement[in];
-    if (!is_elementwise(n.kind)) continue;
-    // stop_grad()'s and fusion_barrier()'s identity casts: their users read the input (an
-    // output keeps its own kernel); a barrier's input is then the value kept in memory.
-    if (n.kind == OpKind::Cast && g.nodes[n.inputs[0]].dtype == n.dtype &&
-        std::find(g.outputs.begin(), g.outputs.end(), int(i)) == g.outputs.end()) {
-      if (n.fusion_barrier) g.nodes[n.inputs[0]].fusion_barrier = true;
-      replacement[i] = n.inputs[0];
-      changed = true;
-      continue;
-    }
-    // Case 1: all inputs are 0-d scalars.
-    bool all_scalar = true;
-    std::vector<double> values;
-    for (int in : n.inputs) {
-      all_scalar = all_scalar && g.nodes[in].kind == OpKind::Scalar;
-      if (all_scalar) values.push_back(g.nodes[in].scalar);
-    }
-    std::optional<double> folded_value;
-    if (all_scalar) folded_value = fold(g, n, values);
-    if (folded_value) {
-      n.kind = OpKind::Scalar;
-      n.scalar = *folded_value;
-      n.inputs.clear();
-      changed = true;
-      continue;
-    }
-    // Case 2: all inputs are the same broadcast (same pattern, same shape) of scalars.
-    const GNode& first = g.nodes[n.inputs[0]];
-    bool same_broadcast = first.kind == OpKind::BroadcastTo;
-    values.clear();
-    for (int in : n.inputs) {
-      const GNode& b = g.nodes[in];
-      same_broadcast = same_broadcast && b.kind == OpKind::BroadcastTo && b.bcast == first.bcast &&
-                       b.shape == first.shape && g.nodes[b.inputs[0]].kind == OpKind::Scalar;
-      if (same_broadcast) values.push_back(g.nodes[b.inputs[0]].scalar);
-    }
-    if (same_broadcast) folded_value = fold(g, n, values);
-    if (folded_value) {
-      GNode folded;
-      folded.kind = OpKind::Scalar;
-      folded.dtype = n.dtype;
-      folded.scalar = *folded_value;
-      GNode bcast = first;
-      bcast.dtype = n.dtype;
-      // The folded scalar takes this node's place; the broadcast is appended after it. Both
-      // are appended at the end, which keeps topological order for all earlier nodes; users
-      // of node i are redirected below.
-      g.nodes.push_back(std::move(folded));
-      bcast.inputs = {int(g.nodes.size()) - 1};
-      g.nodes.push_back(std::move(bcast));
-      replacement.push_back(int(g.nodes.size()) - 2);
-      replacement.push_back(int(g.nodes.size()) - 1);
-      replacement[i] = int(g.nodes.size()) - 1;
-      changed = true;
-    }
+// Node n's value where every input is a 0-d scalar.
+std::optional<double> fold_scalars(const Graph& g, const GNode& n) {
+  std::vector<double> values;
+  for (int in : n.inputs) {
+    if (g.nodes[in].kind != OpKind::Scalar) return std::nullopt;
+    values.push_back(g.nodes[in].scalar);
   }
-  if (!changed) return;
-  for (int& o : g.outputs) o = replacement[o];
-  // Appended nodes broke the "inputs before users" order for users of replaced nodes;
-  // restore it with a stable topological sort.
+  return fold(g, n, values);
+}
+
+// Node n's value where every input is the same broadcast (same pattern, same shape) of a
+// scalar: the value of the scalar that broadcast would carry.
+std::optional<double> fold_broadcast_scalars(const Graph& g, const GNode& n) {
+  const GNode& first = g.nodes[n.inputs[0]];
+  std::vector<double> values;
+  for (int in : n.inputs) {
+    const GNode& b = g.nodes[in];
+    if (b.kind != OpKind::BroadcastTo || b.bcast != first.bcast || b.shape != first.shape ||
+        g.nodes[b.inputs[0]].kind != OpKind::Scalar)
+      return std::nullopt;
+    values.push_back(g.nodes[b.inputs[0]].scalar);
+  }
+  return fold(g, n, values);
+}
+
+// Orders g's nodes so that inputs come before their users again (a stable topological sort:
+// fold_constants appends nodes that earlier users then read).
+void sort_topologically(Graph& g) {
   const int n = int(g.nodes.size());
   std::vector<int> order, state(n, 0);
   for (int root = 0; root < n; ++root) {
@@ -328,6 +287,59 @@ void fold_constants(Graph& g) {
   }
   g.nodes = std::move(sorted);
   for (int& o : g.outputs) o = pos[o];
+}
+
+}  // namespace
+
+void fold_constants(Graph& g) {
+  std::vector<int> replacement(g.nodes.size());
+  bool changed = false;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    replacement[i] = int(i);
+    GNode& n = g.nodes[i];
+    for (int& in : n.inputs) in = replacement[in];
+    if (!is_elementwise(n.kind)) continue;
+    // stop_grad()'s and fusion_barrier()'s identity casts: their users read the input (an
+    // output keeps its own kernel); a barrier's input is then the value kept in memory.
+    if (n.kind == OpKind::Cast && g.nodes[n.inputs[0]].dtype == n.dtype &&
+        std::find(g.outputs.begin(), g.outputs.end(), int(i)) == g.outputs.end()) {
+      if (n.fusion_barrier) g.nodes[n.inputs[0]].fusion_barrier = true;
+      replacement[i] = n.inputs[0];
+      changed = true;
+      continue;
+    }
+    // Case 1: all inputs are 0-d scalars.
+    if (std::optional<double> v = fold_scalars(g, n)) {
+      n.kind = OpKind::Scalar;
+      n.scalar = *v;
+      n.inputs.clear();
+      changed = true;
+      continue;
+    }
+    // Case 2: all inputs are the same broadcast of scalars.
+    if (std::optional<double> v = fold_broadcast_scalars(g, n)) {
+      GNode folded;
+      folded.kind = OpKind::Scalar;
+      folded.dtype = n.dtype;
+      folded.scalar = *v;
+      GNode bcast = g.nodes[n.inputs[0]];
+      bcast.dtype = n.dtype;
+      // The folded scalar takes this node's place; the broadcast is appended after it. Both
+      // are appended at the end, which keeps topological order for all earlier nodes; users
+      // of node i are redirected below.
+      g.nodes.push_back(std::move(folded));
+      bcast.inputs = {int(g.nodes.size()) - 1};
+      g.nodes.push_back(std::move(bcast));
+      replacement.push_back(int(g.nodes.size()) - 2);
+      replacement.push_back(int(g.nodes.size()) - 1);
+      replacement[i] = int(g.nodes.size()) - 1;
+      changed = true;
+    }
+  }
+  if (!changed) return;
+  for (int& o : g.outputs) o = replacement[o];
+  // Appended nodes broke the "inputs before users" order for users of replaced nodes.
+  sort_topologically(g);
   eliminate_dead_code(g);
 }
 
