@@ -73,7 +73,10 @@ std::string find_cut(const std::vector<NodePtr>& order,
 
 }  // namespace
 
-std::vector<Var> grad(const Var& loss, const std::vector<Var>& wrt) {
+namespace {
+
+// Typed errors for an undefined or non-float loss or wrt.
+void check_grad_arguments(const Var& loss, const std::vector<Var>& wrt) {
   if (!loss.defined()) throw Error("grad: the loss is undefined (default-constructed)");
   if (!is_float(loss.dtype()))
     throw DTypeError("grad: the loss " + describe(loss) +
@@ -85,83 +88,112 @@ std::vector<Var> grad(const Var& loss, const std::vector<Var>& wrt) {
       throw DTypeError("grad: wrt[" + std::to_string(k) + "] " + describe(wrt[k]) +
                        " is not a float; gradients exist for float32 and float64 Vars");
   }
+}
+
+// An evaluated loss has no graph behind it (evaluating drops it): say what to do instead of
+// returning zeros. Checked before anything is built.
+void check_loss_has_graph(const Var& loss, const std::vector<Var>& wrt) {
+  if (loss.node()->kind != OpKind::Leaf || !loss.node()->evaluated || loss.node()->history) return;
+  for (size_t k = 0; k < wrt.size(); ++k)
+    if (wrt[k].node() != loss.node())
+      throw Error("grad: the loss " + describe(loss) +
+                  " was already evaluated, which drops the graph behind it, so wrt[" +
+                  std::to_string(k) + "] " + describe(wrt[k]) +
+                  " cannot be reached from it; build grad() before evaluating and evaluate the "
+                  "loss and its gradients together (eval({loss, g...})), or use "
+                  "value_and_grad");
+}
+
+// The loss's graph in topological order (the loss last) and what backward needs of it.
+struct GradGraph {
+  std::unordered_map<const Node*, int> position;
+  std::vector<NodePtr> order;
+  std::vector<bool> needs;        // needs[i]: a gradient flows from node i to some wrt
+  bool passes_evaluated = false;  // an evaluated leaf that is not a wrt lies on the way
+  size_t at(const NodePtr& n) const { return size_t(position_of(position, n)); }
+};
+
+GradGraph grad_graph(const Var& loss, const std::vector<Var>& wrt) {
+  GradGraph g;
+  g.order = topological_order(loss.node(), g.position);
+  const size_t count = g.order.size();
+  std::vector<bool> is_wrt(count, false);
+  for (const Var& w : wrt) {
+    auto it = g.position.find(through(w.node()).get());
+    if (it != g.position.end()) is_wrt[size_t(it->second)] = true;
+  }
+  g.needs.assign(count, false);
+  for (size_t i = 0; i < count; ++i) {
+    const Node& n = *g.order[i];
+    g.needs[i] = is_wrt[i];
+    if (n.kind == OpKind::Leaf && n.evaluated && !is_wrt[i]) g.passes_evaluated = true;
+    for (size_t k = 0; k < n.inputs.size() && !g.needs[i]; ++k)
+      g.needs[i] = g.needs[g.at(n.inputs[k])] && is_differentiable_edge(n, k);
+  }
+  return g;
+}
+
+// Every needed node's gradient, from the loss's (ones) back: each node's backward rule for the
+// inputs that need one, summed where a node feeds several.
+std::vector<Var> backward_pass(const GradGraph& g, const Var& loss) {
+  const size_t count = g.order.size();
+  std::vector<Var> grads(count);
+  BackwardScope backward_nodes;
+  const size_t last = count - 1;  // the loss: topological_order ends with its root
+  if (g.needs[last]) grads[last] = full(loss.shape(), 1.0, loss.dtype());
+  for (size_t i = count; i-- > 0;) {
+    if (!g.needs[i] || !grads[i].defined()) continue;
+    const Node& n = *g.order[i];
+    if (n.inputs.empty()) continue;
+    std::vector<bool> wanted(n.inputs.size(), false);
+    bool any = false;
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      wanted[k] = g.needs[g.at(n.inputs[k])] && is_differentiable_edge(n, k);
+      any = any || wanted[k];
+    }
+    if (!any) continue;
+    std::vector<Var> parts = backward(g.order[i], grads[i], wanted);
+    for (size_t k = 0; k < parts.size(); ++k) {
+      if (!parts[k].defined()) continue;
+      Var& acc = grads[g.at(n.inputs[k])];
+      acc = acc.defined() ? acc + parts[k] : parts[k];
+    }
+  }
+  return grads;
+}
+
+// wrt[k]'s gradient, or zeros with a warning saying why none reaches it.
+Var gradient_or_zeros(const GradGraph& g, const std::vector<Var>& grads,
+                      const std::vector<Var>& wrt, size_t k) {
+  auto it = g.position.find(through(wrt[k].node()).get());
+  if (it != g.position.end() && grads[size_t(it->second)].defined())
+    return grads[size_t(it->second)];
+  std::string why =
+      it == g.position.end() ? "" : find_cut(g.order, g.position, through(wrt[k].node()).get());
+  std::string msg =
+      "grad: wrt[" + std::to_string(k) + "] " + describe(wrt[k]) + " does not affect the loss" +
+      (why.empty() ? "" : " (the path is cut by " + why + ")") + "; its gradient is zeros";
+  if (why.empty() && g.passes_evaluated)
+    msg +=
+        " (if it is an input of a value evaluated since, that is why: evaluating drops the "
+        "graph behind a value; build grad() before evaluating)";
+  log_message(LogLevel::Warn, msg);
+  return zeros(wrt[k].shape(), wrt[k].dtype());
+}
+
+}  // namespace
+
+std::vector<Var> grad(const Var& loss, const std::vector<Var>& wrt) {
+  check_grad_arguments(loss, wrt);
   // Evaluation realizes nodes (dropping their inputs) under this lock: the walk sees a stable
   // graph.
   std::lock_guard<std::recursive_mutex> lock(graph_mutex());
-  std::unordered_map<const Node*, int> position;
-  const std::vector<NodePtr> order = topological_order(loss.node(), position);
-  const size_t count = order.size();
-  std::vector<bool> is_wrt(count, false);
-  for (const Var& w : wrt) {
-    auto it = position.find(through(w.node()).get());
-    if (it != position.end()) is_wrt[size_t(it->second)] = true;
-  }
-  // needs[i]: a gradient flows from node i to some wrt.
-  std::vector<bool> needs(count, false);
-  bool passes_evaluated = false;
-  for (size_t i = 0; i < count; ++i) {
-    const Node& n = *order[i];
-    needs[i] = is_wrt[i];
-    if (n.kind == OpKind::Leaf && n.evaluated && !is_wrt[i]) passes_evaluated = true;
-    for (size_t k = 0; k < n.inputs.size() && !needs[i]; ++k)
-      needs[i] = needs[size_t(position_of(position, n.inputs[k]))] && is_differentiable_edge(n, k);
-  }
-  // An evaluated loss has no graph behind it (evaluating drops it): say what to do instead of
-  // returning zeros. Checked before anything is built.
-  if (loss.node()->kind == OpKind::Leaf && loss.node()->evaluated && !loss.node()->history)
-    for (size_t k = 0; k < wrt.size(); ++k)
-      if (wrt[k].node() != loss.node())
-        throw Error("grad: the loss " + describe(loss) +
-                    " was already evaluated, which drops the graph behind it, so wrt[" +
-                    std::to_string(k) + "] " + describe(wrt[k]) +
-                    " cannot be reached from it; build grad() before evaluating and evaluate the "
-                    "loss and its gradients together (eval({loss, g...})), or use "
-                    "value_and_grad");
-  std::vector<Var> grads(count);
-  {
-    BackwardScope backward_nodes;
-    const size_t last = count - 1;  // the loss: topological_order ends with its root
-    if (needs[last]) grads[last] = full(loss.shape(), 1.0, loss.dtype());
-    for (size_t i = count; i-- > 0;) {
-      if (!needs[i] || !grads[i].defined()) continue;
-      const Node& n = *order[i];
-      if (n.inputs.empty()) continue;
-      std::vector<bool> wanted(n.inputs.size(), false);
-      bool any = false;
-      for (size_t k = 0; k < n.inputs.size(); ++k) {
-        wanted[k] =
-            needs[size_t(position_of(position, n.inputs[k]))] && is_differentiable_edge(n, k);
-        any = any || wanted[k];
-      }
-      if (!any) continue;
-      std::vector<Var> parts = backward(order[i], grads[i], wanted);
-      for (size_t k = 0; k < parts.size(); ++k) {
-        if (!parts[k].defined()) continue;
-        Var& acc = grads[size_t(position_of(position, n.inputs[k]))];
-        acc = acc.defined() ? acc + parts[k] : parts[k];
-      }
-    }
-  }
+  const GradGraph g = grad_graph(loss, wrt);
+  check_loss_has_graph(loss, wrt);
+  const std::vector<Var> grads = backward_pass(g, loss);
   std::vector<Var> out;
   out.reserve(wrt.size());
-  for (size_t k = 0; k < wrt.size(); ++k) {
-    auto it = position.find(through(wrt[k].node()).get());
-    if (it != position.end() && grads[size_t(it->second)].defined()) {
-      out.push_back(grads[size_t(it->second)]);
-      continue;
-    }
-    std::string why =
-        it == position.end() ? "" : find_cut(order, position, through(wrt[k].node()).get());
-    std::string msg =
-        "grad: wrt[" + std::to_string(k) + "] " + describe(wrt[k]) + " does not affect the loss" +
-        (why.empty() ? "" : " (the path is cut by " + why + ")") + "; its gradient is zeros";
-    if (why.empty() && passes_evaluated)
-      msg +=
-          " (if it is an input of a value evaluated since, that is why: evaluating drops the "
-          "graph behind a value; build grad() before evaluating)";
-    log_message(LogLevel::Warn, msg);
-    out.push_back(zeros(wrt[k].shape(), wrt[k].dtype()));
-  }
+  for (size_t k = 0; k < wrt.size(); ++k) out.push_back(gradient_or_zeros(g, grads, wrt, k));
   return out;
 }
 
