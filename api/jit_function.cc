@@ -358,13 +358,9 @@ void restore_state(const std::vector<TracedAssign>& assigns) {
 }
 
 // Traces fn for the signature of `args` (realized) unless another thread just did.
-const JitPlan& trace(JitCore& c, const Var* const* args) {
-  std::lock_guard<std::mutex> lock(c.mu);
-  if (const JitPlan* p = find_plan(c, args)) return *p;
-  const Device dev = device();
-
-  // Placeholders: fresh leaves (one per argument, even for the same Var passed twice) holding
-  // the arguments' values, so that fn may read them while it is traced.
+// Placeholders: fresh leaves (one per argument, even for the same Var passed twice) holding
+// the arguments' values, so that fn may read them while it is traced.
+std::vector<Var> placeholders_of(const JitCore& c, const Var* const* args) {
   std::vector<Var> placeholders;
   placeholders.reserve(c.num_args);
   for (size_t i = 0; i < c.num_args; ++i) {
@@ -374,6 +370,59 @@ const JitPlan& trace(JitCore& c, const Var* const* args) {
     if (!c.is_static[i]) ph->jit_argument = int32_t(i);  // its value may not be read
     placeholders.emplace_back(std::move(ph));
   }
+  return placeholders;
+}
+
+// What each of the plan's graph leaves is: argument i, state k, the random source, or a
+// constant whose data the plan keeps. Arguments, state and the source are dropped from the
+// graph (each call supplies them; the plan must not keep the first call's alive).
+void classify_leaves(const JitCore& c, const std::vector<Var>& placeholders,
+                     const std::vector<TracedAssign>& assigns, const RandomTrace& random,
+                     Device dev, JitPlan& plan) {
+  Graph& g = plan.pipeline.graph;
+  plan.leaf_arg.assign(g.leaves.size(), -1);
+  plan.leaf_data.assign(g.leaves.size(), nullptr);
+  plan.leaf_state.assign(g.leaves.size(), -1);
+  for (size_t l = 0; l < g.leaves.size(); ++l) {
+    for (size_t i = 0; i < c.num_args; ++i)
+      if (g.leaves[l] == placeholders[i].node()) plan.leaf_arg[l] = int32_t(i);
+    for (size_t k = 0; k < assigns.size(); ++k)
+      if (g.leaves[l] == assigns[k].before) plan.leaf_state[l] = int32_t(k);
+    if (plan.leaf_state[l] >= 0) {
+      g.leaves[l].reset();  // each call reads the state's current value
+    } else if (g.leaves[l] == random.source.node()) {
+      plan.random_leaf = int32_t(l);
+      plan.random_counters = random.used;
+      g.leaves[l].reset();
+    } else if (plan.leaf_arg[l] >= 0)
+      g.leaves[l].reset();  // the plan must not keep the first call's arguments alive
+    else
+      plan.leaf_data[l] = buffer_on(*g.leaves[l], dev)->data();  // the node keeps a copy alive
+  }
+}
+
+// The plan's results: dtype and shape, and for one that is a leaf, the argument it returns or
+// the constant.
+void describe_outputs(JitPlan& plan) {
+  const Graph& g = plan.pipeline.graph;
+  for (size_t k = 0; k < g.outputs.size(); ++k) {
+    const GNode& n = g.nodes[size_t(g.outputs[k])];
+    JitPlan::Output o;
+    o.dtype = n.dtype;
+    o.shape = n.shape;
+    if (n.kind == OpKind::Leaf) {
+      o.arg = plan.leaf_arg[size_t(n.leaf)];
+      if (o.arg < 0) o.constant = g.leaves[size_t(n.leaf)];
+    }
+    plan.outputs.push_back(std::move(o));
+  }
+}
+
+const JitPlan& trace(JitCore& c, const Var* const* args) {
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (const JitPlan* p = find_plan(c, args)) return *p;
+  const Device dev = device();
+  std::vector<Var> placeholders = placeholders_of(c, args);
   // The random stream's source, as a placeholder the replays fill with counters taken per call.
   RandomTrace random;
   random.source = array(std::vector<int64_t>(4, 0), {4});
@@ -406,40 +455,10 @@ const JitPlan& trace(JitCore& c, const Var* const* args) {
     for (const LoweredKernel& k : plan->pipeline.kernels) irs.push_back(&k.ir);
     plan->handles = obtain_kernels(irs, dev);
   }
-  Graph& g = plan->pipeline.graph;
-  plan->leaf_arg.assign(g.leaves.size(), -1);
-  plan->leaf_data.assign(g.leaves.size(), nullptr);
-  plan->leaf_state.assign(g.leaves.size(), -1);
-  for (size_t l = 0; l < g.leaves.size(); ++l) {
-    for (size_t i = 0; i < c.num_args; ++i)
-      if (g.leaves[l] == placeholders[i].node()) plan->leaf_arg[l] = int32_t(i);
-    for (size_t k = 0; k < assigns.size(); ++k)
-      if (g.leaves[l] == assigns[k].before) plan->leaf_state[l] = int32_t(k);
-    if (plan->leaf_state[l] >= 0) {
-      g.leaves[l].reset();  // each call reads the state's current value
-    } else if (g.leaves[l] == random.source.node()) {
-      plan->random_leaf = int32_t(l);
-      plan->random_counters = random.used;
-      g.leaves[l].reset();
-    } else if (plan->leaf_arg[l] >= 0)
-      g.leaves[l].reset();  // the plan must not keep the first call's arguments alive
-    else
-      plan->leaf_data[l] = buffer_on(*g.leaves[l], dev)->data();  // the node keeps a copy alive
-  }
-  plan->program =
-      make_program(g, plan->pipeline.fusion, plan->pipeline.kernels, plan->handles, dev);
-  for (size_t k = 0; k < g.outputs.size(); ++k) {
-    const GNode& n = g.nodes[size_t(g.outputs[k])];
-    JitPlan::Output o;
-    o.dtype = n.dtype;
-    o.shape = n.shape;
-    if (n.kind == OpKind::Leaf) {
-      o.arg = plan->leaf_arg[size_t(n.leaf)];
-      if (o.arg < 0) o.constant = g.leaves[size_t(n.leaf)];
-    }
-    plan->outputs.push_back(std::move(o));
-  }
-
+  classify_leaves(c, placeholders, assigns, random, dev, *plan);
+  plan->program = make_program(plan->pipeline.graph, plan->pipeline.fusion, plan->pipeline.kernels,
+                               plan->handles, dev);
+  describe_outputs(*plan);
   note_trace(c, plan->signature);
   note_recreated(c, plan->signature);
   plan->next = c.head.load(std::memory_order_relaxed);
