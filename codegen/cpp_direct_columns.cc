@@ -12,7 +12,8 @@
 //
 // ContractionSchedule::direct_steps (a weight gradient, one product per tap): B's panels packed
 // once over the reduction widened by the taps; tap (kh, kw) reads step k at row mj_goff[k] +
-// its shift (direct_steps_table, direct_steps_shift).
+// its shift (direct_steps_table, direct_steps_shift), every tap inside each reduction block of
+// a work item where A reads no tap (direct_steps_tile).
 #include <algorithm>
 #include <functional>
 #include <string>
@@ -260,11 +261,13 @@ void CppEmitter::direct_steps_table(const ContractionParts& p, const Contraction
 // is a block of rows, one panel of columns and a part of the reduction, and runs every outer
 // iteration (a weight gradient's nine taps) inside each reduction block, so that the block's A
 // panel and the taps' overlapping rows of B stay in L2 between taps. With the taps outside, as
-// work items of their own, each streamed its rows of B from memory again: 8x64x56x56 by
-// 64x3x3's weight gradient 8.6-8.8 -> 7.9 ms with the taps inside (AVX-512, the kernel alone).
-// Where the blocks are fewer than the threads, the reduction is cut into parts; each part's
-// sums go to a buffer of their own, added in order afterwards (direct_steps_epilogue), so the
-// result does not depend on which thread ran which part. mj_blocked when it ran.
+// work items of their own, each streamed its rows of B from memory again. Where the blocks are
+// fewer than the threads, the reduction is cut into parts; each part's sums go to a buffer of
+// their own, added in order afterwards (direct_steps_epilogue), so the result does not depend
+// on which thread ran which part (64 output channels on AVX-512: one row block, one column
+// panel, two parts, where rows split in blocks of 6 and 5 tiles left one thread a tile
+// behind). 8x64x56x56 by 64x3x3's weight gradient, the kernel alone: the taps inside 8.7 ->
+// 7.9 ms, with the parts 6.9 (AVX-512); 14.1 -> 13.0 on AVX2. mj_blocked when it ran.
 void CppEmitter::direct_steps_tile(const ContractionParts& p) {
   const ContractionTile& t = p.cs.wide;
   const Contraction& c = p.cs.match;
