@@ -320,13 +320,7 @@ void CppEmitter::contraction_tile(const ContractionParts& p, const ContractionTi
   } else {
     line(1, "const i64 mj_ei = " + p.ei + ", mj_ej = " + p.eji + ";");
   }
-  // Reduction blocks of equal length (no short last block), rows and columns per work item
-  // no larger than the matrix (rounded to the tile).
-  line(1, "const i64 mj_nkb = mj_k > " + std::to_string(t.kc) + " ? (mj_k + " +
-              std::to_string(t.kc - 1) + ") / " + std::to_string(t.kc) + " : 1;");
-  line(1, "const i64 mj_kc = mj_k > 0 ? (mj_k + mj_nkb - 1) / mj_nkb : 1;");
-  line(1, "const i64 mj_eip = (mj_ei + " + MR + " - 1) / " + MR + " * " + MR +
-              ", mj_ejp = (mj_ej + " + NR + " - 1) / " + NR + " * " + NR + ";");
+  reduction_blocks(t);
   // Blocks of equal size (in whole tiles): 1024 rows are 8 blocks of 132, not 7 of 144 and
   // one of 16, which would leave one thread a seventh of the work behind the other.
   // Row blocks are counted last, as many as make the rounds of the threads even
@@ -344,11 +338,7 @@ void CppEmitter::contraction_tile(const ContractionParts& p, const ContractionTi
     line(1, "const i64 mj_" + std::string(side) + "c = " + b + " > 0 ? ((" + pad + " / " + T +
                 " + " + b + " - 1) / " + b + ") * " + T + " : 0;");
   }
-  // Row block mj_bi has mj_mtb tiles, one more when mj_bi < mj_mte (mj_mc is the larger).
-  line(1, "const i64 mj_mtb = mj_mb > 0 ? mj_eip / " + MR +
-              " / mj_mb : 0, mj_mte = mj_mb > 0 "
-              "? mj_eip / " +
-              MR + " % mj_mb : 0;");
+  row_block_tiles(t);
   contraction_pack_once(p, t);
   line(1, "const i64 mj_per_thread = mj_mc * mj_kc + mj_kc * mj_nc + mj_mc * mj_nc;");
   line(1,
@@ -366,15 +356,7 @@ void CppEmitter::contraction_tile(const ContractionParts& p, const ContractionTi
   // complexes (two L3s; each alone streams memory at a different speed then): there the
   // GPT forward took 19.5 ms with blocks handed out dynamically, 17.2 static, and 12.7
   // either way otherwise (AVX2, bench --serve-gpt).
-  line(2, "#pragma omp parallel for collapse(" + std::to_string(p.outer.size() + 2) +
-              ") schedule(static) if(" + w + " > 32768)");
-  int d = 2;
-  for (const KLoop* l : p.outer) {
-    const std::string i = "i" + std::to_string(l->var);
-    line(d++, "for (i64 " + i + " = 0; " + i + " < " + ix(*l->extent) + "; ++" + i + ") {");
-  }
-  line(d++, "for (i64 mj_bi = 0; mj_bi < mj_mb; ++mj_bi) {");
-  line(d++, "for (i64 mj_bj = 0; mj_bj < mj_nb; ++mj_bj) {");
+  int d = parallel_blocks(p, w);
   contraction_block(p, t, micro, d);
   contraction_epilogue(p, d);
   for (; d > 2; --d) line(d - 1, "}");
@@ -453,6 +435,39 @@ std::string CppEmitter::pack_function(const ContractionParts& p, int side, int p
   indent_ = saved_indent;
   helpers_ += saved_out;
   return name;
+}
+
+// At depth 2, the parallel loop over the outer loops and the blocks (mj_bi, mj_bj), run in
+// parallel where `work` passes 32768; returns the depth inside it.
+int CppEmitter::parallel_blocks(const ContractionParts& p, const std::string& work) {
+  line(2, "#pragma omp parallel for collapse(" + std::to_string(p.outer.size() + 2) +
+              ") schedule(static) if(" + work + " > 32768)");
+  int d = 2;
+  for (const KLoop* l : p.outer) {
+    const std::string i = "i" + std::to_string(l->var);
+    line(d++, "for (i64 " + i + " = 0; " + i + " < " + ix(*l->extent) + "; ++" + i + ") {");
+  }
+  line(d++, "for (i64 mj_bi = 0; mj_bi < mj_mb; ++mj_bi) {");
+  line(d++, "for (i64 mj_bj = 0; mj_bj < mj_nb; ++mj_bj) {");
+  return d;
+}
+
+// The reduction's blocks (mj_nkb of mj_kc steps: of equal length, no short last block) and the
+// rows and columns padded to the tile (mj_eip, mj_ejp), from mj_k, mj_ei and mj_ej.
+void CppEmitter::reduction_blocks(const ContractionTile& t) {
+  const std::string MR = std::to_string(t.mr), NR = std::to_string(t.nr);
+  line(1, "const i64 mj_nkb = mj_k > " + std::to_string(t.kc) + " ? (mj_k + " +
+              std::to_string(t.kc - 1) + ") / " + std::to_string(t.kc) + " : 1;");
+  line(1, "const i64 mj_kc = mj_k > 0 ? (mj_k + mj_nkb - 1) / mj_nkb : 1;");
+  line(1, "const i64 mj_eip = (mj_ei + " + MR + " - 1) / " + MR + " * " + MR +
+              ", mj_ejp = (mj_ej + " + NR + " - 1) / " + NR + " * " + NR + ";");
+}
+
+// Row block mj_bi has mj_mtb tiles, one more when mj_bi < mj_mte (mj_mc is the larger).
+void CppEmitter::row_block_tiles(const ContractionTile& t) {
+  const std::string MR = std::to_string(t.mr);
+  line(1, "const i64 mj_mtb = mj_mb > 0 ? mj_eip / " + MR + " / mj_mb : 0, mj_mte = mj_mb > 0 ? " +
+              "mj_eip / " + MR + " % mj_mb : 0;");
 }
 
 // Block (mj_bi, mj_bj)'s first row and column, its rows and columns, padded to the tile.

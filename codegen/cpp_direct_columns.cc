@@ -276,11 +276,7 @@ void CppEmitter::direct_steps_tile(const ContractionParts& p) {
   ++indent_;
   line(1, "const i64 mj_k = " + work(p.r.loops) + ";");
   line(1, "const i64 mj_ei = " + p.ei + ", mj_ej = " + p.eji + ";");
-  line(1, "const i64 mj_nkb = mj_k > " + std::to_string(t.kc) + " ? (mj_k + " +
-              std::to_string(t.kc - 1) + ") / " + std::to_string(t.kc) + " : 1;");
-  line(1, "const i64 mj_kc = mj_k > 0 ? (mj_k + mj_nkb - 1) / mj_nkb : 1;");
-  line(1, "const i64 mj_eip = (mj_ei + " + MR + " - 1) / " + MR + " * " + MR +
-              ", mj_ejp = (mj_ej + " + NR + " - 1) / " + NR + " * " + NR + ";");
+  reduction_blocks(t);
   std::string taps = "1LL";
   for (const KLoop* l : p.outer) taps += " * (" + ix(*l->extent) + ")";
   line(1, "const i64 mj_taps = " + taps + ", mj_nb = mj_ejp / " + NR + ", mj_nc = " + NR + ";");
@@ -294,8 +290,7 @@ void CppEmitter::direct_steps_tile(const ContractionParts& p) {
   line(1, "const i64 mj_mb = mj_row_blocks(mj_mb0, mj_nb * mj_kp, mj_eip / " + MR + ");");
   line(1, "const i64 mj_mc = mj_mb > 0 ? ((mj_eip / " + MR + " + mj_mb - 1) / mj_mb) * " + MR +
               " : 0;");
-  line(1, "const i64 mj_mtb = mj_mb > 0 ? mj_eip / " + MR + " / mj_mb : 0, mj_mte = mj_mb > 0 ? " +
-              "mj_eip / " + MR + " % mj_mb : 0;");
+  row_block_tiles(t);
   line(1, "float* mj_apre = 0;");
   pack_operand_once(p.r, p.a_pre, c.a_stmts, c.a, p.iv, t.mr, 0, nullptr, "1", "");
   line(1, "float* mj_bpre = 0;");
@@ -364,15 +359,7 @@ void CppEmitter::direct_steps_sums(const ContractionParts& p, const ContractionT
 // into the first one, then the epilogue over it.
 void CppEmitter::direct_steps_epilogue(const ContractionParts& p) {
   const ContractionTile& t = p.cs.wide;
-  line(2, "#pragma omp parallel for collapse(" + std::to_string(p.outer.size() + 2) +
-              ") schedule(static) if(" + work(p.ir.loops) + " > 32768)");
-  int d = 2;
-  for (const KLoop* l : p.outer) {
-    const std::string i = "i" + std::to_string(l->var);
-    line(d++, "for (i64 " + i + " = 0; " + i + " < " + ix(*l->extent) + "; ++" + i + ") {");
-  }
-  line(d++, "for (i64 mj_bi = 0; mj_bi < mj_mb; ++mj_bi) {");
-  line(d++, "for (i64 mj_bj = 0; mj_bj < mj_nb; ++mj_bj) {");
+  int d = parallel_blocks(p, work(p.ir.loops));
   block_bounds(t, d);
   line(d, "(void)mj_jnp;");
   const std::string outer = flat_index(p.outer, [&](const KLoop& l) { return ix(*l.extent); });

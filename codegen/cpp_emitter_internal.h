@@ -188,6 +188,9 @@ class CppEmitter : public CFamilyEmitter {
   void contraction_block(const ContractionParts& p, const ContractionTile& t,
                          const std::string& micro, int d);
   void contraction_epilogue(const ContractionParts& p, int d);
+  int parallel_blocks(const ContractionParts& p, const std::string& work);
+  void reduction_blocks(const ContractionTile& t);
+  void row_block_tiles(const ContractionTile& t);
   void block_bounds(const ContractionTile& t, int d);
   std::string pack_function(const ContractionParts& p, int side, int pw);
   std::string pack_call(const ContractionParts& p, int side, int pw, bool once);
