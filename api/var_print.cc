@@ -16,6 +16,10 @@ template <class T>
 void print_value(std::ostream& os, T v) {
   if constexpr (std::is_same_v<T, bool>)
     os << (v ? "true" : "false");
+  else if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>)
+    os << float(v);
+  else if constexpr (sizeof(T) == 1)
+    os << int(v);  // int8_t / uint8_t are characters to an ostream
   else
     os << v;
 }
@@ -70,6 +74,21 @@ std::ostream& operator<<(std::ostream& os, const Var& x) {
       break;
     case DType::Float64:
       print_values<double>(os, x);
+      break;
+    case DType::Int8:
+      print_values<int8_t>(os, x);
+      break;
+    case DType::UInt8:
+      print_values<uint8_t>(os, x);
+      break;
+    case DType::Int16:
+      print_values<int16_t>(os, x);
+      break;
+    case DType::Float16:
+      print_values<float16>(os, x);
+      break;
+    case DType::BFloat16:
+      print_values<bfloat16>(os, x);
       break;
   }
   return os;

@@ -5,7 +5,15 @@
 namespace metajit {
 
 // `v` as a value of dtype `t` holds it, back in a double: Bool 0/1, integers truncated toward
-// zero and clamped (NaN -> 0), Float32 rounded. Scalars are stored this way.
+// zero, NaN or out of range 0, floats rounded (a half type directly from the double, once).
+// Scalars are stored this way.
 double to_dtype_value(double v, DType t);
+// Writes to_dtype_value(v, t) as one element of dtype t at `dst`; reads one back.
+void store_dtype_value(double v, DType t, void* dst);
+double load_dtype_value(DType t, const void* src);
+
+// A double rounded to a half type once, to nearest even (no double rounding through float).
+float16 float16_from_double(double v);
+bfloat16 bfloat16_from_double(double v);
 
 }  // namespace metajit

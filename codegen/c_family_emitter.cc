@@ -20,8 +20,68 @@ std::string CFamilyEmitter::ctype(DType t) {
       return "float";
     case DType::Float64:
       return "double";
+    case DType::Int8:
+      return "signed char";
+    case DType::UInt8:
+      return "unsigned char";
+    case DType::Int16:
+      return "short";
+    case DType::Float16:
+    case DType::BFloat16:
+      return "float";
   }
   return "?";
+}
+
+std::string CFamilyEmitter::storage_ctype(DType t) {
+  if (t == DType::Float16) return "mj_f16";
+  if (t == DType::BFloat16) return "mj_bf16";
+  return ctype(t);
+}
+
+namespace {
+
+bool narrow(DType t) {
+  return t == DType::Int8 || t == DType::UInt8 || t == DType::Int16 || is_half(t);
+}
+
+bool block_uses_narrow(const KBlock& b) {
+  for (const KStmt& st : b.stmts)
+    if (narrow(st.dtype) || (st.body && block_uses_narrow(*st.body))) return true;
+  return false;
+}
+
+}  // namespace
+
+bool CFamilyEmitter::uses_narrow_types(const KernelIR& ir) {
+  for (const KBuffer& b : ir.inputs)
+    if (narrow(b.dtype)) return true;
+  for (const auto& e : ir.extra_outputs)
+    if (narrow(e.buffer.dtype)) return true;
+  return narrow(ir.output.dtype) || block_uses_narrow(ir.body);
+}
+
+// Casts follow the reference interpreter (tests/support/reference_interpreter.cc): a float to
+// an integer truncates, 0 where out of range or NaN (the narrow types through the prelude's
+// mj_to_*; Int32/Int64 as a C++ conversion, as before); a half type is rounded to once, from a
+// double or a 32- or 64-bit integer directly (through the double, mj_round_*d), which a float
+// in between would round twice.
+std::string CFamilyEmitter::cast_expr(DType to, DType from, const std::string& x) {
+  if (to == DType::Bool) return "(" + x + " != 0)";
+  if (to == DType::Int8 || to == DType::UInt8 || to == DType::Int16) {
+    if (!is_float(from)) return "(" + ctype(to) + ")" + x;
+    const std::string f = to == DType::Int8    ? "mj_to_i8"
+                          : to == DType::UInt8 ? "mj_to_u8"
+                                               : "mj_to_i16";
+    return f + (from == DType::Float64 ? "(" : "f(") + x + ")";
+  }
+  if (is_half(to)) {
+    const std::string r = to == DType::Float16 ? "mj_round_f16" : "mj_round_bf16";
+    if (from == DType::Float64 || from == DType::Int32 || from == DType::Int64)
+      return r + "d((double)" + x + ")";
+    return r + "((float)" + x + ")";
+  }
+  return "(" + ctype(to) + ")" + x;
 }
 
 std::string CFamilyEmitter::integer_prelude(const std::string& qualifier) {
@@ -42,6 +102,7 @@ std::string CFamilyEmitter::wrapping(const std::string& T, DType t, const std::s
 }
 
 DType CFamilyEmitter::acc_dtype(ReduceOp op, DType t) {
+  if (is_half(t)) return DType::Float32;  // float32 accumulation, one rounding at the end
   return t == DType::Float32 && (op == ReduceOp::Add || op == ReduceOp::Mul || op == ReduceOp::Mean)
              ? DType::Float64
              : t;
@@ -264,7 +325,7 @@ std::string CFamilyEmitter::ix(const IndexExpr& e) const {
 }
 
 std::string CFamilyEmitter::identity(ReduceOp op, DType t) const {
-  const bool f = t == DType::Float32;
+  const bool f = single(t);
   const bool cuda = dialect_ == Dialect::Cuda;
   switch (op) {
     case ReduceOp::Add:
@@ -280,6 +341,12 @@ std::string CFamilyEmitter::identity(ReduceOp op, DType t) const {
           return "(-2147483647 - 1)";
         case DType::Int64:
           return "(-9223372036854775807LL - 1)";
+        case DType::Int8:
+          return "(-128)";
+        case DType::UInt8:
+          return "0";
+        case DType::Int16:
+          return "(-32768)";
         default:
           if (cuda) return f ? "(-MJ_INFF)" : "(-MJ_INF)";
           return f ? "(-__builtin_inff())" : "(-__builtin_inf())";
@@ -292,6 +359,12 @@ std::string CFamilyEmitter::identity(ReduceOp op, DType t) const {
           return "2147483647";
         case DType::Int64:
           return "9223372036854775807LL";
+        case DType::Int8:
+          return "127";
+        case DType::UInt8:
+          return "255";
+        case DType::Int16:
+          return "32767";
         default:
           if (cuda) return f ? "MJ_INFF" : "MJ_INF";
           return f ? "__builtin_inff()" : "__builtin_inf()";
@@ -328,14 +401,14 @@ std::string CFamilyEmitter::combine(ReduceOp op, DType t, const std::string& acc
 std::string CFamilyEmitter::float_extremum(bool max, DType t, const std::string& a,
                                            const std::string& b) const {
   if (dialect_ == Dialect::Cpp)
-    return std::string(max ? "mj_max_nan" : "mj_min_nan") + (t == DType::Float32 ? "f" : "") + "(" +
-           a + ", " + b + ")";
+    return std::string(max ? "mj_max_nan" : "mj_min_nan") + (single(t) ? "f" : "") + "(" + a +
+           ", " + b + ")";
   const char* cmp = max ? " > " : " < ";
   return "((" + a + cmp + b + " || " + a + " != " + a + ") ? " + a + " : " + b + ")";
 }
 
 std::string CFamilyEmitter::unary(UnaryOp op, DType t, const std::string& x) const {
-  const bool f32 = t == DType::Float32;
+  const bool f32 = single(t);
   const std::string T = ctype(t);
   auto fn = [&](const char* name) { return std::string(name) + (f32 ? "f" : "") + "(" + x + ")"; };
   // CUDA's device math library has these under their libm names.
@@ -432,8 +505,11 @@ std::string CFamilyEmitter::binary(BinaryOp op, DType operand, const std::string
       if (flt) return "(" + a + " / " + b + ")";
       return "(" + T + ")mj_div(" + a + ", " + b + ")";
     case BinaryOp::Pow:
-      if (operand == DType::Float32) return "powf(" + a + ", " + b + ")";
+      if (single(operand)) return "powf(" + a + ", " + b + ")";
       if (operand == DType::Float64) return "pow(" + a + ", " + b + ")";
+      if (operand == DType::Int8 || operand == DType::UInt8 || operand == DType::Int16)
+        return cast_expr(operand, DType::Float64,
+                         "__builtin_pow((double)" + a + ", (double)" + b + ")");
       return std::string(operand == DType::Int64 ? "mj_pow_i64" : "(" + T + ")mj_pow_i32") +
              "((double)" + a + ", (double)" + b + ")";
     case BinaryOp::Maximum:
@@ -512,7 +588,8 @@ void CFamilyEmitter::stmt(const KStmt& st, int depth) {
       expr = scalar_arg(st.dtype, st.slot);
       break;
     case KOp::Iota:
-      expr = "(" + T + ")" + ix(*st.index[0]);
+      expr = is_half(st.dtype) ? cast_expr(st.dtype, DType::Int64, ix(*st.index[0]))
+                               : "(" + T + ")" + ix(*st.index[0]);
       break;
     case KOp::Unary:
       expr = unary(UnaryOp(st.op), st.dtype, v(st.args[0]));
@@ -523,14 +600,13 @@ void CFamilyEmitter::stmt(const KStmt& st, int depth) {
     case KOp::Where:
       // Floats in C++ through the prelude's branch-free select (codegen/cpp_kernel_prelude.h).
       if (dialect_ == Dialect::Cpp && is_float(st.dtype))
-        expr = std::string(st.dtype == DType::Float32 ? "mj_selectf(" : "mj_select(") +
-               v(st.args[0]) + ", " + v(st.args[1]) + ", " + v(st.args[2]) + ")";
+        expr = std::string(single(st.dtype) ? "mj_selectf(" : "mj_select(") + v(st.args[0]) + ", " +
+               v(st.args[1]) + ", " + v(st.args[2]) + ")";
       else
         expr = "(" + v(st.args[0]) + " ? " + v(st.args[1]) + " : " + v(st.args[2]) + ")";
       break;
     case KOp::Cast:
-      expr =
-          st.dtype == DType::Bool ? "(" + v(st.args[0]) + " != 0)" : "(" + T + ")" + v(st.args[0]);
+      expr = cast_expr(st.dtype, dtypes_.at(st.args[0]), v(st.args[0]));
       break;
     case KOp::Guard: {
       line(depth, T + " " + v(st.id) + ";");

@@ -21,7 +21,15 @@ class CFamilyEmitter {
   CFamilyEmitter(const KernelIR& ir, Dialect dialect) : ir_(ir), dialect_(dialect) {}
   virtual ~CFamilyEmitter() = default;
 
+  // The C type a value of `t` is computed in: a half type's is float (rounded to it where it
+  // is stored or cast: docs/design.md §3); storage_ctype is a buffer element's.
   static std::string ctype(DType t);
+  // mj_f16 / mj_bf16 for the half types (codegen/cpp_narrow_prelude.h), else ctype.
+  static std::string storage_ctype(DType t);
+  // Float32 and the half types: the float functions and constants (expf, mj_max_nanf, ...).
+  static bool single(DType t) { return t == DType::Float32 || is_half(t); }
+  // Whether a kernel's buffers or values include an 8- or 16-bit type.
+  static bool uses_narrow_types(const KernelIR& ir);
   // The first lines of every kernel of both dialects: `#define MJ_FN <qualifier>` ("static
   // inline" in C++, "MJ_HD" in CUDA), then codegen/integer_prelude.h (i64/u64 and the integer
   // helpers the printed expressions call: mj_div, mj_mod, mj_min, mj_max).
@@ -53,7 +61,10 @@ class CFamilyEmitter {
   // define them (docs/design.md): computed in the unsigned type of the same width, where
   // overflow is defined, and converted back (modular since C++20; GCC and NVCC always). Signed
   // overflow would be undefined behaviour in the generated kernel.
-  static bool is_wrapping(DType t) { return t == DType::Int32 || t == DType::Int64; }
+  static bool is_wrapping(DType t) {
+    return t == DType::Int32 || t == DType::Int64 || t == DType::Int8 || t == DType::UInt8 ||
+           t == DType::Int16;
+  }
   static std::string wrapping(const std::string& T, DType t, const std::string& a, const char* op,
                               const std::string& b);
 
@@ -77,6 +88,8 @@ class CFamilyEmitter {
   // shift_left / shift_right of `t` values, defined for every amount (meta_ops/node.h).
   static std::string shift(bool left, DType t, const std::string& a, const std::string& b);
   std::string scalar_arg(DType t, int slot) const;
+  // A KOp::Cast of value `x` (dtype `from`) to `to`, with the reference interpreter's rules.
+  static std::string cast_expr(DType to, DType from, const std::string& x);
   static std::string scalar_local(int slot, DType t);  // its name once in scalar_locals_
 
   void block(const KBlock& b, int depth);

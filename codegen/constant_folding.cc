@@ -15,6 +15,9 @@ namespace {
 // exactly (int64 beyond 2^53) is not folded: scalars travel as doubles.
 std::optional<double> integral_result(int64_t v, DType t) {
   if (t == DType::Int32) v = int32_t(uint32_t(uint64_t(v)));  // wraps like the kernel's cast
+  if (t == DType::Int16) v = int16_t(uint16_t(uint64_t(v)));
+  if (t == DType::Int8) v = int8_t(uint8_t(uint64_t(v)));
+  if (t == DType::UInt8) v = uint8_t(uint64_t(v));
   if (t == DType::Bool) v = v != 0;
   double d = double(v);
   if (d >= 9223372036854775808.0 || int64_t(d) != v) return std::nullopt;
@@ -168,10 +171,10 @@ std::optional<double> fold_binary(BinaryOp op, DType operand, DType out, double 
       case BinaryOp::ShiftRight:
         return integral_result(shifted(op == BinaryOp::ShiftLeft, x, y, out), out);
       case BinaryOp::Pow: {
-        double r = std::pow(a, b);  // out of range or NaN gives 0, as in the kernels
-        bool fits = out == DType::Int32
-                        ? (r >= -2147483648.0 && r <= 2147483647.0)
-                        : (r >= -9223372036854775808.0 && r < 9223372036854775808.0);
+        // Out of range or NaN gives 0, as in the kernels (the narrow types: mj_to_*).
+        const double r = std::pow(a, b);
+        if (out != DType::Int64) return to_dtype_value(r, out);
+        const bool fits = r >= -9223372036854775808.0 && r < 9223372036854775808.0;
         return integral_result(r == r && fits ? int64_t(r) : 0, out);
       }
       default:

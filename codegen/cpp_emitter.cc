@@ -20,6 +20,7 @@ std::string CppEmitter::run() {
   out_ += integer_prelude("static inline");
   out_ += extra_readers();
   out_ += kCppKernelPrelude;
+  if (uses_narrow_types(ir_)) out_ += kCppNarrowPrelude;
   const size_t kernel_start = out_.size();
   out_ +=
       "\nextern \"C\" void metajit_kernel(void* const* B, const long long* P, const double* S) "
@@ -54,11 +55,14 @@ void CppEmitter::frame_locals(bool outputs) {
   for (const auto& [slot, t] : scalar_locals_) {
     const std::string s = "S[" + std::to_string(slot) + "]";
     line(1, "const " + ctype(t) + " " + scalar_local(slot, t) + " = " +
-                (t == DType::Bool ? "(" + s + " != 0)" : "(" + ctype(t) + ")" + s) + ";");
+                (t == DType::Bool ? "(" + s + " != 0)"
+                 : is_half(t)     ? cast_expr(t, DType::Float64, s)
+                                  : "(" + ctype(t) + ")" + s) +
+                ";");
   }
   for (size_t k = 0; k < ir_.inputs.size(); ++k) {
     std::string name = "in" + std::to_string(k);
-    std::string t = ctype(ir_.inputs[k].dtype);
+    std::string t = storage_ctype(ir_.inputs[k].dtype);
     line(1, "const " + t + "* __restrict__ " + name + " = (const " + t + "*)B[" +
                 std::to_string(k) + "];");
     strides(name, ir_.inputs[k]);
@@ -68,19 +72,20 @@ void CppEmitter::frame_locals(bool outputs) {
   std::set<int> speculative;
   speculative_buffers(ir_.body, speculative);
   for (int k : speculative) {
-    const std::string name = "in" + std::to_string(k), t = ctype(ir_.inputs[size_t(k)].dtype);
+    const DType dt = ir_.inputs[size_t(k)].dtype;
+    const std::string name = "in" + std::to_string(k), t = storage_ctype(dt);
     std::string n = "1LL";
     for (const IndexExprPtr& d : ir_.inputs[size_t(k)].dims) n += " * " + ix(*d);
-    line(1, "static const " + t + " " + name + "_zero = 0;");
+    line(1, "static const " + t + " " + name + (is_half(dt) ? "_zero = {};" : "_zero = 0;"));
     line(1, "const " + t + "* const " + name + "_any = " + n + " > 0 ? " + name + " : &" + name +
                 "_zero;");
   }
   if (!outputs) return;
-  std::string ot = ctype(ir_.output.dtype);
+  std::string ot = storage_ctype(ir_.output.dtype);
   line(1, ot + "* __restrict__ out = (" + ot + "*)B[" + std::to_string(ir_.inputs.size()) + "];");
   strides("out", ir_.output);
   for (size_t k = 0; k < ir_.extra_outputs.size(); ++k) {  // same extents: out's strides
-    const std::string t = ctype(ir_.extra_outputs[k].buffer.dtype);
+    const std::string t = storage_ctype(ir_.extra_outputs[k].buffer.dtype);
     line(1, t + "* __restrict__ out" + std::to_string(k + 1) + " = (" + t + "*)B[" +
                 std::to_string(ir_.inputs.size() + 1 + k) + "];");
   }

@@ -171,7 +171,9 @@ void CppEmitter::generic_map(const MapNest& n, const std::string& store, int bas
     for (size_t s = 0; s < ir.body.stmts.size(); ++s) {
       if (levels[s] != lv) continue;
       if (row_reuse_ && row_reuse_->reduce_id == ir.body.stmts[s].id)
-        line(d, ctype(row_reuse_->dtype) + "* const mj_row = " +
+        line(d, (row_in_output_.empty() ? ctype(row_reuse_->dtype)
+                                        : storage_ctype(row_reuse_->dtype)) +
+                    "* const mj_row = " +
                     (row_in_output_.empty()
                          ? "mj_rows + (i64)omp_get_thread_num() * (mj_rowlen > 0 ? mj_rowlen : 1)"
                          : row_in_output_) +

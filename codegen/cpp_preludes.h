@@ -1,5 +1,6 @@
 // The C++ kernel preludes as text (codegen/cpp_kernel_prelude.h, codegen/cpp_contraction_prelude.h,
-// codegen/integer_prelude.h), embedded by the build (CMakeLists.txt, cmake/cpp_preludes.cc.in).
+// codegen/cpp_narrow_prelude.h, codegen/integer_prelude.h), embedded by the build (CMakeLists.txt,
+// cmake/cpp_preludes.cc.in).
 #pragma once
 
 namespace metajit {
@@ -8,6 +9,8 @@ namespace metajit {
 extern const char* const kCppKernelPrelude;
 // Every contraction kernel's source, before its micro-kernel.
 extern const char* const kCppContractionPrelude;
+// Every kernel's source with 8- or 16-bit values, after kCppKernelPrelude.
+extern const char* const kCppNarrowPrelude;
 // Every C++ and CUDA kernel's source first, after a definition of MJ_FN (CFamilyEmitter::
 // integer_prelude).
 extern const char* const kIntegerPrelude;

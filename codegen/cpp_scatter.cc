@@ -82,7 +82,7 @@ void CppEmitter::scatter_kernel() {
   }
   const bool always = ix_is_const(valid, 1);
   if (!always) line(depth++, "if (" + ix(*valid) + ") {");
-  line(depth, ctype(ir_.output.dtype) + "& t = out[" + offset("out", ir_.target) + "];");
+  line(depth, storage_ctype(ir_.output.dtype) + "& t = out[" + offset("out", ir_.target) + "];");
   line(depth, "t = " + combine(op, ir_.output.dtype, "t", v(ir_.body.result)) + ";");
   while (depth-- > 1) line(depth, "}");
   forget_hoisted_extras();

@@ -3,6 +3,8 @@
 // codegen/cuda_emitter_internal.h).
 #include "codegen/cuda_emitter.h"
 
+#include <metajit/error.h>
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -14,6 +16,16 @@
 namespace metajit {
 
 std::string CudaEmitter::run() {
+  // The CUDA emitter has no __half / __nv_bfloat16 or 8-bit paths yet (docs/design.md §3): such
+  // a kernel is refused here, by name, rather than printed wrong.
+  if (uses_narrow_types(ir_)) {
+    std::string ops;
+    for (size_t k = 0; k < ir_.ops.size(); ++k) ops += (k ? ", " : "") + ir_.ops[k];
+    throw DTypeError("cuda: kernel (" + ops +
+                     ") has int8, uint8, int16, float16 or bfloat16 values; the CUDA backend "
+                     "computes bool, int32, int64, float32 and float64 only (run it on the cpu "
+                     "device, or cast to float32 first)");
+  }
   out_ = "// metajit generated CUDA kernel: ";
   for (size_t k = 0; k < ir_.ops.size(); ++k) out_ += (k ? ", " : "") + ir_.ops[k];
   out_ += "\n";

@@ -31,8 +31,9 @@ constexpr const char* kKindNames[] = {"load",  "scalar", "iota",  "unary", "bina
 constexpr int kNumUnary = int(UnaryOp::BitwiseNot) + 1;
 constexpr int kNumBinary = int(BinaryOp::ShiftRight) + 1;
 constexpr int kNumReduce = int(ReduceOp::Mean) + 1;
-constexpr DType kDTypes[] = {DType::Bool, DType::Int32, DType::Int64, DType::Float32,
-                             DType::Float64};
+constexpr DType kDTypes[] = {DType::Bool,    DType::Int32,   DType::Int64, DType::Float32,
+                             DType::Float64, DType::Int8,    DType::UInt8, DType::Int16,
+                             DType::Float16, DType::BFloat16};
 
 struct IxName {
   IxKind kind;

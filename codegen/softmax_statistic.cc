@@ -24,7 +24,10 @@ bool is(const GNode& n, OpKind k, int op) {
 
 std::optional<SoftmaxNodes> match_softmax(const Graph& g, int div) {
   const GNode& d = g.nodes[size_t(div)];
-  if (!is(d, OpKind::Binary, int(BinaryOp::Div)) || !is_float(d.dtype) || d.fusion_barrier)
+  // Not for the half types: their every op rounds (docs/design.md §3), and the rewrite would
+  // change which values are rounded.
+  if (!is(d, OpKind::Binary, int(BinaryOp::Div)) || !is_float(d.dtype) || is_half(d.dtype) ||
+      d.fusion_barrier)
     return std::nullopt;
   const GNode& e = g.nodes[size_t(d.inputs[0])];
   const GNode& bs = g.nodes[size_t(d.inputs[1])];

@@ -74,7 +74,7 @@ Var random_array(Shape shape, uint64_t seed, DType dtype, bool normal, const cha
   check_shape(shape, op, dtype);
   if (!is_float(dtype))
     throw DTypeError(std::string(op) + ": dtype " + dtype_name(dtype) +
-                     " is not supported; expected float32 or float64");
+                     " is not supported; expected float16, bfloat16, float32 or float64");
   int64_t n = numel_of(shape);
   BufferPtr buf = allocate_buffer(size_t(n) * dtype_size(dtype));
   uint64_t state = seed * 0x2545f4914f6cdd1dULL + 1;
@@ -91,8 +91,14 @@ Var random_array(Shape shape, uint64_t seed, DType dtype, bool normal, const cha
       float f = float(v);
       if (!normal && f >= 1.0f) f = std::nextafter(1.0f, 0.0f);  // keep [0, 1) after rounding
       static_cast<float*>(buf->data())[i] = f;
-    } else {
+    } else if (dtype == DType::Float64) {
       static_cast<double*>(buf->data())[i] = v;
+    } else {
+      // A half type: rounded once from the double; [0, 1) kept by its largest value below 1.
+      const double below_one = dtype == DType::Float16 ? 1.0 - 0x1p-11 : 1.0 - 0x1p-8;
+      const double h = to_dtype_value(v, dtype);
+      store_dtype_value(!normal && h >= 1.0 ? below_one : h, dtype,
+                        static_cast<char*>(buf->data()) + size_t(i) * 2);
     }
   }
   NodePtr node = new_node(OpKind::Leaf, dtype, std::move(shape));

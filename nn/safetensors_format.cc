@@ -30,19 +30,18 @@ std::string where(const std::string& path, const std::string& tensor) {
   return where(path) + "tensor " + quoted_name(tensor) + ": ";
 }
 
-constexpr const char* kSupported = "F32, F64, I32, I64 and BOOL";
+constexpr const char* kSupported = "F32, F64, F16, BF16, I32, I64, I16, I8, U8 and BOOL";
 
 // The file's dtype name, as a metajit dtype.
 DType parse_dtype(const json& code, const std::string& path, const std::string& tensor) {
-  static const std::map<std::string, DType> known = {{"F32", DType::Float32},
-                                                     {"F64", DType::Float64},
-                                                     {"I32", DType::Int32},
-                                                     {"I64", DType::Int64},
-                                                     {"BOOL", DType::Bool}};
+  static const std::map<std::string, DType> known = {
+      {"F32", DType::Float32},   {"F64", DType::Float64}, {"I32", DType::Int32},
+      {"I64", DType::Int64},     {"BOOL", DType::Bool},   {"F16", DType::Float16},
+      {"BF16", DType::BFloat16}, {"I8", DType::Int8},     {"U8", DType::UInt8},
+      {"I16", DType::Int16}};
   // The format's other dtypes: valid files metajit cannot hold (yet), told apart from typos.
-  static const std::set<std::string> later = {"F16",     "BF16", "I8",      "U8",      "I16",
-                                              "U16",     "U32",  "U64",     "F8_E4M3", "F8_E5M2",
-                                              "F8_E8M0", "F4",   "F6_E2M3", "F6_E3M2", "C64"};
+  static const std::set<std::string> later = {"U16",     "U32", "U64",     "F8_E4M3", "F8_E5M2",
+                                              "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
   if (!code.is_string())
     throw DTypeError(where(path, tensor) + "\"dtype\" is " +
                      code.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 100) +
@@ -274,26 +273,47 @@ const char* dtype_code(DType dtype) {
       return "F32";
     case DType::Float64:
       return "F64";
+    case DType::Int8:
+      return "I8";
+    case DType::UInt8:
+      return "U8";
+    case DType::Int16:
+      return "I16";
+    case DType::Float16:
+      return "F16";
+    case DType::BFloat16:
+      return "BF16";
   }
   return "?";
 }
 
 namespace {
 
-// Python's safetensors sorts by its Dtype enum (BOOL < ... < I32 < U32 < F32 < F64 < I64 < U64),
-// descending: the widest alignment first, so every tensor of a file it writes is aligned.
+// Python's safetensors sorts by its Dtype enum (BOOL < U8 < I8 < ... < I16 < U16 < F16 < BF16 <
+// I32 < U32 < F32 < F64 < I64 < U64), descending: the widest alignment first, so every tensor
+// of a file it writes is aligned.
 int python_dtype_rank(DType t) {
   switch (t) {
     case DType::Bool:
       return 0;
-    case DType::Int32:
+    case DType::UInt8:
       return 1;
-    case DType::Float32:
+    case DType::Int8:
       return 2;
-    case DType::Float64:
+    case DType::Int16:
       return 3;
-    case DType::Int64:
+    case DType::Float16:
       return 4;
+    case DType::BFloat16:
+      return 5;
+    case DType::Int32:
+      return 6;
+    case DType::Float32:
+      return 7;
+    case DType::Float64:
+      return 8;
+    case DType::Int64:
+      return 9;
   }
   return 0;
 }

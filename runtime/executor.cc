@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "base/dtype.h"
 #include "runtime/cuda_runtime.h"
 #include "runtime/profiler.h"
 #include "runtime/residency.h"
@@ -19,23 +20,7 @@ namespace {
 // A stored 0-d scalar (only when it is itself requested) is written on the host.
 BufferPtr scalar_buffer(DType dtype, double v) {
   BufferPtr b = allocate_buffer(dtype_size(dtype));
-  switch (dtype) {
-    case DType::Bool:
-      *static_cast<bool*>(b->data()) = v != 0;
-      break;
-    case DType::Int32:
-      *static_cast<int32_t*>(b->data()) = std::isfinite(v) ? int32_t(v) : 0;
-      break;
-    case DType::Int64:
-      *static_cast<int64_t*>(b->data()) = std::isfinite(v) ? int64_t(v) : 0;
-      break;
-    case DType::Float32:
-      *static_cast<float*>(b->data()) = float(v);
-      break;
-    case DType::Float64:
-      *static_cast<double*>(b->data()) = v;
-      break;
-  }
+  store_dtype_value(v, dtype, b->data());
   return b;
 }
 

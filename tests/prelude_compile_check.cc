@@ -10,6 +10,7 @@
 #include "codegen/integer_prelude.h"
 #include "codegen/cpp_kernel_prelude.h"
 #include "codegen/cpp_contraction_prelude.h"
+#include "codegen/cpp_narrow_prelude.h"
 // clang-format on
 
 // Uses of the helpers that are not inline, as a contraction kernel's (-Wunused-function).
@@ -18,4 +19,13 @@ extern "C" i64 metajit_prelude_compile_check(i64 rows) {
   const i64 blocks = mj_row_blocks(rows, 1, rows);
   mj_give(0, scratch);
   return blocks;
+}
+
+// The narrow-type prelude's helpers a kernel may leave unused (-Wunused-function).
+extern "C" float metajit_narrow_prelude_compile_check(double d, float f, mj_f16* h, mj_bf16* b) {
+  *h = mj_round_f16d(d) + mj_round_bf16d(d);
+  *b = mj_round_bf16(f) + mj_round_f16(f);
+  return float(mj_to_i8(d) + mj_to_u8(d) + mj_to_i16(d) + mj_to_i8f(f) + mj_to_u8f(f) +
+               mj_to_i16f(f)) +
+         *h + *b;
 }

@@ -28,8 +28,32 @@ const char* code_of(DType t) {
       return "I64";
     case DType::Bool:
       return "BOOL";
+    case DType::Int8:
+      return "I8";
+    case DType::UInt8:
+      return "U8";
+    case DType::Int16:
+      return "I16";
+    case DType::Float16:
+      return "F16";
+    case DType::BFloat16:
+      return "BF16";
   }
   return "?";
+}
+
+template <class H>
+std::vector<float> halves_as_floats(const std::vector<H>& halves) {
+  std::vector<float> out;
+  for (const H& h : halves) out.push_back(float(h));
+  return out;
+}
+
+template <class H>
+Var halves_of(const json& vals, const Shape& shape) {
+  std::vector<H> out;
+  for (float f : vals.get<std::vector<float>>()) out.push_back(H(f));
+  return array<H>(out, shape);
 }
 
 json values_of(const Var& v) {
@@ -44,6 +68,16 @@ json values_of(const Var& v) {
       return v.to_vector<int64_t>();
     case DType::Bool:
       return v.to_vector<bool>();
+    case DType::Int8:
+      return v.to_vector<int8_t>();
+    case DType::UInt8:
+      return v.to_vector<uint8_t>();
+    case DType::Int16:
+      return v.to_vector<int16_t>();
+    case DType::Float16:  // every half is a float exactly
+      return halves_as_floats(v.to_vector<float16>());
+    case DType::BFloat16:
+      return halves_as_floats(v.to_vector<bfloat16>());
   }
   return nullptr;
 }
@@ -57,6 +91,11 @@ Var var_of(const json& t) {
   if (code == "I32") return array<int32_t>(vals.get<std::vector<int32_t>>(), shape);
   if (code == "I64") return array<int64_t>(vals.get<std::vector<int64_t>>(), shape);
   if (code == "BOOL") return array<bool>(vals.get<std::vector<bool>>(), shape);
+  if (code == "I8") return array<int8_t>(vals.get<std::vector<int8_t>>(), shape);
+  if (code == "U8") return array<uint8_t>(vals.get<std::vector<uint8_t>>(), shape);
+  if (code == "I16") return array<int16_t>(vals.get<std::vector<int16_t>>(), shape);
+  if (code == "F16") return halves_of<float16>(vals, shape);
+  if (code == "BF16") return halves_of<bfloat16>(vals, shape);
   throw std::runtime_error("safetensors_tool: unknown dtype " + code);
 }
 

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "meta_ops/node.h"
+#include "support/typed_arrays.h"
 
 namespace metajit_test {
 namespace random_graph_detail {
@@ -84,6 +85,12 @@ inline double int_limit(DType dt) {
       return 2147483648.0;
     case DType::Int64:
       return 9223372036854775808.0;
+    case DType::Int8:
+      return 128;
+    case DType::UInt8:
+      return 255;
+    case DType::Int16:
+      return 32768;
     default:
       return kInf;
   }
@@ -117,6 +124,16 @@ inline const char* dtype_cpp(DType dt) {
       return "DType::Float32";
     case DType::Float64:
       return "DType::Float64";
+    case DType::Int8:
+      return "DType::Int8";
+    case DType::UInt8:
+      return "DType::UInt8";
+    case DType::Int16:
+      return "DType::Int16";
+    case DType::Float16:
+      return "DType::Float16";
+    case DType::BFloat16:
+      return "DType::BFloat16";
   }
   return "?";
 }
@@ -343,11 +360,16 @@ class GraphGenerator {
         vals.push_back(uniform(-5, 5));
     }
     std::ostringstream text;
-    const char* ctype = dt == DType::Bool      ? "bool"
-                        : dt == DType::Int32   ? "int32_t"
-                        : dt == DType::Int64   ? "int64_t"
-                        : dt == DType::Float32 ? "float"
-                                               : "double";
+    const char* ctype = dt == DType::Bool       ? "bool"
+                        : dt == DType::Int32    ? "int32_t"
+                        : dt == DType::Int64    ? "int64_t"
+                        : dt == DType::Float32  ? "float"
+                        : dt == DType::Int8     ? "int8_t"
+                        : dt == DType::UInt8    ? "uint8_t"
+                        : dt == DType::Int16    ? "int16_t"
+                        : dt == DType::Float16  ? "float16"
+                        : dt == DType::BFloat16 ? "bfloat16"
+                                                : "double";
     text << "array<" << ctype << ">({";
     for (int64_t k = 0; k < n && k < 64; ++k) text << (k ? ", " : "") << vals[size_t(k)];
     if (n > 64) text << ", /* " << n - 64 << " more: rerun the seed */";
@@ -371,6 +393,9 @@ class GraphGenerator {
         break;
       case DType::Float64:
         v = array(vals, shape);
+        break;
+      default:
+        v = metajit_test::make_array(dt, vals, shape);
         break;
     }
     add_value(v, text.str(), is_float(dt) ? 4 : dt == DType::Bool ? 1 : 5, false, false);

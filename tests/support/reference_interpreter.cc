@@ -13,6 +13,13 @@
 // - Arithmetic on Bool (which graph building normally promotes to Int32 first) computes in
 //   int32 and converts the result back with != 0.
 // - Maximum/minimum, and max/min reductions, propagate NaN like numpy.
+// - Int8/UInt8/Int16 arithmetic wraps like the wider integers (computed in int, converted back).
+// - Float16/BFloat16: every op computes in float and rounds its result to the half type once,
+//   to nearest even (as numpy's float16 and PyTorch's eager ops do; kernels round only what
+//   they store, so tests compare them within a few ulps: reference_compare.h); a double or an
+//   integer converts to a half type directly, not through float. Reductions accumulate in float and
+//   round once at the end. The rounding here (round_half) is written apart from both the
+//   public float16/bfloat16 conversions and the kernels' prelude: by scaling and nearbyint.
 #include "support/reference_interpreter.h"
 
 #include <metajit/error.h>
@@ -48,8 +55,37 @@ decltype(auto) visit_dtype(DType dt, F&& f) {
       return f.template operator()<float>();
     case DType::Float64:
       return f.template operator()<double>();
+    case DType::Int8:
+      return f.template operator()<int8_t>();
+    case DType::UInt8:
+      return f.template operator()<uint8_t>();
+    case DType::Int16:
+      return f.template operator()<int16_t>();
+    case DType::Float16:
+      return f.template operator()<float16>();
+    case DType::BFloat16:
+      return f.template operator()<bfloat16>();
   }
   throw Error("reference interpreter: unknown dtype " + std::to_string(int(dt)));
+}
+
+template <class T>
+constexpr bool kHalf = std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>;
+
+// `v` rounded to nearest even in half type H: to a multiple of the place of its last
+// significant bit (11 for float16, 8 for bfloat16; subnormals keep the smallest exponent's),
+// Inf from halfway above the largest finite value. The scaled quotient is exact in double.
+template <class H>
+H round_half(double v) {
+  constexpr bool f16 = std::is_same_v<H, float16>;
+  constexpr int bits = f16 ? 11 : 8, emin = f16 ? -14 : -126, emax = f16 ? 15 : 127;
+  if (std::isnan(v)) return H(std::copysign(std::numeric_limits<float>::quiet_NaN(), v));
+  if (std::fabs(v) >= std::ldexp(2.0 - std::ldexp(1.0, -bits), emax))
+    return H(std::copysign(std::numeric_limits<float>::infinity(), v));
+  if (v == 0) return H(float(v));
+  const int e = std::max(std::ilogb(v), emin);
+  const double place = std::ldexp(1.0, e - (bits - 1));
+  return H(float(std::nearbyint(v / place) * place));  // representable: float and H exact
 }
 
 // The type integer arithmetic on T is done in: Bool counts in int32.
@@ -59,13 +95,19 @@ using Arith = std::conditional_t<std::is_same_v<T, bool>, int32_t, T>;
 // Converts one value with the rules of cast (see the file comment).
 template <class To, class From>
 To convert(From v) {
-  if constexpr (std::is_same_v<To, bool>) {
+  if constexpr (kHalf<From>) {
+    return convert<To>(float(v));
+  } else if constexpr (kHalf<To>) {
+    return round_half<To>(static_cast<double>(v));
+  } else if constexpr (std::is_same_v<To, bool>) {
     return v != From(0);
   } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
     const double t = std::trunc(static_cast<double>(v));
-    // lowest() is -2^(bits-1), exactly representable, and so is its negation.
+    // lowest() is -2^(bits-1) (0 unsigned) and max() + 1 is 2^(bits-1) (2^bits unsigned):
+    // both exactly representable.
     constexpr double lo = static_cast<double>(std::numeric_limits<To>::lowest());
-    if (!(t >= lo && t < -lo)) return To(0);  // NaN or out of range: C++ leaves it undefined
+    constexpr double hi = static_cast<double>(std::numeric_limits<To>::max()) + 1.0;
+    if (!(t >= lo && t < hi)) return To(0);  // NaN or out of range: C++ leaves it undefined
     return static_cast<To>(t);
   } else {
     return static_cast<To>(v);  // int->int wraps (C++20), bool->0/1, ->float rounds
@@ -81,24 +123,34 @@ T wrap_neg(T a) {
 // NaN-propagating maximum / minimum (numpy's maximum, and max/min reductions).
 template <class T>
 T max_value(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (kHalf<T>) {
+    return convert<T>(max_value(float(a), float(b)));
+  } else if constexpr (std::is_floating_point_v<T>) {
     if (std::isnan(a)) return a;
     if (std::isnan(b)) return b;
+    return b > a ? b : a;
+  } else {
+    return b > a ? b : a;
   }
-  return b > a ? b : a;
 }
 template <class T>
 T min_value(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (kHalf<T>) {
+    return convert<T>(min_value(float(a), float(b)));
+  } else if constexpr (std::is_floating_point_v<T>) {
     if (std::isnan(a)) return a;
     if (std::isnan(b)) return b;
+    return b < a ? b : a;
+  } else {
+    return b < a ? b : a;
   }
-  return b < a ? b : a;
 }
 
 template <class T>
 T unary_value(UnaryOp op, T x) {
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (kHalf<T>) {
+    return convert<T>(unary_value(op, float(x)));
+  } else if constexpr (std::is_floating_point_v<T>) {
     // Float32 uses the float overloads, as generated code does.
     switch (op) {
       case UnaryOp::Neg:
@@ -168,7 +220,9 @@ T unary_value(UnaryOp op, T x) {
 // The non-comparison, non-logical binary ops, computed in T.
 template <class T>
 T arith_value(BinaryOp op, T x, T y) {
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (kHalf<T>) {
+    return convert<T>(arith_value(op, float(x), float(y)));
+  } else if constexpr (std::is_floating_point_v<T>) {
     switch (op) {
       case BinaryOp::Add:
         return x + y;
@@ -227,7 +281,7 @@ T arith_value(BinaryOp op, T x, T y) {
 }
 
 template <class T>
-bool compare_value(BinaryOp op, T x, T y) {
+bool compare_same(BinaryOp op, T x, T y) {
   switch (op) {
     case BinaryOp::Eq:
       return x == y;
@@ -248,7 +302,16 @@ bool compare_value(BinaryOp op, T x, T y) {
 }
 
 template <class T>
-T reduce_identity(ReduceOp op) {
+bool compare_value(BinaryOp op, T x, T y) {
+  if constexpr (kHalf<T>) {
+    return compare_value(op, float(x), float(y));
+  } else {
+    return compare_same(op, x, y);
+  }
+}
+
+template <class T>
+T identity_of(ReduceOp op) {
   switch (op) {
     case ReduceOp::Add:
       return T(0);
@@ -265,6 +328,15 @@ T reduce_identity(ReduceOp op) {
   }
   throw Error(std::string("reference interpreter: reduce op ") + reduce_op_name(op) +
               " must be lowered before evaluation (mean becomes add * scale)");
+}
+
+template <class T>
+T reduce_identity(ReduceOp op) {
+  if constexpr (kHalf<T>) {
+    return convert<T>(reduce_identity<float>(op));
+  } else {
+    return identity_of<T>(op);
+  }
 }
 
 template <class T>
@@ -477,9 +549,9 @@ HostTensor eval_binary(const Node& n, const HostTensor& in0, const HostTensor& i
           if (!logical)
             r = compare_value(op, pa[i], pb[i]);
           else if (op == BinaryOp::LogicalAnd)
-            r = pa[i] && pb[i];
+            r = convert<bool>(pa[i]) && convert<bool>(pb[i]);
           else
-            r = pa[i] || pb[i];
+            r = convert<bool>(pa[i]) || convert<bool>(pb[i]);
           dst[i] = convert<R>(r);
         }
       });
@@ -720,9 +792,12 @@ HostTensor eval_reduce(const Node& n, const HostTensor& in) {
     std::vector<int64_t> kidx(kept_shape.size(), 0), ridx(red_shape.size(), 0);
     // float32 sums and products accumulate in double, as the generated kernels do: the result
     // is the rounded value of a sum far more accurate than float32 itself, so the order in
-    // which kernels add (vector lanes, threads) does not show in float32.
-    using Acc = std::conditional_t<std::is_same_v<T, float>, double, T>;
-    const bool widen = std::is_same_v<T, float> && (op == ReduceOp::Add || op == ReduceOp::Mul);
+    // which kernels add (vector lanes, threads) does not show in float32. The half types
+    // accumulate in float and round once (the precision contract, shared/api.md).
+    using Acc = std::conditional_t<std::is_same_v<T, float>, double,
+                                   std::conditional_t<kHalf<T>, float, T>>;
+    const bool widen =
+        kHalf<T> || (std::is_same_v<T, float> && (op == ReduceOp::Add || op == ReduceOp::Mul));
     for (int64_t o = 0; o < count(out); ++o, next_index(kidx, kept_shape)) {
       // One accumulator per output, over the reduced axes in row-major order.
       const int64_t base = dot(kidx, kept_strides);
@@ -730,8 +805,8 @@ HostTensor eval_reduce(const Node& n, const HostTensor& in) {
       if (widen) {
         Acc acc = reduce_identity<Acc>(op);
         for (int64_t r = 0; r < red_count; ++r, next_index(ridx, red_shape))
-          acc = reduce_combine<Acc>(op, acc, Acc(src[base + dot(ridx, red_strides)]));
-        dst[o] = T(acc);
+          acc = reduce_combine<Acc>(op, acc, convert<Acc>(src[base + dot(ridx, red_strides)]));
+        dst[o] = convert<T>(acc);
       } else {
         T acc = init;
         for (int64_t r = 0; r < red_count; ++r, next_index(ridx, red_shape))
@@ -870,7 +945,10 @@ std::vector<double> HostTensor::as_double() const {
       } else {
         T v;  // memcpy: the bytes need not be aligned or written as T here
         std::memcpy(&v, bytes.data() + size_t(i) * sizeof(T), sizeof(T));
-        out[size_t(i)] = static_cast<double>(v);
+        if constexpr (kHalf<T>)
+          out[size_t(i)] = double(float(v));
+        else
+          out[size_t(i)] = static_cast<double>(v);
       }
     }
   });

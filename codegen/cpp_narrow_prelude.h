@@ -1,0 +1,117 @@
+// metajit narrow-type prelude (codegen/cpp_narrow_prelude.h): a C++ kernel whose buffers or
+// values include Int8, UInt8, Int16, Float16 or BFloat16 carries this text after
+// codegen/cpp_kernel_prelude.h (CppEmitter::run). Embedded as kCppNarrowPrelude
+// (CMakeLists.txt), so it may include no header.
+//
+// A float converts to an 8- or 16-bit integer as the reference interpreter's cast does:
+// truncated toward zero, and 0 where that is out of the type's range or NaN (a plain C++
+// conversion would be undefined there).
+static inline signed char mj_to_i8(double x) {
+  return (x > -129.0 && x < 128.0) ? (signed char)(int)x : (signed char)0;
+}
+static inline unsigned char mj_to_u8(double x) {
+  return (x > -1.0 && x < 256.0) ? (unsigned char)(int)x : (unsigned char)0;
+}
+static inline short mj_to_i16(double x) {
+  return (x > -32769.0 && x < 32768.0) ? (short)(int)x : (short)0;
+}
+static inline signed char mj_to_i8f(float x) {
+  return (x > -129.0f && x < 128.0f) ? (signed char)(int)x : (signed char)0;
+}
+static inline unsigned char mj_to_u8f(float x) {
+  return (x > -1.0f && x < 256.0f) ? (unsigned char)(int)x : (unsigned char)0;
+}
+static inline short mj_to_i16f(float x) {
+  return (x > -32769.0f && x < 32768.0f) ? (short)(int)x : (short)0;
+}
+//
+// Half values are stored in 16 bits and computed in float (docs/design.md §3): a buffer element
+// is an mj_f16 / mj_bf16, which widens exactly when read and rounds to nearest even when
+// written, and the result of every op of a half dtype is rounded to it (mj_round_f16 /
+// mj_round_bf16), so that a fused kernel gives the values of the same ops run one by one. The
+// conversions are integer arithmetic and selects, written so that g++ vectorises them: g++ 12
+// has no vector type for _Float16 without AVX512-FP16, so F16C's conversions would run one
+// element at a time. The bit patterns are those of include/metajit/dtype.h's float16 and
+// bfloat16 (tests/test_precision.cc compares them for every half and many floats).
+
+// float16 bits -> float, exact: Inf and NaN keep their payload, subnormals are a x 2^-24.
+static inline float mj_f16_to_float(unsigned short h) {
+  const unsigned a = h & 0x7fffu, sign = (unsigned)(h & 0x8000u) << 16;
+  const unsigned special = (a << 13) | 0x7f800000u;
+  const unsigned normal = (a << 13) + (112u << 23);
+  const unsigned sub = __builtin_bit_cast(unsigned, (float)(int)a * 0x1p-24f);
+  const unsigned mag = a >= 0x7c00u ? special : (a >= 0x400u ? normal : sub);
+  return __builtin_bit_cast(float, mag | sign);
+}
+
+// float -> float16 bits, to nearest even: 65520 and above are Inf, a NaN is quieted with its
+// payload's top bits, below 2^-14 a multiple of 2^-24 (rounded by adding 0.5, whose last place
+// is 2^-24, in float).
+static inline unsigned short mj_f16_bits(float f) {
+  const unsigned u = __builtin_bit_cast(unsigned, f);
+  const unsigned sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  const unsigned nan = 0x7e00u | ((a >> 13) & 0x3ffu);
+  const unsigned normal = (a - (112u << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13;
+  const unsigned sub =
+      __builtin_bit_cast(unsigned, __builtin_bit_cast(float, a) + 0.5f) - 0x3f000000u;
+  const unsigned mag = a > 0x7f800000u    ? nan
+                       : a >= 0x47800000u ? 0x7c00u
+                       : a >= 0x38800000u ? normal
+                                          : sub;
+  return (unsigned short)(mag | sign);
+}
+
+static inline float mj_bf16_to_float(unsigned short b) {
+  return __builtin_bit_cast(float, (unsigned)b << 16);
+}
+
+// float -> bfloat16 bits, to nearest even; a NaN is 0x7fc0 with its sign.
+static inline unsigned short mj_bf16_bits(float f) {
+  const unsigned u = __builtin_bit_cast(unsigned, f);
+  const unsigned rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const unsigned nan = ((u >> 16) & 0x8000u) | 0x7fc0u;
+  return (unsigned short)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+
+// A float rounded to the half type, as a float.
+static inline float mj_round_f16(float x) {
+  return mj_f16_to_float(mj_f16_bits(x));
+}
+static inline float mj_round_bf16(float x) {
+  return mj_bf16_to_float(mj_bf16_bits(x));
+}
+
+// The float nearest to `d` toward zero with its last bit set where that is inexact (rounding
+// to odd): rounded once more to a half type it gives the direct rounding of `d`, which a
+// double -> float -> half conversion would not (base/dtype.cc round_to_odd_float).
+static inline float mj_to_odd_float(double d) {
+  const float f = (float)d;
+  const unsigned u = __builtin_bit_cast(unsigned, f);
+  const unsigned away = __builtin_fabs((double)f) > __builtin_fabs(d) ? 1u : 0u;
+  const unsigned odd = (u - away) | 1u;
+  return __builtin_bit_cast(float, (d == d && (double)f != d) ? odd : u);
+}
+static inline float mj_round_f16d(double d) {
+  return mj_round_f16(mj_to_odd_float(d));
+}
+static inline float mj_round_bf16d(double d) {
+  return mj_round_bf16(mj_to_odd_float(d));
+}
+
+// A buffer element of a half type: read as a float (exact), written from a float (rounded).
+struct mj_f16 {
+  unsigned short bits;
+  operator float() const { return mj_f16_to_float(bits); }
+  mj_f16& operator=(float f) {
+    bits = mj_f16_bits(f);
+    return *this;
+  }
+};
+struct mj_bf16 {
+  unsigned short bits;
+  operator float() const { return mj_bf16_to_float(bits); }
+  mj_bf16& operator=(float f) {
+    bits = mj_bf16_bits(f);
+    return *this;
+  }
+};
