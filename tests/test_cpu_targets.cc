@@ -217,21 +217,21 @@ TEST_CASE("convolutions read B from a table of the input's windows on every widt
     ScopedEnv flags("METAJIT_CXXFLAGS", w.flags);
     INFO(w.flags);
     const std::vector<Var> cases = {
-        conv2d(x, w3, 1, 1),                                    // 0: rows of 16 (widened to 18)
-        conv2d(x, w3, 1, 0),                                    // 1: rows of 14, 196 columns
-        conv2d(x40, w5, 1, 2),                                  // 2: 5x5, padding 2
-        conv2d(x, w13, 1, 1),                                   // 3: 1x3 (rows 18 wide)
-        conv2d(x, w31, 1, 1),                                   // 4: 3x1
-        conv2d(relu(x - 0.1), w3, 1, 1) + bias,                 // 5: producer and epilogue
+        conv2d(x, w3, 1, 1),                     // 0: rows of 16 (widened to 18)
+        conv2d(x, w3, 1, 0),                     // 1: rows of 14, 196 columns
+        conv2d(x40, w5, 1, 2),                   // 2: 5x5, padding 2
+        conv2d(x, w13, 1, 1),                    // 3: 1x3 (rows 18 wide)
+        conv2d(x, w31, 1, 1),                    // 4: 3x1
+        conv2d(relu(x - 0.1), w3, 1, 1) + bias,  // 5: producer and epilogue
         grad(sum(conv2d(x, w3, 1, 1) * conv2d(x, w3, 1, 1)), {x})[0],  // 6: transposed
-        conv2d(x8, w3, 1, 1),                                   // 7: rows of 8: packed
-        grad(sum(conv2d(x64, w8, 1, 1) * g12), {w8})[0],        // 8: step + tap
-        grad(sum(conv2d(x64, w8, 1, 0) * g10), {w8})[0],        // 9: no padding
-        grad(sum(conv_transpose2d(x64, wt, 1, 1) * g12), {wt})[0],  // 10
-        conv2d(x32, w3, 2, 1),                                  // 11: stride 2, padding 1
-        conv2d(x32, w3, 2, 0),                                  // 12: stride 2, no padding
-        conv2d(x48, w7, 2, 3),                                  // 13: a 7x7 stride-2 stem
-        grad(sum(conv2d(x64, w1, 1, 0) * g12), {w1})[0]};       // 14: one tap
+        conv2d(x8, w3, 1, 1),                                          // 7: rows of 8: packed
+        grad(sum(conv2d(x64, w8, 1, 1) * g12), {w8})[0],               // 8: step + tap
+        grad(sum(conv2d(x64, w8, 1, 0) * g10), {w8})[0],               // 9: no padding
+        grad(sum(conv_transpose2d(x64, wt, 1, 1) * g12), {wt})[0],     // 10
+        conv2d(x32, w3, 2, 1),                                         // 11: stride 2, padding 1
+        conv2d(x32, w3, 2, 0),                                         // 12: stride 2, no padding
+        conv2d(x48, w7, 2, 3),                                         // 13: a 7x7 stride-2 stem
+        grad(sum(conv2d(x64, w1, 1, 0) * g12), {w1})[0]};              // 14: one tap
     const std::vector<KernelInfo> first = plan({cases[0]});
     REQUIRE(!first.empty());
     CHECK_THAT(first.back().source, Catch::Contains("mj_micro_direct"));
@@ -320,6 +320,52 @@ TEST_CASE("SELU's exp is computed in vector registers on every vector width", "[
   }
 }
 
+// Half-precision loads and stores (codegen/cpp_narrow_prelude.h) are integer arithmetic and
+// selects so that g++ vectorises them (docs/design.md §3): a float16 and a bfloat16 SELU's
+// object code has vector shifts on the target's registers and calls nothing per element.
+TEST_CASE("half-precision conversions are vector code on every vector width",
+          "[targets][precision]") {
+  const std::string objdump = "objdump";
+  if (metajit_test::run_command(objdump + " --version").exit_code != 0)
+    metajit_test::skip_test("objdump (binutils) not found: the object code cannot be inspected");
+  for (const Width& w : widths()) {
+    if (w.isa == CpuIsa::Portable) continue;
+    for (DType t : {DType::Float16, DType::BFloat16}) {
+      ScopedEnv flags("METAJIT_CXXFLAGS", w.flags);
+      INFO(w.flags << " " << dtype_name(t));
+      Var x = cast(randn({1000}, 3), t);
+      eval({x});
+      Var y = 1.05 * where(x > 0.0, x, 1.67 * exp(x) - 1.67);
+      const std::vector<KernelInfo> k = plan({y});
+      REQUIRE(k.size() == 1);
+      TempDir dir;
+      const std::filesystem::path src = dir.path() / "k.cc", so = dir.path() / "k.so";
+      FILE* f = std::fopen(src.c_str(), "w");
+      REQUIRE(f);
+      std::fputs(k[0].source.c_str(), f);
+      std::fclose(f);
+      REQUIRE(run_compiler(host_toolchain().compile_command(src, so), 300).ok);
+      const metajit_test::ProcessResult d =
+          metajit_test::run_command(objdump + " -d " + so.string());
+      REQUIRE(d.exit_code == 0);
+      const std::string reg = w.isa == CpuIsa::Avx512 ? "%zmm" : "%ymm";
+      const std::regex vector_shift("vps(ll|rl)d ");
+      int vector_shifts = 0, calls = 0;
+      std::istringstream lines(d.output);
+      for (std::string l; std::getline(lines, l);) {
+        if (std::regex_search(l, vector_shift) && l.find(reg) != std::string::npos) ++vector_shifts;
+        if (l.find("call") != std::string::npos && l.find("GOMP") == std::string::npos &&
+            l.find("omp_") == std::string::npos && l.find("__cxa_finalize") == std::string::npos &&
+            l.find("tm_clones") == std::string::npos && l.find("*%rax") == std::string::npos)
+          ++calls;
+      }
+      INFO(d.output);
+      CHECK(calls == 0);
+      CHECK(vector_shifts >= 2);  // the load's widening shift and the store's narrowing one
+    }
+  }
+}
+
 // Kernel keys do not hash the source (docs/design.md §5): a change to what the C++ emitter writes
 // must come with a new kCodegenVersion, or caches keep serving kernels built from the old
 // source (tests included). This digest of the emitter's output for a fixed set of graphs, on
@@ -329,16 +375,19 @@ TEST_CASE("SELU's exp is computed in vector registers on every vector width", "[
 // digest is recorded again: gather, index_select, embedding and one_hot counting a negative
 // index from the end changed their index expressions under cpp-26; lowering one keepdims
 // reduction once per row (codegen/lowering.cc memo_key) changed softmax's IR under cpp-28.
+// Graphs added change only the digest: the half and 8-bit ones came with those dtypes, whose
+// kernels no cache held before (cpp-60; the other graphs' output did not change).
 TEST_CASE("the C++ emitter's output is pinned to the codegen version", "[targets]") {
   ScopedEnv fused("METAJIT_OPT_LEVEL", "1"), generic("METAJIT_SPECIALIZE_SHAPES", "0");
   const char* kRecordedVersion = "cpp-60";
-  const char* kRecordedDigest = "a047dc8b5a4fb9a8034397abc5e89f09";
+  const char* kRecordedDigest = "ab9d896364e361e0dc4ae8fb9607be07";
   Var a = rand({5, 7}, 1), b = rand({7, 3}, 2), x = rand({2, 3, 9, 9}, 3),
       w = rand({4, 3, 3, 3}, 4);
   Var ids = array(std::vector<int32_t>{4, 0, 2, 4}, {4}), rows = rand({4, 7}, 5),
       cols = array(std::vector<int64_t>{6, 0, 1, 2, 3, 4, 5, 6, 0, 1}, {5, 2});
   Var x16 = rand({1, 16, 6, 6}, 8), w16 = rand({16, 16, 3, 3}, 9);
-  eval({a, b, x, w, ids, rows, cols, x16, w16});
+  Var h = rand({5, 7}, 10, DType::Float16), hb = rand({5, 7}, 11, DType::BFloat16);
+  eval({a, b, x, w, ids, rows, cols, x16, w16, h, hb});
   const Var nested =
       reindex(reindex(rows, {4, 9}, {"i0", "i1-1"}, 0.5), {4, 7}, {"i0", "i1+1"}, -1.0);
   const std::vector<Var> graphs = {
@@ -368,7 +417,12 @@ TEST_CASE("the C++ emitter's output is pinned to the codegen version", "[targets
       grad(sum(max_pool2d(relu(x), 2, 2) * 3.0), {x})[0], sum(x, {0, 2, 3}),
       // a weight gradient whose B is packed once over the widened reduction, every tap run
       // inside each reduction block (ContractionSchedule::direct_steps, cpp-60)
-      grad(sum(conv2d(x16, w16, 1, 1)), {w16})[0]};
+      grad(sum(conv2d(x16, w16, 1, 1)), {w16})[0],
+      // half and 8-bit values: 16-bit buffers, float32 arithmetic, rounding casts and stores,
+      // float32 accumulation, narrow integer casts (codegen/cpp_narrow_prelude.h)
+      1.05 * where(h > 0.0, h, 1.67 * exp(h) - 1.67),
+      sum(hb * 2.0, {1}) + sum(cast(a, DType::BFloat16), {1}),
+      cast(a * 300.0, DType::Int8) + cast(a * 3.0, DType::UInt8), cast(h, DType::Int16) * 3.0};
   std::string all;
   for (const Var& g : graphs) {
     PipelinePlan p = build_pipeline({g.node()});
@@ -522,7 +576,8 @@ TEST_CASE("a contraction's B comes from the window table only where it reads row
   };
   // (With 64 input channels the gradient is [kh, kw, oc, ic], then transposed; with 3 its
   // columns merge ic, kh and kw, and neither direct form applies.)
-  Var x64 = rand({2, 64, 12, 12}, 10), w64 = rand({8, 64, 3, 3}, 11), g64 = rand({2, 8, 12, 12}, 12);
+  Var x64 = rand({2, 64, 12, 12}, 10), w64 = rand({8, 64, 3, 3}, 11),
+      g64 = rand({2, 8, 12, 12}, 12);
   eval({x64, w64, g64});
   const auto dw = steps(grad(sum(conv2d(x64, w64, 1, 1) * g64), {w64})[0]);
   REQUIRE(dw);

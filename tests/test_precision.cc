@@ -367,6 +367,21 @@ TEST_CASE("half values keep float32 inside a kernel and round where stored or ca
   CHECK(float(sum(full({4096}, 1.0, DType::Float16)).item<float16>()) == 4096.0f);
 }
 
+TEST_CASE("gradients with respect to half values come back in their dtype", "[precision]") {
+  Var x = array(std::vector<float16>{float16(1.5f), float16(-2.0f), float16(0.25f)}, {3});
+  Var g = grad(sum(x * x), {x})[0];
+  CHECK(g.dtype() == DType::Float16);
+  std::vector<float> got;
+  for (float16 h : g.to_vector<float16>()) got.push_back(float(h));
+  CHECK(got == std::vector<float>{3.0f, -4.0f, 0.5f});
+  // A bfloat16 layer's weight gradient against the reference (its graph, op by op).
+  Var a = metajit_test::make_array(DType::BFloat16, {0.5, -1, 2, 0.25, 1, -0.5}, {2, 3});
+  Var w = metajit_test::make_array(DType::BFloat16, {1, 2, -1, 0.5, 0.25, -2}, {3, 2});
+  const std::vector<Var> gw = grad(sum(tanh(matmul(a, w))), {w, a});
+  CHECK(gw[0].dtype() == DType::BFloat16);
+  check_against_reference(gw);
+}
+
 TEST_CASE("rand and randn draw half types in their ranges", "[precision]") {
   for (DType t : {DType::Float16, DType::BFloat16}) {
     Var r = rand({4096}, 5, t), n = randn({4096}, 6, t);
