@@ -140,17 +140,28 @@ bool is_window_reduction(const KStmt& st, const std::vector<int>& level_of_value
   return r.window && !r.along_reduced && !reads_inner_values(st, level_of_value, inner_level);
 }
 
+namespace {
+
+// The values a contraction's micro-kernels compute in: float32, and the half types, whose
+// operands the packing widens into float32 panels (the sums float32 until stored: docs/design.md
+// §3).
+bool packs_as_float(DType t) {
+  return t == DType::Float32 || is_half(t);
+}
+
+}  // namespace
+
 std::optional<Contraction> find_contraction(const KernelIR& ir, const std::vector<int>& levels,
                                             const std::vector<int>& level_of_value) {
   const int k = int(ir.loops.size());
-  if (k < 2 || ir.output.dtype != DType::Float32) return std::nullopt;
+  if (k < 2 || !packs_as_float(ir.output.dtype)) return std::nullopt;
   Contraction c;
   int reduces = 0;
   for (size_t s = 0; s < ir.body.stmts.size(); ++s)
     if (ir.body.stmts[s].kind == KOp::Reduce) ++reduces, c.reduce_index = s;
   if (reduces != 1) return std::nullopt;
   const KStmt& r = ir.body.stmts[c.reduce_index];
-  if (levels[c.reduce_index] < 0 || ReduceOp(r.op) != ReduceOp::Add || r.dtype != DType::Float32 ||
+  if (levels[c.reduce_index] < 0 || ReduceOp(r.op) != ReduceOp::Add || !packs_as_float(r.dtype) ||
       r.loops.empty())
     return std::nullopt;
   const KBlock& body = *r.body;
@@ -158,7 +169,7 @@ std::optional<Contraction> find_contraction(const KernelIR& ir, const std::vecto
   for (const KStmt& st : body.stmts)
     if (st.id == body.result) mul = &st;
   if (!mul || mul->kind != KOp::Binary || BinaryOp(mul->op) != BinaryOp::Mul ||
-      mul->dtype != DType::Float32)
+      !packs_as_float(mul->dtype))
     return std::nullopt;
   c.a = mul->args[0];
   c.b = mul->args[1];

@@ -344,6 +344,27 @@ TEST_CASE("meta-ops and composites on the new dtypes match the reference", "[pre
   }
 }
 
+TEST_CASE("half contractions take the blocked schedules on every width, float32 sums",
+          "[precision]") {
+  for (const Width& w : widths()) {
+    if (!w.runs) continue;
+    ScopedEnv flags("METAJIT_CXXFLAGS", w.flags);
+    for (DType t : {DType::Float16, DType::BFloat16}) {
+      INFO(w.flags << " " << dtype_name(t));
+      uint64_t seed = 1;
+      auto r = [&](Shape s) { return cast(rand(s, seed++) - 0.5, t); };
+      Var a = r({65, 129}), b = r({129, 70}), x = r({2, 5, 17, 17}), k = r({7, 5, 3, 3});
+      eval({a, b, x, k});
+      const std::vector<Var> outs = {relu(matmul(a, b) + 0.25),
+                                     matmul(r({3, 17, 9}), r({3, 9, 33})), conv2d(x, k, 1, 1),
+                                     conv2d(x, k, 2, 1), grad(sum(conv2d(x, k, 1, 1)), {k})[0]};
+      for (const KernelInfo& ki : plan({outs[0]}))
+        CHECK_THAT(ki.source, Contains("// schedule: contraction"));
+      check_against_reference(outs);
+    }
+  }
+}
+
 TEST_CASE("half values keep float32 inside a kernel and round where stored or cast",
           "[precision]") {
   // 2048 + 1 is not a float16 (the spacing there is 2): stored, x + 1 rounds to 2048 (ties to
