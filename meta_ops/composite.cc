@@ -169,7 +169,13 @@ Var matmul(const Var& a, const Var& b) {
     throw ShapeError("matmul: shapes " + shape_str(a.shape()) + " and " + shape_str(b.shape()) +
                      ": inner dimensions " + std::to_string(k) + " and " + std::to_string(k2) +
                      " differ");
-  // a gains the m axis (last), b the n axis; the sum runs over k, the middle one.
+  // a gains the m axis (last), b the n axis; the sum runs over k, the middle one. Two 8-bit
+  // integer operands multiply into Int32 sums (shared/api.md "Precision"), as quantised
+  // inference needs: their Int16 or 8-bit products would wrap.
+  const auto eight_bit = [](DType t) { return t == DType::Int8 || t == DType::UInt8; };
+  if (eight_bit(a.dtype()) && eight_bit(b.dtype()))
+    return batched_contraction(cast(a, DType::Int32), cast(b, DType::Int32), {n, k, m}, 2, 0, 1,
+                               "matmul");
   return batched_contraction(a, b, {n, k, m}, 2, 0, 1, "matmul");
 }
 

@@ -365,6 +365,17 @@ TEST_CASE("half contractions take the blocked schedules on every width, float32 
   }
 }
 
+TEST_CASE("matmul of 8-bit integers sums in int32", "[precision]") {
+  Var a = array(std::vector<int8_t>{127, -128, 100, 5}, {2, 2});
+  Var b = array(std::vector<uint8_t>{255, 2, 255, 3}, {2, 2});
+  Var c = matmul(a, b);
+  CHECK(c.dtype() == DType::Int32);
+  CHECK(c.to_vector<int32_t>() == std::vector<int32_t>{127 * 255 - 128 * 255, 127 * 2 - 128 * 3,
+                                                       100 * 255 + 5 * 255, 100 * 2 + 5 * 3});
+  CHECK(matmul(a, a).dtype() == DType::Int32);
+  check_against_reference({matmul(a, b), matmul(transpose(a, {1, 0}), a)});
+}
+
 TEST_CASE("half values keep float32 inside a kernel and round where stored or cast",
           "[precision]") {
   // 2048 + 1 is not a float16 (the spacing there is 2): stored, x + 1 rounds to 2048 (ties to
