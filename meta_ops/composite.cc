@@ -11,6 +11,7 @@
 #include <numeric>
 #include <optional>
 
+#include "meta_ops/autocast.h"
 #include "meta_ops/ops.h"
 
 namespace metajit {
@@ -148,9 +149,10 @@ Var matmul_vectors(const Var& a, const Var& b) {
 
 }  // namespace
 
-Var matmul(const Var& a, const Var& b) {
-  require_defined(a, "matmul");
-  require_defined(b, "matmul");
+Var matmul(const Var& a_in, const Var& b_in) {
+  require_defined(a_in, "matmul");
+  require_defined(b_in, "matmul");
+  const Var a = autocast_operand(a_in), b = autocast_operand(b_in);
   if (a.ndim() == 0 || b.ndim() == 0)
     throw ShapeError("matmul: shapes " + shape_str(a.shape()) + " and " + shape_str(b.shape()) +
                      ": a 0-d operand has no axis to multiply along; expected [.., n, k] x "
@@ -193,8 +195,8 @@ Var batched_contraction(const Var& a, const Var& b, const std::array<int64_t, 3>
     dims.push_back(nb + new_axis);
     return broadcast_to(cast(x, dt), full, dims);
   };
-  return sum(widen(a, int64_t(ba.size()), a_new) * widen(b, int64_t(bb.size()), b_new),
-             {nb + summed});
+  return reduce(widen(a, int64_t(ba.size()), a_new) * widen(b, int64_t(bb.size()), b_new),
+                ReduceOp::Add, {nb + summed});
 }
 
 Var softmax(const Var& x, int64_t dim) {
@@ -204,7 +206,7 @@ Var softmax(const Var& x, int64_t dim) {
     throw ShapeError("softmax: dim " + std::to_string(dim) + " out of range for shape " +
                      shape_str(x.shape()) + " (valid: -" + std::to_string(x.ndim()) + " to " +
                      std::to_string(x.ndim() - 1) + ")");
-  Var in = is_float(x.dtype()) ? x : cast(x, DType::Float32);
+  Var in = is_float(x.dtype()) ? autocast_float32(x) : cast(x, DType::Float32);
   // The row max only keeps exp() in range: its gradient cancels exactly, so (as JAX does) none
   // flows through it, and the backward graph has no max-tie masks.
   Var m = identity_without_gradient(max(in, {dim}, true));
@@ -219,7 +221,7 @@ Var log_softmax(const Var& x, int64_t dim) {
     throw ShapeError("log_softmax: dim " + std::to_string(dim) + " out of range for shape " +
                      shape_str(x.shape()) + " (valid: -" + std::to_string(x.ndim()) + " to " +
                      std::to_string(x.ndim() - 1) + ")");
-  Var in = is_float(x.dtype()) ? x : cast(x, DType::Float32);
+  Var in = is_float(x.dtype()) ? autocast_float32(x) : cast(x, DType::Float32);
   Var shifted = in - identity_without_gradient(max(in, {dim}, true));  // as softmax
   return shifted - log(sum(exp(shifted), {dim}, true));
 }

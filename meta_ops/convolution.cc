@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "meta_ops/autocast.h"
 #include "meta_ops/ops.h"
 
 namespace metajit {
@@ -88,10 +89,11 @@ Var conv2d(const Var& x, const Var& w, int64_t stride, int64_t padding, int64_t 
   return conv2d(x, w, stride, padding, dilation, 1);
 }
 
-Var conv2d(const Var& x, const Var& w, int64_t stride, int64_t padding, int64_t dilation,
+Var conv2d(const Var& x_in, const Var& w_in, int64_t stride, int64_t padding, int64_t dilation,
            int64_t groups) {
-  require_defined(x, "conv2d", "the input");
-  require_defined(w, "conv2d", "the weight");
+  require_defined(x_in, "conv2d", "the input");
+  require_defined(w_in, "conv2d", "the weight");
+  const Var x = autocast_operand(x_in), w = autocast_operand(w_in);
   const std::string shapes =
       "input " + shape_str(x.shape()) + " (NCHW), weight " + shape_str(w.shape()) + " (OIHW)";
   if (x.ndim() != 4 || w.ndim() != 4)
@@ -122,7 +124,7 @@ Var conv2d(const Var& x, const Var& w, int64_t stride, int64_t padding, int64_t 
                          tap(4, 6, stride, padding, dilation)},
                         0, {});
   Var wb = broadcast_to(cast(w, dt), big, {0, 3, 4});
-  return sum(xr * wb, {2, 5, 6});
+  return reduce(xr * wb, ReduceOp::Add, {2, 5, 6});  // reduce: not autocast's float32 sum
 }
 
 Var conv_transpose2d(const Var& x, const Var& w, int64_t stride, int64_t padding,
@@ -175,7 +177,7 @@ Var conv_transpose2d(const Var& x, const Var& w, int64_t stride, int64_t padding
   const DType dt = promote(x.dtype(), w.dtype());
   Var xr = reindex_tree(cast(x, dt), big, std::move(idx), 0, std::move(off_grid));
   Var wb = broadcast_to(transpose(cast(w, dt), {1, 0, 2, 3}), big, {0, 3, 4});
-  return sum(xr * wb, {2, 5, 6});
+  return reduce(xr * wb, ReduceOp::Add, {2, 5, 6});  // reduce: not autocast's float32 sum
 }
 
 Var max_pool2d(const Var& x, int64_t kernel, int64_t stride, int64_t padding) {

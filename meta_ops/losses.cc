@@ -5,6 +5,8 @@
 
 #include <limits>
 
+#include "meta_ops/autocast.h"
+
 namespace metajit {
 
 Var cross_entropy(const Var& logits, const Var& labels) {
@@ -48,7 +50,7 @@ Var mse_loss(const Var& pred, const Var& target) {
   if (pred.numel() == 0)
     throw ShapeError("mse_loss: pred " + shape_str(pred.shape()) +
                      " is empty; the mean needs an element");
-  Var d = pred - target;
+  Var d = autocast_float32(pred) - autocast_float32(target);
   return mean(d * d);
 }
 

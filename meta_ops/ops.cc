@@ -2,6 +2,8 @@
 // dtype rules (docs/design.md §3). Nothing is computed here.
 #include "meta_ops/ops.h"
 
+#include "meta_ops/autocast.h"
+
 #include <metajit/error.h>
 
 #include <algorithm>
@@ -618,20 +620,22 @@ Var reduce(const Var& x, ReduceOp op, std::vector<int64_t> dims, bool keepdims) 
   return v;
 }
 
+// Under autocast these take a half input as Float32 (meta_ops/autocast.h); the meta-op reduce()
+// itself, which matmul and conv2d sum with, keeps its input's dtype.
 Var sum(const Var& x, std::vector<int64_t> dims, bool keepdims) {
-  return reduce(x, ReduceOp::Add, std::move(dims), keepdims);
+  return reduce(autocast_float32(x), ReduceOp::Add, std::move(dims), keepdims);
 }
 Var mean(const Var& x, std::vector<int64_t> dims, bool keepdims) {
-  return reduce(x, ReduceOp::Mean, std::move(dims), keepdims);
+  return reduce(autocast_float32(x), ReduceOp::Mean, std::move(dims), keepdims);
 }
 Var max(const Var& x, std::vector<int64_t> dims, bool keepdims) {
-  return reduce(x, ReduceOp::Max, std::move(dims), keepdims);
+  return reduce(autocast_float32(x), ReduceOp::Max, std::move(dims), keepdims);
 }
 Var min(const Var& x, std::vector<int64_t> dims, bool keepdims) {
-  return reduce(x, ReduceOp::Min, std::move(dims), keepdims);
+  return reduce(autocast_float32(x), ReduceOp::Min, std::move(dims), keepdims);
 }
 Var prod(const Var& x, std::vector<int64_t> dims, bool keepdims) {
-  return reduce(x, ReduceOp::Mul, std::move(dims), keepdims);
+  return reduce(autocast_float32(x), ReduceOp::Mul, std::move(dims), keepdims);
 }
 
 }  // namespace metajit

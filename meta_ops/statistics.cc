@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <string>
 
+#include "meta_ops/autocast.h"
 #include "meta_ops/ops.h"
 
 namespace metajit {
@@ -26,8 +27,9 @@ std::vector<bool> reduced_axes(const Var& x, const std::vector<int64_t>& dims, c
   return reduced;
 }
 
+// Under autocast a half input is taken as Float32 too (norms return Float32: shared/api.md).
 Var as_float(const Var& x) {
-  return is_float(x.dtype()) ? x : cast(x, DType::Float32);
+  return is_float(x.dtype()) ? autocast_float32(x) : cast(x, DType::Float32);
 }
 
 }  // namespace

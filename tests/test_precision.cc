@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -412,6 +413,86 @@ TEST_CASE("gradients with respect to half values come back in their dtype", "[pr
   const std::vector<Var> gw = grad(sum(tanh(matmul(a, w))), {w, a});
   CHECK(gw[0].dtype() == DType::BFloat16);
   check_against_reference(gw);
+}
+
+TEST_CASE("autocast: half matmul and conv2d, float32 reductions, float32 master gradients",
+          "[precision]") {
+  Var x = randn({16, 8}, 1), w = randn({8, 4}, 2), img = randn({2, 3, 9, 9}, 3),
+      k = randn({4, 3, 3, 3}, 4);
+  Var xd = cast(x, DType::Float64), wd = cast(w, DType::Float64);
+  Var xi = cast(x * 4.0, DType::Int32), wi = cast(w * 4.0, DType::Int32);
+  eval({x, w, img, k, xd, wd, xi, wi});
+  CHECK_THROWS_AS(autocast(DType::Float32), DTypeError);
+  Var h, s, l, c, g;
+  {
+    autocast scope;  // bfloat16
+    h = matmul(x, w);
+    CHECK(h.dtype() == DType::BFloat16);
+    c = conv2d(img, k, 1, 1);
+    CHECK(c.dtype() == DType::BFloat16);
+    s = softmax(h, 1);
+    CHECK(s.dtype() == DType::Float32);
+    CHECK(sum(h).dtype() == DType::Float32);
+    CHECK(layer_norm(h, 1).dtype() == DType::Float32);
+    CHECK(matmul(xd, wd).dtype() == DType::Float64);  // never cast
+    CHECK(matmul(xi, wi).dtype() == DType::Int32);
+    {
+      autocast inner(DType::Float16);
+      CHECK(matmul(x, w).dtype() == DType::Float16);
+    }
+    CHECK(matmul(x, w).dtype() == DType::BFloat16);  // the enclosing scope again
+    l = mean(h * h) + mse_loss(c, zeros(c.shape(), DType::BFloat16));
+    CHECK(l.dtype() == DType::Float32);
+    g = grad(l, {w})[0];
+  }
+  CHECK(matmul(x, w).dtype() == DType::Float32);  // outside every scope
+  CHECK(g.dtype() == DType::Float32);             // the master weight's gradient
+  // The values: the float32 computation, within bfloat16's rounding of the operands.
+  const std::vector<float> ref = matmul(x, w).to_vector<float>();
+  const std::vector<float> got = cast(h, DType::Float32).to_vector<float>();
+  for (size_t i = 0; i < ref.size(); ++i)
+    CHECK(std::fabs(got[i] - ref[i]) <= 0.05f * std::max(1.0f, std::fabs(ref[i])));
+  // The gradient of the loss's matmul term (the conv term does not read w), against float32's.
+  Var p = matmul(x, w);
+  const std::vector<float> gref = grad(mean(p * p), {w})[0].to_vector<float>();
+  const std::vector<float> gv = g.to_vector<float>();
+  REQUIRE(gv.size() == gref.size());
+  for (size_t i = 0; i < gv.size(); ++i)
+    CHECK(std::fabs(gv[i] - gref[i]) <= 0.05f * std::max(1.0f, std::fabs(gref[i])));
+}
+
+TEST_CASE("autocast: a small network trains in bfloat16 as in float32", "[precision]") {
+  // y = relu(x W1) W2 fitted to a fixed linear target by plain gradient descent, the same
+  // steps with and without autocast: the half run's loss falls as the float32 run's does.
+  Var x = randn({64, 16}, 5), t = matmul(x, randn({16, 4}, 6));
+  eval({x, t});
+  auto train = [&](bool half) {
+    Var w1 = randn({16, 32}, 7) * 0.25, w2 = randn({32, 4}, 8) * 0.25;
+    eval({w1, w2});
+    float first = 0, last = 0;
+    for (int step = 0; step < 60; ++step) {
+      std::optional<autocast> scope;
+      if (half) scope.emplace(DType::BFloat16);
+      Var loss = mse_loss(matmul(relu(matmul(x, w1)), w2), t);
+      std::vector<Var> g = grad(loss, {w1, w2});
+      scope.reset();
+      REQUIRE(g[0].dtype() == DType::Float32);
+      const float lv = loss.item<float>();
+      if (step == 0) first = lv;
+      last = lv;
+      w1.assign(w1 - 0.05 * g[0]);
+      w2.assign(w2 - 0.05 * g[1]);
+      eval({w1, w2});
+    }
+    return std::pair{first, last};
+  };
+  const auto [f32_first, f32_last] = train(false);
+  const auto [bf_first, bf_last] = train(true);
+  INFO("float32 " << f32_first << " -> " << f32_last << ", bfloat16 " << bf_first << " -> "
+                  << bf_last);
+  CHECK(f32_last < 0.5f * f32_first);
+  CHECK(bf_last < 0.5f * bf_first);
+  CHECK(std::fabs(bf_last - f32_last) <= 0.1f * f32_first);
 }
 
 TEST_CASE("rand and randn draw half types in their ranges", "[precision]") {

@@ -100,6 +100,24 @@ Var minimum(const Var& a, double b);
 Var pow(const Var& a, double b);
 Var where(const Var& cond, const Var& a, const Var& b);  // cond: non-Bool is tested != 0
 Var cast(const Var& x, DType dtype);
+
+// Mixed precision (shared/api.md "Precision"; docs/design.md §3): while an autocast is alive on
+// this thread, the ops BUILT compute matmul and conv2d (and so their gradients) on Float32
+// operands cast to `compute` (Float16 or BFloat16, else DTypeError), with float32 sums and
+// results in `compute`; sum, mean, max, min, prod, softmax, log_softmax, the losses and the
+// norms take a half input as Float32 and return Float32. Float64 and integer values are never
+// cast, and Float32 parameters stay Float32 (master weights): their gradients come back Float32
+// through the casts. Scopes nest; the innermost one decides.
+class autocast {
+ public:
+  explicit autocast(DType compute = DType::BFloat16);
+  ~autocast();
+  autocast(const autocast&) = delete;
+  autocast& operator=(const autocast&) = delete;
+
+ private:
+  int previous_;  // the enclosing scope's dtype, -1 for none
+};
 Var logical_and(const Var& a, const Var& b);
 Var logical_or(const Var& a, const Var& b);
 Var logical_not(const Var& x);
