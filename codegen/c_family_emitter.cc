@@ -63,17 +63,19 @@ bool CFamilyEmitter::uses_narrow_types(const KernelIR& ir) {
 
 // Casts follow the reference interpreter (tests/support/reference_interpreter.cc): a float to
 // an integer truncates, 0 where out of range or NaN (the narrow types through the prelude's
-// mj_to_*; Int32/Int64 as a C++ conversion, as before); a half type is rounded to once, from a
+// mj_to_narrow; Int32/Int64 as a C++ conversion, as before); a half type is rounded to once, from a
 // double or a 32- or 64-bit integer directly (through the double, mj_round_*d), which a float
 // in between would round twice.
 std::string CFamilyEmitter::cast_expr(DType to, DType from, const std::string& x) {
   if (to == DType::Bool) return "(" + x + " != 0)";
   if (to == DType::Int8 || to == DType::UInt8 || to == DType::Int16) {
     if (!is_float(from)) return "(" + ctype(to) + ")" + x;
-    const std::string f = to == DType::Int8    ? "mj_to_i8"
-                          : to == DType::UInt8 ? "mj_to_u8"
-                                               : "mj_to_i16";
-    return f + (from == DType::Float64 ? "(" : "f(") + x + ")";
+    // The open interval of values that truncate into the type, in the value's float type.
+    const int lo = to == DType::Int8 ? -129 : to == DType::UInt8 ? -1 : -32769;
+    const int hi = to == DType::Int8 ? 128 : to == DType::UInt8 ? 256 : 32768;
+    const std::string suffix = from == DType::Float64 ? ".0" : ".0f";
+    return "mj_to_narrow<" + ctype(to) + ">(" + x + ", " + std::to_string(lo) + suffix + ", " +
+           std::to_string(hi) + suffix + ")";
   }
   if (is_half(to)) {
     const std::string r = to == DType::Float16 ? "mj_round_f16" : "mj_round_bf16";

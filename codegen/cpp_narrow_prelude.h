@@ -6,23 +6,11 @@
 // A float converts to an 8- or 16-bit integer as the reference interpreter's cast does:
 // truncated toward zero, and 0 where that is out of the type's range or NaN (a plain C++
 // conversion would be undefined there).
-static inline signed char mj_to_i8(double x) {
-  return (x > -129.0 && x < 128.0) ? (signed char)(int)x : (signed char)0;
-}
-static inline unsigned char mj_to_u8(double x) {
-  return (x > -1.0 && x < 256.0) ? (unsigned char)(int)x : (unsigned char)0;
-}
-static inline short mj_to_i16(double x) {
-  return (x > -32769.0 && x < 32768.0) ? (short)(int)x : (short)0;
-}
-static inline signed char mj_to_i8f(float x) {
-  return (x > -129.0f && x < 128.0f) ? (signed char)(int)x : (signed char)0;
-}
-static inline unsigned char mj_to_u8f(float x) {
-  return (x > -1.0f && x < 256.0f) ? (unsigned char)(int)x : (unsigned char)0;
-}
-static inline short mj_to_i16f(float x) {
-  return (x > -32769.0f && x < 32768.0f) ? (short)(int)x : (short)0;
+// I is the integer type, F float or double, (lo, hi) the open interval of values that truncate
+// into I (-129, 128 for signed char): the emitter prints them (CFamilyEmitter::cast_expr).
+template <class I, class F>
+static inline I mj_to_narrow(F x, F lo, F hi) {
+  return (x > lo && x < hi) ? (I)(int)x : (I)0;
 }
 //
 // Half values are stored in 16 bits and computed in float (docs/design.md §3): a buffer element

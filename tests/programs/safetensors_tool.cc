@@ -11,36 +11,12 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "nn/safetensors_format.h"  // dtype_code: the file format's names
+
 using namespace metajit;
 using json = nlohmann::json;
 
 namespace {
-
-const char* code_of(DType t) {
-  switch (t) {
-    case DType::Float32:
-      return "F32";
-    case DType::Float64:
-      return "F64";
-    case DType::Int32:
-      return "I32";
-    case DType::Int64:
-      return "I64";
-    case DType::Bool:
-      return "BOOL";
-    case DType::Int8:
-      return "I8";
-    case DType::UInt8:
-      return "U8";
-    case DType::Int16:
-      return "I16";
-    case DType::Float16:
-      return "F16";
-    case DType::BFloat16:
-      return "BF16";
-  }
-  return "?";
-}
 
 template <class H>
 std::vector<float> halves_as_floats(const std::vector<H>& halves) {
@@ -108,8 +84,9 @@ int main(int argc, char** argv) {
       std::map<std::string, std::string> meta;
       json out{{"tensors", json::object()}, {"metadata", json::object()}};
       for (const auto& [name, v] : load_safetensors(argv[2], &meta))
-        out["tensors"][name] = {
-            {"dtype", code_of(v.dtype())}, {"shape", v.shape()}, {"values", values_of(v)}};
+        out["tensors"][name] = {{"dtype", safetensors::dtype_code(v.dtype())},
+                                {"shape", v.shape()},
+                                {"values", values_of(v)}};
       for (const auto& [k, v] : meta) out["metadata"][k] = v;
       std::cout << out.dump() << "\n";
       return 0;
