@@ -25,11 +25,17 @@ std::optional<double> identity_value(ReduceOp op, DType t) {
       return 1.0;
     case ReduceOp::Max:
       if (t == DType::Bool) return 0.0;
+      if (t == DType::Int8) return double(std::numeric_limits<int8_t>::min());
+      if (t == DType::UInt8) return 0.0;
+      if (t == DType::Int16) return double(std::numeric_limits<int16_t>::min());
       if (t == DType::Int32) return double(std::numeric_limits<int32_t>::min());
       if (t == DType::Int64) return double(std::numeric_limits<int64_t>::min());  // -2^63 exact
       return -std::numeric_limits<double>::infinity();
     case ReduceOp::Min:
       if (t == DType::Bool) return 1.0;
+      if (t == DType::Int8) return double(std::numeric_limits<int8_t>::max());
+      if (t == DType::UInt8) return double(std::numeric_limits<uint8_t>::max());
+      if (t == DType::Int16) return double(std::numeric_limits<int16_t>::max());
       if (t == DType::Int32) return double(std::numeric_limits<int32_t>::max());
       if (t == DType::Int64) return std::nullopt;
       return std::numeric_limits<double>::infinity();

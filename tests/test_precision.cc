@@ -269,6 +269,22 @@ TEST_CASE("integers of 8 and 16 bits wrap, and float to them truncates (0 out of
   CHECK(cast(i, DType::UInt8).to_vector<uint8_t>() == std::vector<uint8_t>{44, 255});
 }
 
+TEST_CASE("reductions over an empty axis give each new dtype's identity", "[precision]") {
+  // fill_empty_reductions (codegen/empty_reductions.cc) writes the identity as a scalar: the
+  // 8- and 16-bit integers' own lowest and highest, not a float infinity (which gave 0).
+  for (DType t : kNewTypes) {
+    INFO(dtype_name(t));
+    Var e = metajit_test::make_array(t, {}, {3, 0});
+    check_against_reference(
+        {max(e, {1}), min(e, {1}), reduce(e, ReduceOp::Add, {1}), reduce(e, ReduceOp::Mul, {1})});
+  }
+  Var a = array(std::vector<int8_t>{}, {2, 0});
+  CHECK(max(a, {1}).to_vector<int8_t>() == std::vector<int8_t>{-128, -128});
+  CHECK(min(a, {1}).to_vector<int8_t>() == std::vector<int8_t>{127, 127});
+  Var u = array(std::vector<uint8_t>{}, {2, 0});
+  CHECK(min(u, {1}).to_vector<uint8_t>() == std::vector<uint8_t>{255, 255});
+}
+
 TEST_CASE("every cast between the ten dtypes matches the reference", "[precision]") {
   // No value a half type holds only as Inf: float -> int32/int64 of Inf is not yet guarded in
   // generated code (docs/design.md §3).
