@@ -192,32 +192,6 @@ void store_dtype_value(double v, DType t, void* dst) {
   }
 }
 
-double load_dtype_value(DType t, const void* src) {
-  switch (t) {
-    case DType::Bool:
-      return *static_cast<const bool*>(src) ? 1.0 : 0.0;
-    case DType::Int32:
-      return *static_cast<const int32_t*>(src);
-    case DType::Int64:
-      return double(*static_cast<const int64_t*>(src));
-    case DType::Float32:
-      return *static_cast<const float*>(src);
-    case DType::Float64:
-      return *static_cast<const double*>(src);
-    case DType::Int8:
-      return *static_cast<const int8_t*>(src);
-    case DType::UInt8:
-      return *static_cast<const uint8_t*>(src);
-    case DType::Int16:
-      return *static_cast<const int16_t*>(src);
-    case DType::Float16:
-      return double(float(*static_cast<const float16*>(src)));
-    case DType::BFloat16:
-      return double(float(*static_cast<const bfloat16*>(src)));
-  }
-  return 0;
-}
-
 int64_t numel_of(const Shape& s) {
   // A zero extent empties a shape whatever the others are ([2^40, 2^63-1, 0] is valid: nothing
   // to store), so it is looked for before multiplying; any other shape a node has fits in int64

@@ -8,9 +8,8 @@ namespace metajit {
 // zero, NaN or out of range 0, floats rounded (a half type directly from the double, once).
 // Scalars are stored this way.
 double to_dtype_value(double v, DType t);
-// Writes to_dtype_value(v, t) as one element of dtype t at `dst`; reads one back.
+// Writes to_dtype_value(v, t) as one element of dtype t at `dst`.
 void store_dtype_value(double v, DType t, void* dst);
-double load_dtype_value(DType t, const void* src);
 
 // A double rounded to a half type once, to nearest even (no double rounding through float).
 float16 float16_from_double(double v);

@@ -2,8 +2,6 @@
 // dtype rules (docs/design.md §3). Nothing is computed here.
 #include "meta_ops/ops.h"
 
-#include "meta_ops/autocast.h"
-
 #include <metajit/error.h>
 
 #include <algorithm>
@@ -11,6 +9,8 @@
 #include <cstring>
 #include <limits>
 #include <random>
+
+#include "meta_ops/autocast.h"
 
 namespace metajit {
 namespace {
@@ -96,10 +96,10 @@ Var random_array(Shape shape, uint64_t seed, DType dtype, bool normal, const cha
     } else if (dtype == DType::Float64) {
       static_cast<double*>(buf->data())[i] = v;
     } else {
-      // A half type: rounded once from the double; [0, 1) kept by its largest value below 1.
+      // A half type: rounded once from the double (store_dtype_value); [0, 1) kept by its
+      // largest value below 1, where a draw just below 1 rounds up to it.
       const double below_one = dtype == DType::Float16 ? 1.0 - 0x1p-11 : 1.0 - 0x1p-8;
-      const double h = to_dtype_value(v, dtype);
-      store_dtype_value(!normal && h >= 1.0 ? below_one : h, dtype,
+      store_dtype_value(!normal && v > below_one ? below_one : v, dtype,
                         static_cast<char*>(buf->data()) + size_t(i) * 2);
     }
   }
