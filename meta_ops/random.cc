@@ -82,8 +82,9 @@ Var unit_interval(const Var& hi, const Var& lo, DType dtype) {
 
 void check_float(DType dtype, const Shape& shape, const char* op) {
   if (!is_float(dtype))
-    throw DTypeError(std::string(op) + ": dtype " + dtype_name(dtype) + " for shape " +
-                     shape_str(shape) + " is not supported; expected float32 or float64");
+    throw DTypeError(
+        std::string(op) + ": dtype " + dtype_name(dtype) + " for shape " + shape_str(shape) +
+        " is not supported; expected a float type (float16, bfloat16, float32 or float64)");
 }
 
 }  // namespace
@@ -126,11 +127,15 @@ void manual_seed(uint64_t seed) {
   s.offset = 0;
 }
 
+// A half type draws in Float32 (unit_interval's integer would overflow Float16) and rounds once;
+// [0, 1) is kept by the type's largest value below 1, as the seeded rand does (meta_ops/ops.cc).
 Var rand(Shape shape, DType dtype) {
   check_shape_fits("rand", dtype, shape);
   check_float(dtype, shape, "rand");
   const std::array<Var, 4> w = draw_words(shape);
-  return unit_interval(w[0], w[1], dtype);
+  if (!is_half(dtype)) return unit_interval(w[0], w[1], dtype);
+  const double below_one = dtype == DType::Float16 ? 1.0 - 0x1p-11 : 1.0 - 0x1p-8;
+  return cast(minimum(unit_interval(w[0], w[1], DType::Float32), below_one), dtype);
 }
 
 // Box-Muller on two uniforms of the block: u1 in (0, 1] (log finite), u2 in [0, 1).
@@ -138,10 +143,13 @@ Var randn(Shape shape, DType dtype) {
   check_shape_fits("randn", dtype, shape);
   check_float(dtype, shape, "randn");
   const std::array<Var, 4> w = draw_words(shape);
-  const double ulp = dtype == DType::Float32 ? 0x1p-24 : 0x1p-53;
-  const Var u1 = unit_interval(w[0], w[1], dtype) + ulp;
-  const Var u2 = unit_interval(w[2], w[3], dtype);
-  return sqrt(log(u1) * -2.0) * cos(u2 * (2 * std::numbers::pi));
+  // A half type draws in Float32 and rounds once at the end.
+  const DType compute = is_half(dtype) ? DType::Float32 : dtype;
+  const double ulp = compute == DType::Float32 ? 0x1p-24 : 0x1p-53;
+  const Var u1 = unit_interval(w[0], w[1], compute) + ulp;
+  const Var u2 = unit_interval(w[2], w[3], compute);
+  const Var z = sqrt(log(u1) * -2.0) * cos(u2 * (2 * std::numbers::pi));
+  return compute == dtype ? z : cast(z, dtype);
 }
 
 Var dropout(const Var& x, double p, bool training) {
@@ -152,7 +160,9 @@ Var dropout(const Var& x, double p, bool training) {
   check_float(x.dtype(), x.shape(), "dropout");
   if (!training || p == 0) return x;
   if (p == 1) return x * 0.0;
-  const Var keep = rand(x.shape(), x.dtype()) >= p;
+  // A half x's mask compares a Float32 draw with p: p's rounding to the half type would move
+  // the keep rate (p = 0.1 as a bfloat16 is 0.10009765625).
+  const Var keep = rand(x.shape(), is_half(x.dtype()) ? DType::Float32 : x.dtype()) >= p;
   return where(keep, x * (1 / (1 - p)), zeros({}, x.dtype()));
 }
 

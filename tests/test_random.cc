@@ -204,3 +204,47 @@ TEST_CASE(
   m = message_of<DTypeError>([&] { rand({2}, DType::Int64); });
   CHECK_THAT(m, Contains("rand") && Contains("float32 or float64"));
 }
+
+TEST_CASE("the stream draws half types: rand and randn round a Float32 draw, dropout keeps 1 - p",
+          "[random][precision]") {
+  const int64_t n = 1 << 15;
+  for (DType t : {DType::Float16, DType::BFloat16}) {
+    INFO(dtype_name(t));
+    // The same counters drawn as Float32 and as the half type: the half draw is the Float32 one
+    // rounded once, [0, 1) kept by the type's largest value below 1.
+    manual_seed(11);
+    const std::vector<double> u32 = as_doubles(rand({n}, DType::Float32));
+    manual_seed(11);
+    Var u = rand({n}, t);
+    CHECK(u.dtype() == t);
+    const std::vector<double> uh = as_doubles(u);
+    const double below_one = t == DType::Float16 ? 1.0 - 0x1p-11 : 1.0 - 0x1p-8;
+    double mean = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (i < 64)
+        CHECK(uh[size_t(i)] ==
+              as_doubles(cast(scalar(std::min(u32[size_t(i)], below_one), DType::Float32), t))[0]);
+      REQUIRE((uh[size_t(i)] >= 0 && uh[size_t(i)] < 1));
+      mean += uh[size_t(i)] / double(n);
+    }
+    CHECK(std::fabs(mean - 0.5) < 0.01);
+    const std::vector<double> z = as_doubles(randn({n}, t));
+    double zm = 0, zv = 0;
+    for (double v : z) {
+      REQUIRE(std::isfinite(v));
+      zm += v / double(n);
+    }
+    for (double v : z) zv += (v - zm) * (v - zm) / double(n);
+    CHECK(std::fabs(zm) < 0.03);
+    CHECK(std::fabs(zv - 1) < 0.05);
+    // dropout on a half input: the mask compares a Float32 draw with p exactly.
+    const std::vector<double> d = as_doubles(dropout(ones({n}, t), 0.25));
+    const double kept = as_doubles(cast(scalar(4.0 / 3.0, DType::Float64), t))[0];
+    int64_t dropped = 0;
+    for (double v : d) {
+      REQUIRE((v == 0 || v == kept));
+      dropped += v == 0;
+    }
+    CHECK(std::fabs(double(dropped) / double(n) - 0.25) < 0.01);
+  }
+}
