@@ -620,8 +620,10 @@ Var reduce(const Var& x, ReduceOp op, std::vector<int64_t> dims, bool keepdims) 
   return v;
 }
 
-// Under autocast these take a half input as Float32 (meta_ops/autocast.h); the meta-op reduce()
-// itself, which matmul and conv2d sum with, keeps its input's dtype.
+// Under autocast sum, mean and prod take a half input as Float32 (meta_ops/autocast.h); the
+// meta-op reduce() itself, which matmul and conv2d sum with, keeps its input's dtype, and so do
+// max and min: their result is one of the inputs, exact in the half type, and a Float32 one would
+// double the bytes of max_pool2d's activations (docs/design.md §3).
 Var sum(const Var& x, std::vector<int64_t> dims, bool keepdims) {
   return reduce(autocast_float32(x), ReduceOp::Add, std::move(dims), keepdims);
 }
@@ -629,10 +631,10 @@ Var mean(const Var& x, std::vector<int64_t> dims, bool keepdims) {
   return reduce(autocast_float32(x), ReduceOp::Mean, std::move(dims), keepdims);
 }
 Var max(const Var& x, std::vector<int64_t> dims, bool keepdims) {
-  return reduce(autocast_float32(x), ReduceOp::Max, std::move(dims), keepdims);
+  return reduce(x, ReduceOp::Max, std::move(dims), keepdims);
 }
 Var min(const Var& x, std::vector<int64_t> dims, bool keepdims) {
-  return reduce(autocast_float32(x), ReduceOp::Min, std::move(dims), keepdims);
+  return reduce(x, ReduceOp::Min, std::move(dims), keepdims);
 }
 Var prod(const Var& x, std::vector<int64_t> dims, bool keepdims) {
   return reduce(autocast_float32(x), ReduceOp::Mul, std::move(dims), keepdims);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string>
 
+#include "meta_ops/autocast.h"
 #include "nn/init.h"
 
 namespace metajit::nn {
@@ -70,7 +71,9 @@ Var MultiheadAttention::project(const Var& x, int64_t part) const {
   const int64_t e = embed_dim_;
   const Var w = slice(in_proj_weight_, 0, part * e, (part + 1) * e);
   const Var y = matmul(x, transpose(w, {1, 0}));
-  return in_proj_bias_.defined() ? y + slice(in_proj_bias_, 0, part * e, (part + 1) * e) : y;
+  return in_proj_bias_.defined()
+             ? y + autocast_operand(slice(in_proj_bias_, 0, part * e, (part + 1) * e))
+             : y;
 }
 
 // [N, L, E] -> [N, H, L, E / H].
@@ -93,7 +96,9 @@ Var MultiheadAttention::operator()(const Var& query, const Var& key, const Var& 
     // the planner store that input broadcast over the output features, a [N, L, E, E] tensor:
     // a GPT train step 10x slower, bench/README.md "GPT"; it stores the input since 682824c.)
     const Var w = transpose(in_proj_weight_, {1, 0});
-    const Var qkv = in_proj_bias_.defined() ? matmul(query, w) + in_proj_bias_ : matmul(query, w);
+    // The biases in the product's dtype under autocast, as in Linear (nn/linear.cc).
+    const Var qkv = in_proj_bias_.defined() ? matmul(query, w) + autocast_operand(in_proj_bias_)
+                                            : matmul(query, w);
     const int64_t e = embed_dim_;
     q = slice(qkv, 2, 0, e), k = slice(qkv, 2, e, 2 * e), v = slice(qkv, 2, 2 * e, 3 * e);
   } else {

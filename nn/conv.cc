@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "meta_ops/autocast.h"
 #include "nn/init.h"
 
 namespace metajit::nn {
@@ -51,7 +52,8 @@ Var Conv2d::operator()(const Var& x) const {
   Shape batched = x.shape();
   if (unbatched) batched.insert(batched.begin(), 1);
   Var y = conv2d(reshape(x, batched), weight_, stride_, padding_, dilation_, groups_);
-  if (bias_.defined()) y = y + reshape(bias_, {1, bias_.shape()[0], 1, 1});
+  // In the product's dtype under autocast, as in Linear (nn/linear.cc).
+  if (bias_.defined()) y = y + autocast_operand(reshape(bias_, {1, bias_.shape()[0], 1, 1}));
   if (!unbatched) return y;
   return reshape(y, Shape(y.shape().begin() + 1, y.shape().end()));
 }

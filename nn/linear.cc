@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "meta_ops/autocast.h"
 #include "nn/init.h"
 
 namespace metajit::nn {
@@ -27,7 +28,9 @@ Var Linear::operator()(const Var& x) const {
                      "): input of shape " + shape_str(x.shape()) + "; expected [.., " +
                      std::to_string(in_) + "] (the last axis is in_features)");
   const Var y = matmul(x, transpose(weight_, {1, 0}));
-  return bias_.defined() ? y + bias_ : y;
+  // Under autocast the bias joins the half product as a half, as torch's linear does: a float32
+  // bias would make the activation float32 again (meta_ops/autocast.h).
+  return bias_.defined() ? y + autocast_operand(bias_) : y;
 }
 
 }  // namespace metajit::nn

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -80,6 +81,12 @@ inline std::pair<metajit::Var, metajit::Var> batch(const Split& s,
   return {metajit::array(x, {count, 64}), metajit::array(y, {count})};
 }
 
+// y + b, with b in y's dtype when y is a half product (under autocast): a float32 bias would
+// make the activation float32 again. nn's layers do the same (nn/linear.cc).
+inline metajit::Var plus_bias(const metajit::Var& y, const metajit::Var& b) {
+  return metajit::is_half(y.dtype()) ? y + metajit::cast(b, y.dtype()) : y + b;
+}
+
 // He-style initialisation (normal, std sqrt(2 / fan_in)); biases start at zero.
 inline metajit::Var init_weight(metajit::Shape shape, int64_t fan_in, uint64_t seed) {
   metajit::Var w = metajit::randn(std::move(shape), seed) * std::sqrt(2.0 / double(fan_in));
@@ -105,7 +112,7 @@ struct MLP {
   metajit::Var operator()(const metajit::Var& x) const {
     metajit::Var h = x;
     for (size_t l = 0; l < weights.size(); ++l) {
-      h = metajit::matmul(h, weights[l]) + biases[l];
+      h = plus_bias(metajit::matmul(h, weights[l]), biases[l]);
       if (l + 1 < weights.size()) h = metajit::relu(h);
     }
     return h;
@@ -128,9 +135,9 @@ struct CNN {
     using namespace metajit;
     const int64_t n = x.shape()[0];
     Var h = reshape(x, {n, 1, 8, 8});
-    h = max_pool2d(relu(conv2d(h, c1, 1, 1) + b1), 2, 2);  // [n, 8, 4, 4]
-    h = max_pool2d(relu(conv2d(h, c2, 1, 1) + b2), 2, 2);  // [n, 16, 2, 2]
-    return matmul(reshape(h, {n, 64}), w) + b;
+    h = max_pool2d(relu(plus_bias(conv2d(h, c1, 1, 1), b1)), 2, 2);  // [n, 8, 4, 4]
+    h = max_pool2d(relu(plus_bias(conv2d(h, c2, 1, 1), b2)), 2, 2);  // [n, 16, 2, 2]
+    return plus_bias(matmul(reshape(h, {n, 64}), w), b);
   }
 };
 
@@ -145,63 +152,127 @@ struct TrainOptions {
   double lr = 0;       // 0: 0.05 for SGD, 3e-3 for Adam
   bool check = false;  // exit status 1 unless the bounds below hold
   double min_accuracy = 0.95;
+  // --autocast bfloat16|float16: the step and the held-out evaluation under metajit::autocast;
+  // float16 with loss scaling (GradScaler's defaults).
+  std::optional<metajit::DType> autocast;
+  // --compare: a float32 run, then the --autocast run (bfloat16 unless given) from the same
+  // initial weights and batches; with --check also held-out accuracy within kCompareAccuracy of
+  // float32's and the bytes a step allocates beyond its results at most kCompareBytes of
+  // float32's (TrainResult).
+  bool compare = false;
 };
+constexpr double kCompareAccuracy = 0.01, kCompareBytes = 0.6;
 
 inline TrainOptions parse_options(int argc, char** argv, int default_epochs) {
   TrainOptions o;
   o.epochs = default_epochs;
+  auto usage = [&] {
+    std::fprintf(stderr,
+                 "usage: %s [--sgd|--adam] [--lr LR] [--epochs N] [--autocast bfloat16|float16] "
+                 "[--compare] [--check]\n",
+                 argv[0]);
+    std::exit(2);
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--sgd")
+    const std::string value = i + 1 < argc ? argv[i + 1] : "";
+    if (a == "--sgd") {
       o.sgd = true;
-    else if (a == "--adam")
+    } else if (a == "--adam") {
       o.sgd = false;
-    else if (a == "--check")
+    } else if (a == "--check") {
       o.check = true;
-    else if (a == "--epochs" && i + 1 < argc)
+    } else if (a == "--compare") {
+      o.compare = true;
+    } else if (a == "--epochs" && i + 1 < argc) {
       o.epochs = std::atoi(argv[++i]);
-    else if (a == "--lr" && i + 1 < argc)
+    } else if (a == "--lr" && i + 1 < argc) {
       o.lr = std::atof(argv[++i]);
-    else {
-      std::fprintf(stderr, "usage: %s [--sgd|--adam] [--lr LR] [--epochs N] [--check]\n", argv[0]);
-      std::exit(2);
+    } else if (a == "--autocast" && (value == "bfloat16" || value == "float16")) {
+      o.autocast = value == "bfloat16" ? metajit::DType::BFloat16 : metajit::DType::Float16;
+      ++i;
+    } else {
+      usage();
     }
   }
   if (o.epochs < 1) o.epochs = 1;
+  if (o.compare && !o.autocast) o.autocast = metajit::DType::BFloat16;
   return o;
+}
+
+// What one training run measured.
+struct TrainResult {
+  double accuracy = 0;  // held out, after the last epoch
+  uint64_t compiles_after_first = 0, traces = 0;
+  // One more step after the last epoch: the most bytes alive during it above those alive before
+  // it (stats().peak_bytes - bytes_in_use), and the part of them that are its results (the new
+  // parameters and optimizer state, float32 in every run): the rest is what the step computes
+  // on the way, activations above all.
+  uint64_t step_bytes = 0, result_bytes = 0;
+  int64_t skipped_steps = 0;  // loss scaling's (float16)
+};
+
+// The held-out accuracy of `model` (under an autocast of `scope_dtype` when set).
+template <class Model>
+double held_out_accuracy(const Model& model, const metajit::Var& hx, const Split& held_out,
+                         std::optional<metajit::DType> scope_dtype) {
+  using namespace metajit;
+  std::optional<autocast> scope;
+  if (scope_dtype) scope.emplace(*scope_dtype);
+  const Var predicted_var = argmax(model(hx), 1);
+  scope.reset();
+  const std::vector<int32_t> predicted = predicted_var.to_vector<int32_t>();
+  int64_t right = 0;
+  for (size_t i = 0; i < predicted.size(); ++i) right += predicted[i] == held_out.y[i];
+  return double(right) / double(held_out.n);
+}
+
+// The optimizer o asks for, over `params`: Adam or SGD, loss scaling under float16 autocast.
+inline std::unique_ptr<metajit::Optimizer> make_optimizer(const TrainOptions& o,
+                                                          std::vector<metajit::Var> params) {
+  using namespace metajit;
+  std::unique_ptr<Optimizer> opt;
+  const double lr = o.lr > 0 ? o.lr : (o.sgd ? 0.05 : 3e-3);
+  if (o.sgd)
+    opt = std::make_unique<SGD>(std::move(params), lr, 0.9);
+  else
+    opt = std::make_unique<Adam>(std::move(params), lr);
+  if (o.autocast == DType::Float16) opt->set_loss_scaling(LossScaling{});
+  return opt;
 }
 
 // Trains `model` (a callable [n, 64] -> logits [n, 10] with params()) on the training split with
 // the whole step as one jit function, printing per epoch the mean loss, the held-out accuracy,
-// the median time per step, and the traces and compiles so far. Returns the exit status: with
-// --check, 1 unless the final accuracy reaches o.min_accuracy and nothing compiled after epoch 1.
+// the median time per step, and the traces and compiles so far.
 template <class Model>
-int train(const char* title, const Model& model, const TrainOptions& o) {
+TrainResult train_once(const char* title, const Model& model, const TrainOptions& o,
+                       const Data& data) {
   using namespace metajit;
   using Clock = std::chrono::steady_clock;
-  const Data data = load();
-  std::unique_ptr<Optimizer> opt;
-  const double lr = o.lr > 0 ? o.lr : (o.sgd ? 0.05 : 3e-3);
-  if (o.sgd)
-    opt = std::make_unique<SGD>(model.params(), lr, 0.9);
-  else
-    opt = std::make_unique<Adam>(model.params(), lr);
-  std::printf("%s: %lld training images, %lld held out (every fifth), batch %lld, %s lr %g, %s\n",
+  const std::unique_ptr<Optimizer> opt = make_optimizer(o, model.params());
+  std::printf("%s: %lld training images, %lld held out (every fifth), batch %lld, %s lr %g, %s%s\n",
               title, (long long)data.train.n, (long long)data.held_out.n, (long long)o.batch,
-              o.sgd ? "SGD momentum 0.9" : "Adam", lr, describe_device(device()).c_str());
-
+              o.sgd ? "SGD momentum 0.9" : "Adam", opt->lr(), describe_device(device()).c_str(),
+              !o.autocast                     ? ""
+              : o.autocast == DType::BFloat16 ? ", autocast bfloat16"
+                                              : ", autocast float16 with loss scaling");
   // The whole step (forward, backward, the update of every parameter and of the optimizer's
   // state) is one jit function, created once.
-  auto step = opt->jit_step([&](const Var& x, const Var& y) { return cross_entropy(model(x), y); },
-                            "train_step");
+  const std::optional<DType> scope_dtype = o.autocast;
+  auto step = opt->jit_step(
+      [&](const Var& x, const Var& y) {
+        std::optional<autocast> scope;
+        if (scope_dtype) scope.emplace(*scope_dtype);
+        return cross_entropy(model(x), y);
+      },
+      "train_step");
   std::vector<int64_t> order(size_t(data.train.n)), all(size_t(data.held_out.n));
   for (size_t i = 0; i < order.size(); ++i) order[i] = int64_t(i);
   for (size_t i = 0; i < all.size(); ++i) all[i] = int64_t(i);
   auto [hx, hy] = batch(data.held_out, all, 0, data.held_out.n);
   std::mt19937_64 rng(7);
   const int64_t steps_per_epoch = data.train.n / o.batch;  // the last partial batch is dropped
-  uint64_t compiles_after_first = 0;
-  double accuracy = 0;
+  TrainResult r;
   std::printf("epoch  loss     held-out  us/step  traces  compiles\n");
   for (int e = 1; e <= o.epochs; ++e) {
     std::shuffle(order.begin(), order.end(), rng);
@@ -216,26 +287,79 @@ int train(const char* title, const Model& model, const TrainOptions& o) {
       us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       loss_sum += loss.item<float>();
     }
-    const Var predicted_var = argmax(model(hx), 1);
-    std::vector<int32_t> predicted = predicted_var.to_vector<int32_t>();
-    int64_t right = 0;
-    for (size_t i = 0; i < predicted.size(); ++i) right += predicted[i] == data.held_out.y[i];
-    accuracy = double(right) / double(data.held_out.n);
+    r.accuracy = held_out_accuracy(model, hx, data.held_out, scope_dtype);
     const uint64_t compiled = stats().kernels_compiled - compiled_before;
-    if (e > 1) compiles_after_first += compiled;
+    if (e > 1) r.compiles_after_first += compiled;
     std::sort(us.begin(), us.end());
     std::printf("%5d  %.4f   %6.2f%%  %7.1f  %6llu  %8llu\n", e, loss_sum / double(steps_per_epoch),
-                100 * accuracy, us[us.size() / 2], (unsigned long long)step.traces(),
+                100 * r.accuracy, us[us.size() / 2], (unsigned long long)step.traces(),
                 (unsigned long long)compiled);
   }
+  {  // one more step, its bytes measured (reset_stats: peak_bytes restarts from bytes_in_use)
+    auto [x, y] = batch(data.train, order, 0, o.batch);
+    eval({x, y});
+    reset_stats();
+    const uint64_t before = stats().bytes_in_use;
+    step(x, y);
+    r.step_bytes = stats().peak_bytes - before;
+    r.compiles_after_first += stats().kernels_compiled;
+    for (const std::vector<Var>* vs : {&opt->params(), &opt->state()})
+      for (const Var& v : *vs) r.result_bytes += uint64_t(v.numel()) * dtype_size(v.dtype());
+  }
+  r.traces = step.traces();
+  r.skipped_steps = opt->skipped_steps();
   std::printf(
-      "held-out accuracy %.2f%% (%lld images); compiles after epoch 1: %llu; traces: %llu\n",
-      100 * accuracy, (long long)data.held_out.n, (unsigned long long)compiles_after_first,
-      (unsigned long long)step.traces());
+      "held-out accuracy %.2f%% (%lld images); compiles after epoch 1: %llu; traces: %llu; "
+      "bytes of one step %llu (%llu of them its results)",
+      100 * r.accuracy, (long long)data.held_out.n, (unsigned long long)r.compiles_after_first,
+      (unsigned long long)r.traces, (unsigned long long)r.step_bytes,
+      (unsigned long long)r.result_bytes);
+  if (o.autocast == DType::Float16)
+    std::printf("; steps skipped: %lld, loss scale %g", (long long)r.skipped_steps,
+                opt->loss_scale());
+  std::printf("\n");
+  return r;
+}
+
+// Runs the training o asks for on a new Model(args...) (two with --compare: the float32 one and
+// the autocast one, from the same initial weights and batches) and returns the exit status:
+// with --check, 1 unless the final accuracy reaches o.min_accuracy, nothing compiled after
+// epoch 1 and the step traced once (and, comparing, TrainOptions::compare's bounds hold).
+template <class Model, class... Args>
+int train(const char* title, const TrainOptions& o, const Args&... args) {
+  const Data data = load();
+  std::vector<TrainOptions> plans{o};
+  if (o.compare) {
+    plans.insert(plans.begin(), o);
+    plans.front().autocast.reset();  // float32 first
+  }
+  std::vector<TrainResult> runs;
+  for (const TrainOptions& p : plans) {
+    const Model model(args...);
+    runs.push_back(train_once(title, model, p, data));
+  }
+  bool ok = true;
+  for (const TrainResult& r : runs)
+    ok = ok && r.accuracy >= o.min_accuracy && r.compiles_after_first == 0 && r.traces == 1;
+  if (o.compare) {
+    const TrainResult &f32 = runs[0], &half = runs[1];
+    auto computed = [](const TrainResult& r) { return double(r.step_bytes - r.result_bytes); };
+    const double bytes_ratio = double(half.step_bytes) / double(f32.step_bytes),
+                 computed_ratio = computed(half) / computed(f32);
+    std::printf(
+        "compare: held-out accuracy float32 %.2f%%, %s %.2f%%; bytes of a step %.2fx, without "
+        "its results %.2fx\n",
+        100 * f32.accuracy, metajit::dtype_name(*o.autocast), 100 * half.accuracy, bytes_ratio,
+        computed_ratio);
+    ok = ok && half.accuracy >= f32.accuracy - kCompareAccuracy && computed_ratio <= kCompareBytes;
+  }
   if (!o.check) return 0;
-  if (accuracy < o.min_accuracy || compiles_after_first != 0 || step.traces() != 1) {
-    std::printf("CHECK FAILED: need accuracy >= %.0f%%, no compiles after epoch 1, one trace\n",
-                100 * o.min_accuracy);
+  if (!ok) {
+    std::printf("CHECK FAILED: need accuracy >= %.0f%%, no compiles after epoch 1, one trace%s\n",
+                100 * o.min_accuracy,
+                o.compare ? ", the half run's accuracy within 1% of float32's and the bytes its "
+                            "step computes on the way at most 0.6x float32's"
+                          : "");
     return 1;
   }
   std::printf("check passed\n");

@@ -2,7 +2,8 @@
 // (forward, backward, Adam or SGD update) as one jit function, and reports per epoch the loss,
 // the held-out accuracy, microseconds per step, traces and compiles (README "Training").
 //
-//   ./train_digits [--sgd|--adam] [--lr LR] [--epochs N] [--check]
+//   ./train_digits [--sgd|--adam] [--lr LR] [--epochs N] [--autocast bfloat16|float16]
+//                  [--compare] [--check]
 //   ./train_digits --wrong-way   the same steps with the jit step created anew every step
 //
 // --check (the registered test): exit status 1 unless held-out accuracy >= 95% and nothing
@@ -57,8 +58,8 @@ int main(int argc, char** argv) {
   try {
     if (argc > 1 && std::strcmp(argv[1], "--wrong-way") == 0) return compare_wrong_and_right(200);
     const digits::TrainOptions o = digits::parse_options(argc, argv, 30);
-    digits::MLP model({64, 64, 10});
-    return digits::train("train_digits (MLP 64-64-10)", model, o);
+    return digits::train<digits::MLP>("train_digits (MLP 64-64-10)", o,
+                                      std::vector<int64_t>{64, 64, 10});
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_digits: %s\n", e.what());
     return 2;

@@ -8,7 +8,16 @@
 // count), can resume from one, and samples text (README "The GPT sample").
 //
 //   ./train_gpt [--steps N] [--layers L] [--d-model D] [--heads H] [--context T] [--batch B]
-//               [--lr LR] [--dropout P] [--save FILE] [--resume FILE] [--check]
+//               [--lr LR] [--dropout P] [--save FILE] [--resume FILE]
+//               [--autocast bfloat16|float16] [--compare] [--check]
+//
+// --autocast: the step, the held-out loss and sampling under metajit::autocast (float16 with
+// loss scaling). --compare: trains the model twice from the same initial weights, in float32
+// and under --autocast (bfloat16 unless given), and reports both held-out losses and the bytes
+// of one step; with --check (the registered test sample_train_gpt_autocast), exit status 1
+// unless the half run's held-out loss is within kCompareLoss of float32's, the bytes its step
+// allocates beyond its results (the new parameters and state) at most kCompareBytes of
+// float32's, and neither run compiled after its first step.
 //
 // Reproducible: batch s is drawn from a generator seeded with s, and the random stream (dropout)
 // is reseeded with s before step s, so a run resumed from a checkpoint takes exactly the steps
@@ -31,6 +40,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -46,18 +56,32 @@ namespace {
 
 constexpr double kMargin = 0.5;  // --check: held-out loss <= unigram entropy - kMargin
 constexpr int64_t kHeldBatches = 4;
+constexpr double kCompareLoss = 0.01, kCompareBytes = 0.6;  // --compare --check
 
 struct Options : gpt::GPTConfig {
   int64_t steps = 600, batch = 16;
   double lr = 3e-3, weight_decay = 0.1, clip = 1.0;
   std::string save, resume;
-  bool check = false;
+  bool check = false, compare = false;
+  std::optional<DType> autocast;  // --autocast
+};
+
+// For its lifetime, an autocast of o's dtype when o has one.
+class AutocastOf {
+ public:
+  explicit AutocastOf(const Options& o) {
+    if (o.autocast) scope_.emplace(*o.autocast);
+  }
+
+ private:
+  std::optional<autocast> scope_;
 };
 
 [[noreturn]] void usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--steps N] [--layers L] [--d-model D] [--heads H] [--context T] "
-               "[--batch B] [--lr LR] [--dropout P] [--save FILE] [--resume FILE] [--check]\n",
+               "[--batch B] [--lr LR] [--dropout P] [--save FILE] [--resume FILE] "
+               "[--autocast bfloat16|float16] [--compare] [--check]\n",
                argv0);
   std::exit(2);
 }
@@ -92,6 +116,11 @@ Options parse_options(int argc, char** argv) {
       o.save = argv[++i];
     } else if (a == "--resume" && has_value) {
       o.resume = argv[++i];
+    } else if (a == "--compare") {
+      o.compare = true;
+    } else if (a == "--autocast" && has_value &&
+               (argv[i + 1] == std::string("bfloat16") || argv[i + 1] == std::string("float16"))) {
+      o.autocast = argv[++i] == std::string("bfloat16") ? DType::BFloat16 : DType::Float16;
     } else {
       usage(argv[0]);
     }
@@ -99,6 +128,7 @@ Options parse_options(int argc, char** argv) {
   if (o.steps < 2 || o.layers < 1 || o.d_model < 1 || o.heads < 1 || o.d_model % o.heads != 0 ||
       o.context < 2 || o.batch < 1)
     usage(argv[0]);
+  if (o.compare && !o.autocast) o.autocast = DType::BFloat16;
   return o;
 }
 
@@ -126,10 +156,14 @@ struct Trainer {
       : model(vocab, options),
         opt(model.parameters(), options.lr, 0.9, 0.95, 1e-8, options.weight_decay),
         o(options),
-        step(opt.jit_step(std::function<Var(const Var&, const Var&)>(
-                              [this](const Var& x, const Var& y) { return lm_loss(model(x), y); }),
-                          "gpt_step")) {
+        step(opt.jit_step(
+            std::function<Var(const Var&, const Var&)>([this](const Var& x, const Var& y) {
+              const AutocastOf scope(o);
+              return lm_loss(model(x), y);
+            }),
+            "gpt_step")) {
     opt.set_max_grad_norm(options.clip);
+    if (options.autocast == DType::Float16) opt.set_loss_scaling(LossScaling{});
   }
   // Step s (1-based): its batch, its dropout masks and its learning rate depend on s alone.
   double train_step(int64_t s, const std::vector<int32_t>& ids) {
@@ -170,6 +204,7 @@ double held_out_loss(GPT& model, const std::vector<int32_t>& ids, const Options&
   double sum = 0;
   for (int64_t k = 0; k < kHeldBatches; ++k) {
     auto [x, y] = batch(ids, o.batch, o.context, rng);
+    const AutocastOf scope(o);
     sum += lm_loss(model(x), y).item<float>();
   }
   model.train();
@@ -192,7 +227,11 @@ std::string sample(GPT& model, const text::Vocab& vocab, const std::string& prom
     const int64_t len = std::min<int64_t>(int64_t(ids.size()), o.context);
     std::vector<int32_t> window(size_t(o.batch * o.context), 0);
     std::copy(ids.end() - len, ids.end(), window.begin());
-    const Var logits = model(array(window, {o.batch, o.context}));
+    Var logits;
+    {
+      const AutocastOf scope(o);
+      logits = model(array(window, {o.batch, o.context}));
+    }
     // Every position's distribution, row len - 1 picked on the host: a slice at len - 1 would
     // put len into the index expressions, and compile a kernel for each length.
     const std::vector<float> all =
@@ -221,6 +260,77 @@ double unigram_entropy(const std::vector<int32_t>& ids, int64_t vocab) {
   return h;
 }
 
+// --compare: the same training in float32 and under o.autocast, from the same initial weights
+// and batches. Returns the exit status (with --check, 1 unless kCompareLoss and kCompareBytes
+// hold and neither run compiled after its first step).
+int compare_precision(const Options& o, int64_t vocab, const std::vector<int32_t>& train_ids,
+                      const std::vector<int32_t>& held_ids) {
+  struct Run {
+    double held = 0;
+    // The most bytes alive during one step above those alive before it, and the part of them
+    // that are the step's results (the new parameters and optimizer state, float32 in both
+    // runs): the rest is what the step computes on the way, activations above all.
+    uint64_t step_bytes = 0, result_bytes = 0, compiles_after_first = 0;
+    int64_t skipped = 0;
+  };
+  std::vector<Options> plans{o, o};
+  plans[0].autocast.reset();
+  std::vector<Run> runs;
+  for (const Options& p : plans) {
+    manual_seed(1);  // the same initial weights
+    Trainer run(vocab, p);
+    Run r;
+    held_out_loss(run.model, held_ids, p);  // its kernels compiled before step 1, as in main
+    uint64_t compiled_at_step1 = 0;
+    for (int64_t s = 1; s <= p.steps; ++s) {
+      run.train_step(s, train_ids);
+      if (s == 1) compiled_at_step1 = stats().kernels_compiled;
+    }
+    r.held = held_out_loss(run.model, held_ids, p);
+    r.compiles_after_first = stats().kernels_compiled - compiled_at_step1;
+    reset_stats();  // one more step, its bytes above those alive before it
+    const uint64_t before = stats().bytes_in_use;
+    run.train_step(p.steps, train_ids);
+    r.step_bytes = stats().peak_bytes - before;
+    for (const Var& v : run.opt.params())
+      r.result_bytes += uint64_t(v.numel()) * dtype_size(v.dtype());
+    for (const Var& v : run.opt.state())
+      r.result_bytes += uint64_t(v.numel()) * dtype_size(v.dtype());
+    r.compiles_after_first += stats().kernels_compiled;
+    r.skipped = run.opt.skipped_steps();
+    std::printf(
+        "%s: held-out loss %.4f after %lld steps; bytes of one step %llu (%llu of them "
+        "its results); compiles after step 1: %llu%s\n",
+        p.autocast ? dtype_name(*p.autocast) : "float32", r.held, (long long)p.steps,
+        (unsigned long long)r.step_bytes, (unsigned long long)r.result_bytes,
+        (unsigned long long)r.compiles_after_first,
+        p.autocast == DType::Float16 ? (", steps skipped " + std::to_string(r.skipped) +
+                                        ", loss scale " + std::to_string(run.opt.loss_scale()))
+                                           .c_str()
+                                     : "");
+    runs.push_back(r);
+  }
+  auto computed = [](const Run& r) { return double(r.step_bytes - r.result_bytes); };
+  const double loss_ratio = runs[1].held / runs[0].held,
+               bytes_ratio = double(runs[1].step_bytes) / double(runs[0].step_bytes),
+               computed_ratio = computed(runs[1]) / computed(runs[0]);
+  std::printf(
+      "compare: held-out loss %.4f vs float32 %.4f (%+.2f%%); bytes of a step %.2fx, "
+      "without its results %.2fx\n",
+      runs[1].held, runs[0].held, 100 * (loss_ratio - 1), bytes_ratio, computed_ratio);
+  if (!o.check) return 0;
+  if (loss_ratio > 1 + kCompareLoss || computed_ratio > kCompareBytes ||
+      runs[0].compiles_after_first + runs[1].compiles_after_first != 0) {
+    std::printf(
+        "CHECK FAILED: need the half run's held-out loss within %.0f%% of float32's, the "
+        "bytes its step computes on the way at most %.1fx, no compiles after step 1\n",
+        100 * kCompareLoss, kCompareBytes);
+    return 1;
+  }
+  std::printf("check passed\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -238,13 +348,17 @@ int main(int argc, char** argv) {
     std::printf(
         "train_gpt: %s: vocabulary %lld, training %zu characters, held out %zu\n"
         "model: %lld layers, d_model %lld, %lld heads, context %lld, batch %lld, dropout %g; "
-        "AdamW lr %g (cosine, warmup %lld), weight decay %g, clip %g; %s\n"
+        "AdamW lr %g (cosine, warmup %lld), weight decay %g, clip %g%s; %s\n"
         "unigram entropy of the training split: %.4f nats/char\n",
         METAJIT_KJV_TEXT, (long long)vocab.size(), train_ids.size(), held_ids.size(),
         (long long)o.layers, (long long)o.d_model, (long long)o.heads, (long long)o.context,
         (long long)o.batch, o.dropout, o.lr, (long long)(o.steps / 10), o.weight_decay, o.clip,
+        !o.autocast                     ? ""
+        : o.autocast == DType::BFloat16 ? "; autocast bfloat16"
+                                        : "; autocast float16 with loss scaling",
         describe_device(device()).c_str(), unigram);
 
+    if (o.compare) return compare_precision(o, vocab.size(), train_ids, held_ids);
     manual_seed(1);  // the initial weights
     Trainer run(vocab.size(), o);
     std::printf("parameters: %zu tensors\n", run.model.parameters().size());

@@ -449,6 +449,10 @@ TEST_CASE("autocast: half matmul and conv2d, float32 reductions, float32 master 
     s = softmax(h, 1);
     CHECK(s.dtype() == DType::Float32);
     CHECK(sum(h).dtype() == DType::Float32);
+    CHECK(prod(h).dtype() == DType::Float32);
+    CHECK(max(h).dtype() == DType::BFloat16);  // exact in the half type: not cast
+    CHECK(min(h, {1}).dtype() == DType::BFloat16);
+    CHECK(max_pool2d(c, 2, 2).dtype() == DType::BFloat16);
     CHECK(layer_norm(h, 1).dtype() == DType::Float32);
     CHECK(matmul(xd, wd).dtype() == DType::Float64);  // never cast
     CHECK(matmul(xi, wi).dtype() == DType::Int32);
@@ -509,6 +513,60 @@ TEST_CASE("autocast: a small network trains in bfloat16 as in float32", "[precis
   CHECK(f32_last < 0.5f * f32_first);
   CHECK(bf_last < 0.5f * bf_first);
   CHECK(std::fabs(bf_last - f32_last) <= 0.1f * f32_first);
+}
+
+TEST_CASE("float16 training with loss scaling: overflowing steps are skipped, the scale backs off",
+          "[precision][scaling]") {
+  // The same network and data as above, Adam through jit_step, float32 and float16 autocast from
+  // the same weights. The float16 run starts at a scale of 2^24: its scaled half gradients
+  // overflow float16 (65504), so the first steps are skipped and back the scale off until they
+  // fit; growth every 4 good steps pushes it up into overflow again. Its losses end where the
+  // float32 run's do, and no step after the first compiles.
+  Var x = randn({64, 16}, 5), t = matmul(x, randn({16, 4}, 6));
+  eval({x, t});
+  struct Run {
+    float first = 0, last = 0;
+    int64_t skipped = 0, steps = 0;
+    double scale = 0;
+    uint64_t compiles_after_first = 0;
+  };
+  auto train = [&](bool half) {
+    Var w1 = randn({16, 32}, 7) * 0.25, w2 = randn({32, 4}, 8) * 0.25;
+    eval({w1, w2});
+    Adam opt({w1, w2}, 0.01);
+    if (half) opt.set_loss_scaling(LossScaling{.init_scale = 0x1p24, .growth_interval = 4});
+    auto step = opt.jit_step(
+        [&](const Var& xb, const Var& tb) {
+          std::optional<autocast> scope;
+          if (half) scope.emplace(DType::Float16);
+          return mse_loss(matmul(relu(matmul(xb, w1)), w2), tb);
+        },
+        half ? "loss_scaling_f16_step" : "loss_scaling_f32_step");
+    Run r;
+    uint64_t compiled = 0;
+    for (int k = 0; k < 80; ++k) {
+      const float loss = step(x, t).item<float>();
+      if (k == 0) r.first = loss, compiled = stats().kernels_compiled;
+      r.last = loss;
+    }
+    r.compiles_after_first = stats().kernels_compiled - compiled;
+    r.skipped = opt.skipped_steps(), r.steps = opt.steps(), r.scale = opt.loss_scale();
+    CHECK(w1.dtype() == DType::Float32);  // master weights
+    return r;
+  };
+  const Run f32 = train(false), f16 = train(true);
+  INFO("float32 " << f32.first << " -> " << f32.last << "; float16 " << f16.first << " -> "
+                  << f16.last << ", " << f16.skipped << " skipped, scale " << f16.scale);
+  CHECK(f32.skipped == 0);
+  CHECK(f16.skipped >= 3);  // 2^24 -> at most 2^16 before half gradients of about 1 fit
+  CHECK(f16.steps + f16.skipped == 80);
+  CHECK(f16.scale < 0x1p24);
+  CHECK(f16.compiles_after_first == 0);
+  CHECK(f32.compiles_after_first == 0);
+  CHECK(f16.first == Approx(f32.first).epsilon(0.01));  // the loss of the same first weights
+  CHECK(f32.last < 0.2f * f32.first);
+  CHECK(f16.last < 0.2f * f16.first);
+  CHECK(std::fabs(f16.last - f32.last) <= 0.05f * f32.first);
 }
 
 TEST_CASE("rand and randn draw half types in their ranges", "[precision]") {

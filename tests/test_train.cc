@@ -414,6 +414,137 @@ TEST_CASE("a new clipping norm compiles nothing, turning clipping on or off trac
   CHECK_THROWS_WITH(opt.set_max_grad_norm(std::nan("")), Contains("max_grad_norm"));
 }
 
+// ---------------------------------------------------------------- loss scaling
+
+namespace {
+
+// Steps of Adam with loss scaling on the optimizer problem, in `mode` (Eager or JitStep), the
+// target of each step given: a target holding inf makes a gradient inf. After every step the
+// parameters, the state, steps(), loss_scale() and skipped_steps() are checked against the host:
+// a finite step is the unscaled step (the scales are powers of two, so unscaling is exact), a
+// skipped one changes nothing but the scale.
+void check_scaled_steps(Mode mode) {
+  INFO(mode_name(mode));
+  const Hyper h{.adam = true, .lr = 0.05};
+  Var a = make(kA0, {2, 3}, DType::Float32), b = make(kB0, {3}, DType::Float32);
+  const Var c = make(kC, {3}, DType::Float32);
+  std::unique_ptr<Optimizer> opt = make_optimizer(h, {a, b});
+  opt->set_loss_scaling(LossScaling{.init_scale = 1024, .growth_interval = 2});
+  auto jit_step = opt->jit_step([&](const Var& target) { return problem_loss(a, b, target, c); },
+                                "scaled_problem_step");
+  HostOptimizer host(h);
+  std::vector<Vec> hp = {rounded(kA0, DType::Float32), rounded(kB0, DType::Float32)};
+  Vec bad_t = kT;
+  bad_t[4] = kInf;
+  // finite, finite (grows), inf (skipped, backs off), finite, finite (grows), finite
+  const std::vector<bool> inf_step = {false, false, true, false, false, false};
+  const std::vector<double> scale_after = {1024, 2048, 1024, 1024, 2048, 2048};
+  uint64_t compiles = 0;
+  int64_t steps = 0, skipped = 0;
+  for (size_t k = 0; k < inf_step.size(); ++k) {
+    INFO("step " << k + 1);
+    const Var t = make(inf_step[k] ? bad_t : kT, {2, 3}, DType::Float32);
+    if (inf_step[k]) {
+      ++skipped;
+    } else {
+      host.step(hp, {host_grad_a(hp[0], rounded(kT, DType::Float32)), kC}, h.lr);
+      ++steps;
+    }
+    if (mode == Mode::Eager)
+      opt->step(problem_loss(a, b, t, c));
+    else
+      jit_step(t);
+    // The first eager step's state is zeros() (lazy), the second's a leaf: from then on every
+    // step is one program.
+    if (k == 1) compiles = stats().kernels_compiled;
+    CHECK(opt->steps() == steps);
+    CHECK(opt->skipped_steps() == skipped);
+    CHECK(opt->loss_scale() == scale_after[k]);
+    check_close(values_of(a), hp[0], 1e-5, "parameter a");
+    check_close(values_of(b), hp[1], 1e-5, "parameter b");
+    const std::vector<Vec> hs = host.state();
+    for (size_t j = 0; j < hs.size(); ++j)
+      check_close(values_of(opt->state()[j]), hs[j], 1e-5, "state " + std::to_string(j));
+  }
+  CHECK(stats().kernels_compiled == compiles);  // the skipped step ran the same kernels
+  if (mode == Mode::JitStep) CHECK(jit_step.traces() == 1);
+}
+
+}  // namespace
+
+TEST_CASE("loss scaling: finite steps are the unscaled steps, an inf gradient skips the step",
+          "[train][scaling]") {
+  check_scaled_steps(Mode::Eager);
+  check_scaled_steps(Mode::JitStep);
+}
+
+TEST_CASE("loss scaling: the scale backs off until the scaled gradients are finite",
+          "[train][scaling][counts]") {
+  // A scale of 2^127 times gradients of about 2 overflows float32: every step is skipped and
+  // halves the scale until the gradients fit, then the steps go on as without scaling.
+  Var a = make(kA0, {2, 3}, DType::Float32), b = make(kB0, {3}, DType::Float32);
+  const Var t = make(kT, {2, 3}, DType::Float32), c = make(kC, {3}, DType::Float32);
+  SGD opt({a, b}, 0.1);
+  opt.set_loss_scaling(LossScaling{.init_scale = std::ldexp(1.0, 127)});
+  CHECK(opt.loss_scale() == std::ldexp(1.0, 127));
+  auto step = opt.jit_step([&](const Var& target) { return problem_loss(a, b, target, c); },
+                           "backoff_step");
+  int calls = 0;
+  while (opt.steps() == 0 && calls < 10) {
+    const Var loss = step(t);
+    ++calls;
+    // The loss returned is the unscaled one, finite whether or not the step was skipped.
+    CHECK(std::isfinite(loss.item<float>()));
+  }
+  CHECK(opt.skipped_steps() >= 1);
+  CHECK(opt.steps() == 1);
+  CHECK(calls == opt.skipped_steps() + 1);
+  CHECK(opt.loss_scale() == std::ldexp(1.0, 127 - int(opt.skipped_steps())));
+  HostOptimizer host(Hyper{});
+  std::vector<Vec> hp = {rounded(kA0, DType::Float32), rounded(kB0, DType::Float32)};
+  host.step(hp, {host_grad_a(hp[0], rounded(kT, DType::Float32)), kC}, 0.1);
+  check_close(values_of(a), hp[0], 1e-5, "parameter a after the first step taken");
+  check_close(values_of(b), hp[1], 1e-5, "parameter b after the first step taken");
+  CHECK(step.traces() == 1);
+}
+
+TEST_CASE("loss scaling: on and off trace a jit step once more each, a new scale compiles nothing",
+          "[train][scaling][counts][errors]") {
+  Var a = make(kA0, {2, 3}, DType::Float32), b = make(kB0, {3}, DType::Float32);
+  const Var t = make(kT, {2, 3}, DType::Float32), c = make(kC, {3}, DType::Float32);
+  Adam opt({a, b}, 0.01);
+  CHECK(opt.loss_scale() == 1);
+  auto step = opt.jit_step([&](const Var& target) { return problem_loss(a, b, target, c); },
+                           "scaling_counts_step");
+  step(t);
+  opt.set_loss_scaling(LossScaling{});
+  CHECK(opt.loss_scale() == 65536);  // GradScaler's default
+  step(t);
+  CHECK(step.traces() == 2);
+  const uint64_t compiles = stats().kernels_compiled;
+  opt.set_loss_scaling(LossScaling{.init_scale = 8});
+  step(t);
+  CHECK(stats().kernels_compiled == compiles);
+  opt.set_loss_scaling(std::nullopt);
+  CHECK(opt.loss_scale() == 1);
+  step(t);
+  CHECK(step.traces() == 2);
+  CHECK(opt.steps() == 4);
+  CHECK(opt.skipped_steps() == 0);
+  CHECK_THROWS_WITH(opt.set_loss_scaling(LossScaling{.init_scale = 0}),
+                    Contains("Adam.set_loss_scaling: init_scale"));
+  CHECK_THROWS_WITH(opt.set_loss_scaling(LossScaling{.init_scale = 1e39}), Contains("init_scale"));
+  CHECK_THROWS_WITH(opt.set_loss_scaling(LossScaling{.growth_factor = 1}),
+                    Contains("growth_factor") && Contains("> 1"));
+  CHECK_THROWS_WITH(opt.set_loss_scaling(LossScaling{.backoff_factor = 1}),
+                    Contains("backoff_factor") && Contains("(0, 1)"));
+  CHECK_THROWS_WITH(opt.set_loss_scaling(LossScaling{.backoff_factor = kNaN}),
+                    Contains("backoff_factor"));
+  CHECK_THROWS_WITH(opt.set_loss_scaling(LossScaling{.growth_interval = 0}),
+                    Contains("growth_interval"));
+  CHECK(opt.loss_scale() == 1);  // a refused setting changes nothing
+}
+
 TEST_CASE("cosine_lr: linear warmup, half cosine to min_lr, then min_lr", "[train][schedule]") {
   CHECK(cosine_lr(0, 1.0, 10, 110) == 0);
   CHECK(cosine_lr(5, 1.0, 10, 110) == 0.5);

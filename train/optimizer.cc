@@ -101,6 +101,7 @@ std::shared_ptr<JitCore> make_train_jit(const std::shared_ptr<OptimizerCore>& co
     const Var& lr = args[num_user_args + np + ns];
     const Var& step = args[num_user_args + np + ns + 1];
     const Var& clip = args[num_user_args + np + ns + 2];
+    const Var& scale = args[num_user_args + np + ns + 3];
     Var loss;
     {
       // The model's parameter Vars (copies of opt->params) stand for the placeholders, so the
@@ -111,12 +112,16 @@ std::shared_ptr<JitCore> make_train_jit(const std::shared_ptr<OptimizerCore>& co
     }
     if (!loss.defined())
       throw Error(opt->kind + " jit_step: the loss function returned an undefined Var");
-    std::vector<Var> grads = grad(loss, params);
-    if (clip.ndim() == 0) grads = clip_grad_norm(grads, clip);
-    OptimizerUpdate u = opt->update(params, grads, state, lr, step);
+    const bool scaling = scale.ndim() == 0;
+    ScaledGrads g =
+        scaling ? scaled_grads(loss, params, scale) : ScaledGrads{grad(loss, params), Var()};
+    if (clip.ndim() == 0) g.grads = clip_grad_norm(g.grads, clip);
+    OptimizerUpdate u = opt->update(params, g.grads, state, lr, step);
+    if (scaling) u = unless_nonfinite(g.found_nonfinite, params, state, std::move(u));
     std::vector<Var> out{loss};
     out.insert(out.end(), u.params.begin(), u.params.end());
     out.insert(out.end(), u.state.begin(), u.state.end());
+    if (scaling) out.push_back(g.found_nonfinite);
     return out;
   };
   if (name.empty()) name = opt->kind + " train step";
@@ -130,11 +135,12 @@ std::shared_ptr<JitCore> make_train_jit(const std::shared_ptr<OptimizerCore>& co
     i -= np;
     if (i < ns) return "state Var " + std::to_string(i) + " of the " + kind + " optimizer";
     if (i == ns) return "the learning rate";
-    return i == ns + 1
-               ? "the step number"
-               : "the gradient clipping norm (0-d when set_max_grad_norm is on, [0] when off)";
+    if (i == ns + 1) return "the step number";
+    return i == ns + 2
+               ? "the gradient clipping norm (0-d when set_max_grad_norm is on, [0] when off)"
+               : "the loss scale (0-d when set_loss_scaling is on, [0] when off)";
   };
-  return make_jit_core(std::move(trace), num_user_args + np + ns + 3, std::move(name), nullptr,
+  return make_jit_core(std::move(trace), num_user_args + np + ns + 4, std::move(name), nullptr,
                        std::move(identity), {}, std::move(describe));
 }
 
@@ -150,14 +156,16 @@ Var call_train_jit(OptimizerCore& core, JitCore& jit, const Var* const* user_arg
   std::vector<const Var*> args(user_args, user_args + num_user_args);
   for (const Var& p : core.params) args.push_back(&p);
   for (const Var& s : core.state) args.push_back(&s);
-  Var lr = scalar_arg(core.lr), step = scalar_arg(double(core.steps + 1)), clip = clip_arg(core);
-  args.push_back(&lr);
-  args.push_back(&step);
-  args.push_back(&clip);
+  Var lr = scalar_arg(core.lr), step = scalar_arg(double(core.steps + 1)), clip = clip_arg(core),
+      scale = scale_arg(core);
+  for (const Var* v : {&lr, &step, &clip, &scale}) args.push_back(v);
   std::vector<Var> out = jit_call_many(jit, args.data());
   for (size_t i = 0; i < np; ++i) core.params[i].assign(out[1 + i]);
   for (size_t j = 0; j < ns; ++j) core.state[j].assign(out[1 + np + j]);
-  ++core.steps;
+  if (core.scaling)
+    advance_loss_scale(core, out[1 + np + ns].item<bool>());
+  else
+    ++core.steps;
   return out[0];
 }
 
@@ -168,14 +176,17 @@ Optimizer::Optimizer(std::shared_ptr<detail::OptimizerCore> core) : core_(std::m
 void Optimizer::step(const Var& loss) {
   detail::OptimizerCore& c = *core_;
   if (!loss.defined()) throw Error(c.kind + ".step: the loss is undefined (default-constructed)");
-  std::vector<Var> grads = grad(loss, c.params);
+  // lr, the step number and the loss scale as 0-d leaves, not scalar constants: scalars are
+  // part of the structure eval() remembers programs by (README "Repeated evaluation"), leaves
+  // are not, so every step reuses the first step's program.
+  detail::ScaledGrads g = c.scaling
+                              ? detail::scaled_grads(loss, c.params, detail::scalar_arg(c.scale))
+                              : detail::ScaledGrads{grad(loss, c.params), Var()};
   if (c.max_grad_norm > 0)
-    grads = detail::clip_grad_norm(grads, detail::scalar_arg(c.max_grad_norm));
-  // lr and the step number as 0-d leaves, not scalar constants: scalars are part of the
-  // structure eval() remembers programs by (README "Repeated evaluation"), leaves are not, so
-  // every step reuses the first step's program.
-  OptimizerUpdate u = update(c.params, grads, c.state, detail::scalar_arg(c.lr),
+    g.grads = detail::clip_grad_norm(g.grads, detail::scalar_arg(c.max_grad_norm));
+  OptimizerUpdate u = update(c.params, g.grads, c.state, detail::scalar_arg(c.lr),
                              detail::scalar_arg(double(c.steps + 1)));
+  if (c.scaling) u = detail::unless_nonfinite(g.found_nonfinite, c.params, c.state, std::move(u));
   std::vector<NodePtr> saved;
   for (const Var& v : c.params) saved.push_back(v.node());
   for (const Var& v : c.state) saved.push_back(v.node());
@@ -188,6 +199,7 @@ void Optimizer::step(const Var& loss) {
     c.state[j].assign(u.state[j]);
     all.push_back(c.state[j]);
   }
+  if (c.scaling) all.push_back(g.found_nonfinite);
   try {
     eval(all);
   } catch (...) {  // nothing half-done: the parameters and state keep their values
@@ -196,7 +208,10 @@ void Optimizer::step(const Var& loss) {
     for (const Var& v : c.state) detail::rebind_var(v, saved[k++]);
     throw;
   }
-  ++c.steps;
+  if (c.scaling)
+    detail::advance_loss_scale(c, g.found_nonfinite.item<bool>());
+  else
+    ++c.steps;
 }
 
 void Optimizer::set_lr(double lr) {

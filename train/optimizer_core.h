@@ -3,6 +3,7 @@
 #pragma once
 #include <metajit/train.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,11 @@ struct OptimizerCore {
   std::vector<Var> state;
   double lr = 0;
   int64_t steps = 0;
-  double max_grad_norm = 0;  // set_max_grad_norm: 0 = off
+  double max_grad_norm = 0;            // set_max_grad_norm: 0 = off
+  std::optional<LossScaling> scaling;  // set_loss_scaling: nullopt = off
+  double scale = 1;                    // the loss scale of the next step
+  int64_t steps_since_backoff = 0;     // good steps in a row (GradScaler's growth tracker)
+  int64_t skipped = 0;
   // Unique per optimizer in the process: jit steps of one optimizer are "the same function" for
   // the compiled-again warning, those of another are not (an address could be reused).
   uint64_t number = 0;
@@ -39,5 +44,22 @@ Var scalar_arg(double v);
 // torch.nn.utils.clip_grad_norm_ as a graph: every gradient times min(1, max_norm / (total +
 // 1e-6)), total the 2-norm of all of them together (summed in float64); max_norm a 0-d float Var.
 std::vector<Var> clip_grad_norm(const std::vector<Var>& grads, const Var& max_norm);
+
+// Loss scaling (train/loss_scaling.cc). The gradients of loss * scale, each multiplied by
+// 1 / scale, and a 0-d Bool that is true when any of them holds an inf or NaN. `scale` is a 0-d
+// float Var (a kernel argument).
+struct ScaledGrads {
+  std::vector<Var> grads;
+  Var found_nonfinite;
+};
+ScaledGrads scaled_grads(const Var& loss, const std::vector<Var>& params, const Var& scale);
+// The update `u`, or the old `params` and `state` where found_nonfinite is true.
+OptimizerUpdate unless_nonfinite(const Var& found_nonfinite, const std::vector<Var>& params,
+                                 const std::vector<Var>& state, OptimizerUpdate u);
+// After a step with scaling on: the step count, the scale and its growth tracker.
+void advance_loss_scale(OptimizerCore& core, bool found_nonfinite);
+// The scale argument of a jit train step: the scale as a 0-d Float64 when scaling is on, an
+// empty [0] array when off (its rank is part of the step's signature, like clip_arg's).
+Var scale_arg(const OptimizerCore& core);
 
 }  // namespace metajit::detail

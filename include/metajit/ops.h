@@ -104,10 +104,11 @@ Var cast(const Var& x, DType dtype);
 // Mixed precision (shared/api.md "Precision"; docs/design.md §3): while an autocast is alive on
 // this thread, the ops BUILT compute matmul and conv2d (and so their gradients) on Float32
 // operands cast to `compute` (Float16 or BFloat16, else DTypeError), with float32 sums and
-// results in `compute`; sum, mean, max, min, prod, softmax, log_softmax, the losses and the
-// norms take a half input as Float32 and return Float32. Float64 and integer values are never
-// cast, and Float32 parameters stay Float32 (master weights): their gradients come back Float32
-// through the casts. Scopes nest; the innermost one decides.
+// results in `compute`; sum, mean, prod, softmax, log_softmax, the losses and the norms take a
+// half input as Float32 and return Float32 (max and min keep it: their result is exact). Float64
+// and integer values are never cast, and Float32 parameters stay Float32 (master weights): their
+// gradients come back Float32 through the casts. Scopes nest; the innermost one decides. nn's
+// Linear, Conv2d and MultiheadAttention add their biases in the product's dtype, as torch's do.
 class autocast {
  public:
   explicit autocast(DType compute = DType::BFloat16);

@@ -30,6 +30,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -51,12 +52,19 @@ struct OptimizerUpdate {
   std::vector<Var> state;
 };
 
+// Dynamic loss scaling (Optimizer::set_loss_scaling), torch.cuda.amp.GradScaler's defaults.
+struct LossScaling {
+  double init_scale = 65536, growth_factor = 2, backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+};
+
 namespace detail {
 
 struct OptimizerCore;
 
 // The jit function of a train step: the user's loss function over its own `num_user_args`
-// arguments, then the parameters, the state, the learning rate and the step count.
+// arguments, then the parameters, the state, the learning rate, the step count, the clipping
+// norm and the loss scale.
 std::shared_ptr<JitCore> make_train_jit(const std::shared_ptr<OptimizerCore>& core,
                                         JitTraceFn loss_fn, size_t num_user_args, std::string name,
                                         std::string identity);
@@ -122,6 +130,20 @@ class Optimizer {
   // off traces a jit step once more (its signature changes). update() does not clip.
   void set_max_grad_norm(double max_norm);
   double max_grad_norm() const;
+  // Dynamic loss scaling for float16 training (GradScaler's semantics), in every step and jit
+  // step; nullopt turns it off (the default), a value turns it on and starts at its init_scale.
+  // The gradients are taken of loss * scale and multiplied by 1 / scale; when any of them holds
+  // an inf or NaN the step is skipped: the parameters, the state and steps() keep their values
+  // and the scale is multiplied by backoff_factor. After growth_interval steps in a row without
+  // one, it is multiplied by growth_factor. The decision is made inside the step's one plan and
+  // the scale is a kernel argument: a new scale and a skipped step compile nothing; turning
+  // scaling on or off traces a jit step once more. Error for init_scale <= 0, growth_factor
+  // <= 1, backoff_factor outside (0, 1) or growth_interval < 1.
+  void set_loss_scaling(std::optional<LossScaling> scaling);
+  // The scale the next step multiplies the loss by (1 when loss scaling is off).
+  double loss_scale() const;
+  // Steps skipped for an inf or NaN gradient since loss scaling was turned on.
+  int64_t skipped_steps() const;
   // Steps taken so far (the next one is number steps() + 1 in the bias corrections).
   int64_t steps() const;
   // Sets that count, resuming from a checkpoint (with the parameters and state() assigned the
