@@ -63,6 +63,11 @@ bool is_half(DType t) {
   return t == DType::Float16 || t == DType::BFloat16;
 }
 
+bool is_index_dtype(DType t) {
+  return t == DType::Int8 || t == DType::UInt8 || t == DType::Int16 || t == DType::Int32 ||
+         t == DType::Int64;
+}
+
 namespace {
 
 // A dtype's place in the promotion order; the two pairs that share a place promote to the

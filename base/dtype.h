@@ -15,4 +15,9 @@ void store_dtype_value(double v, DType t, void* dst);
 float16 float16_from_double(double v);
 bfloat16 bfloat16_from_double(double v);
 
+// The dtypes an index array (extras, gather/scatter indices, embedding ids, class labels) may
+// have: every integer type but Bool. kIndexDTypes names them for error messages.
+bool is_index_dtype(DType t);
+inline constexpr const char* kIndexDTypes = "int8, uint8, int16, int32 or int64";
+
 }  // namespace metajit

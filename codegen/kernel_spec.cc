@@ -11,6 +11,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "base/dtype.h"
 #include "codegen/verify_kernel_ir.h"
 
 namespace metajit {
@@ -492,9 +493,9 @@ class Reader {
     if (n == 0) fail(p / "e", "the kernel has no input buffers to read");
     const int slot = int(integer(*j.find("e"), p / "e", 0, n - 1));
     const KBuffer& b = (*inputs_)[size_t(slot)];
-    if (b.dtype != DType::Int32 && b.dtype != DType::Int64)
+    if (!is_index_dtype(b.dtype))
       fail(p / "e", "in" + std::to_string(slot) + " is " + dtype_name(b.dtype) +
-                        "; extra reads take int32 or int64 buffers");
+                        "; extra reads take " + kIndexDTypes + " buffers");
     const Path at_path = p / "at";
     const json& at = array(*j.find("at"), at_path);
     if (at.size() != b.dims.size())
@@ -610,12 +611,14 @@ class Reader {
         // Mirrors the emitter, which has integer forms of these only.
         const UnaryOp op = UnaryOp(st.op);
         if (!is_float(st.dtype) && !has_integer_form(op))
-          fail(p / "dtype", std::string("unary ") + unary_op_name(op) + " needs float32 or " +
-                                "float64, got " + dtype_name(st.dtype) +
+          fail(p / "dtype", std::string("unary ") + unary_op_name(op) +
+                                " needs a float type (float16, "
+                                "bfloat16, float32 or float64), got " +
+                                dtype_name(st.dtype) +
                                 " (neg, abs, relu, floor, logical_not and bitwise_not take any "
                                 "dtype)");
         if (is_float(st.dtype) && op == UnaryOp::BitwiseNot)
-          fail(p / "dtype", std::string("unary bitwise_not needs bool, int32 or int64, got ") +
+          fail(p / "dtype", std::string("unary bitwise_not needs bool or an integer type, got ") +
                                 dtype_name(st.dtype));
         st.args = args(j, p, 1);
         break;
@@ -626,7 +629,7 @@ class Reader {
                                    "binary op");
         if (is_bitwise(BinaryOp(st.op)) && is_float(st.dtype))
           fail(p / "dtype", std::string("binary ") + binary_op_name(BinaryOp(st.op)) +
-                                " needs bool, int32 or int64, got " + dtype_name(st.dtype));
+                                " needs bool or an integer type, got " + dtype_name(st.dtype));
         st.args = args(j, p, 2);
         break;
       case KOp::Where:

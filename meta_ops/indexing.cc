@@ -11,6 +11,7 @@
 #include <metajit/composite.h>
 #include <metajit/error.h>
 
+#include "base/dtype.h"
 #include "meta_ops/ops.h"
 
 namespace metajit {
@@ -22,9 +23,9 @@ void need(const Var& x, const char* op, const char* what) {
 }
 
 void need_integer(const Var& index, const char* op, const char* what) {
-  if (index.dtype() != DType::Int32 && index.dtype() != DType::Int64)
+  if (!is_index_dtype(index.dtype()))
     throw DTypeError(std::string(op) + ": " + what + " has dtype " + dtype_name(index.dtype()) +
-                     " and shape " + shape_str(index.shape()) + "; expected int32 or int64");
+                     " and shape " + shape_str(index.shape()) + "; expected " + kIndexDTypes);
 }
 
 int64_t axis_of(int64_t dim, const Var& x, const char* op) {

@@ -5,6 +5,7 @@
 
 #include <limits>
 
+#include "base/dtype.h"
 #include "meta_ops/autocast.h"
 
 namespace metajit {
@@ -18,9 +19,9 @@ Var cross_entropy(const Var& logits, const Var& labels) {
   if (!is_float(logits.dtype()))
     throw DTypeError(std::string("cross_entropy: logits have dtype ") + dtype_name(logits.dtype()) +
                      "; they must be float32 or float64");
-  if (labels.dtype() != DType::Int32 && labels.dtype() != DType::Int64)
+  if (!is_index_dtype(labels.dtype()))
     throw DTypeError(std::string("cross_entropy: labels have dtype ") + dtype_name(labels.dtype()) +
-                     "; they must be int32 or int64 class ids");
+                     "; they must be class ids of an integer type (" + kIndexDTypes + ")");
   const int64_t n = logits.shape()[0], c = logits.shape()[1];
   if (labels.ndim() != 1 || labels.shape()[0] != n)
     throw ShapeError("cross_entropy: labels have shape " + shape_str(labels.shape()) +

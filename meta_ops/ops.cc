@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 
+#include "base/dtype.h"
 #include "meta_ops/autocast.h"
 
 namespace metajit {
@@ -58,7 +59,7 @@ DType bitwise_operand(BinaryOp op, const Var& a, const Var& b) {
     throw DTypeError(std::string(binary_op_name(op)) + ": operands have dtypes " +
                      dtype_name(a.dtype()) + " " + shape_str(a.shape()) + " and " +
                      dtype_name(b.dtype()) + " " + shape_str(b.shape()) +
-                     "; bitwise ops take bool, int32 or int64");
+                     "; bitwise ops take bool or an integer type");
   const DType t = promote(a.dtype(), b.dtype());
   const bool shift = op == BinaryOp::ShiftLeft || op == BinaryOp::ShiftRight;
   return shift && t == DType::Bool ? DType::Int32 : t;
@@ -126,9 +127,9 @@ std::vector<int> check_extras(const std::vector<Var>& extras, const char* op) {
   for (size_t k = 0; k < extras.size(); ++k) {
     const std::string what = std::string(op) + ": extras[" + std::to_string(k) + "]";
     if (!extras[k].defined()) throw Error(what + " is an undefined Var");
-    if (extras[k].dtype() != DType::Int32 && extras[k].dtype() != DType::Int64)
+    if (!is_index_dtype(extras[k].dtype()))
       throw DTypeError(what + " has dtype " + dtype_name(extras[k].dtype()) + " and shape " +
-                       shape_str(extras[k].shape()) + "; expected int32 or int64");
+                       shape_str(extras[k].shape()) + "; expected " + kIndexDTypes);
     ranks.push_back(int(extras[k].ndim()));
   }
   return ranks;
@@ -277,7 +278,7 @@ Var unary(UnaryOp op, const Var& x) {
       if (is_float(x.dtype()))
         throw DTypeError(std::string("bitwise_not: x has dtype ") + dtype_name(x.dtype()) +
                          " and shape " + shape_str(x.shape()) +
-                         "; bitwise ops take bool, int32 or int64");
+                         "; bitwise ops take bool or an integer type");
       return make(OpKind::Unary, x.dtype(), x.shape(), {x.node()}, int(op));
     default: {
       // Transcendentals of integers compute in float32 (JAX's convention).

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "base/dtype.h"
 #include "nn/init.h"
 
 namespace metajit::nn {
@@ -19,11 +20,11 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optiona
 
 Var Embedding::operator()(const Var& ids) const {
   if (!ids.defined()) throw Error("Embedding: the ids are an undefined Var (default-constructed)");
-  if (ids.dtype() != DType::Int32 && ids.dtype() != DType::Int64)
+  if (!is_index_dtype(ids.dtype()))
     throw DTypeError(std::string("Embedding(") + std::to_string(weight_.shape()[0]) + ", " +
                      std::to_string(weight_.shape()[1]) + "): ids of dtype " +
                      dtype_name(ids.dtype()) + " and shape " + shape_str(ids.shape()) +
-                     "; expected int32 or int64");
+                     "; expected " + kIndexDTypes);
   return embedding(weight_, ids);
 }
 

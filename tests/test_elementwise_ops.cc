@@ -291,7 +291,7 @@ TEST_CASE("bad dtypes and bounds of the element-wise ops are typed errors", "[er
   Var f = zeros({2, 3}), i = array(std::vector<int32_t>{1, 2, 3}, {3});
   std::string m = message_of<DTypeError>([&] { bitwise_and(f, i); });
   CHECK_THAT(m, Contains("bitwise_and") && Contains("float32 [2, 3]") && Contains("int32 [3]") &&
-                    Contains("bool, int32 or int64"));
+                    Contains("bool or an integer type"));
   m = message_of<DTypeError>([&] { shift_left(i, f); });
   CHECK_THAT(m, Contains("shift_left") && Contains("float32"));
   m = message_of<DTypeError>([&] { bitwise_not(f); });

@@ -172,6 +172,50 @@ TEST_CASE("float32, float64 and int32 x read through Int32 and Int64 extras",
   }
 }
 
+TEST_CASE("Int8, UInt8 and Int16 extras and index arrays read as their Int32 values",
+          "[extras][reference][precision]") {
+  // The same positions in every integer type: the results equal the Int32 ones and the reference
+  // interpreter's. -1 and -128 as Int8 are negative (outside, or from the end where the op counts
+  // so); 200 as UInt8 is 200, not -56.
+  const std::vector<int32_t> pos = {3, -1, 0, 4, 2, -128, 127};
+  const std::vector<int32_t> upos = {3, 0, 4, 200, 1, 255, 2};
+  Var x = tens(), g = grid(3, 4);
+  std::vector<Var> all;
+  for (DType t : {DType::Int8, DType::Int16, DType::UInt8}) {
+    INFO(dtype_name(t));
+    const std::vector<int32_t>& p = t == DType::UInt8 ? upos : pos;
+    const Var ids = cast(i32(p), t), ids32 = i32(p);
+    CHECK(ids.dtype() == t);
+    const Var y = reindex(x, {7}, {"@e0(i0)"}, -7, {}, {ids});
+    check_values(y, {7}, values_of(reindex(x, {7}, {"@e0(i0)"}, -7, {}, {ids32})));
+    const Var sel = cast(i32({2, 0, t == DType::UInt8 ? 1 : -1}), t);
+    const Var rows = index_select(g, 0, sel);
+    check_values(rows, {3, 4}, values_of(index_select(g, 0, cast(sel, DType::Int32))));
+    const Var gi = cast(i32({3, 0, 0, 1, 2, 1}, {2, 3}), t);
+    const Var gathered = gather(g, 1, gi);
+    check_values(gathered, {2, 3}, values_of(gather(g, 1, cast(gi, DType::Int32))));
+    const Var scattered = scatter_add(zeros({2, 4}), 1, gi, ones({2, 3}));
+    check_values(scattered, {2, 4},
+                 values_of(scatter_add(zeros({2, 4}), 1, cast(gi, DType::Int32), ones({2, 3}))));
+    const Var emb = embedding(g, cast(i32({2, 1, 2}), t));
+    check_values(emb, {3, 4}, values_of(embedding(g, i32({2, 1, 2}))));
+    const Var oh = one_hot(cast(i32({1, 3, 0}), t), 4);
+    check_values(oh, {3, 4}, values_of(one_hot(i32({1, 3, 0}), 4)));
+    const Var ce = cross_entropy(g, cast(i32({3, 0, 2}), t));
+    CHECK(ce.item<float>() == cross_entropy(g, i32({3, 0, 2})).item<float>());
+    // The gradient through an 8-bit index: the same as through its Int32 copy.
+    const Var w = grid(3, 4) * 0.5;
+    const std::vector<Var> gw = grad(sum(gather(w, 1, gi) * gathered), {w});
+    const std::vector<Var> gw32 = grad(sum(gather(w, 1, cast(gi, DType::Int32)) * gathered), {w});
+    check_values(gw[0], {3, 4}, values_of(gw32[0]));
+    all.insert(all.end(), {y, rows, gathered, scattered, emb, oh});
+  }
+  check_against_reference(all);
+  // An extra read of a kernel spec takes them too (codegen/kernel_spec.cc); floats and Bool not.
+  CHECK_THROWS_WITH(reindex(x, {2}, {"@e0(i0)"}, 0, {}, {cast(i32({0, 1}), DType::Float16)}),
+                    Contains("float16") && Contains("int8, uint8, int16, int32 or int64"));
+}
+
 TEST_CASE("2-D, 3-D and 4-D extras: x[e(i..), j] with out-of-range and negative rows",
           "[extras][reference]") {
   Var x = grid(3, 4);  // x[r, c] = 10 r + c
@@ -667,7 +711,7 @@ TEST_CASE("non-integer extras are DTypeErrors, an undefined extra an Error", "[e
     reindex(x, {2}, {"@e0(i0)"}, 0, {}, {f32({0, 1})});
   });
   CHECK_THAT(m, Contains("reindex: extras[0]") && Contains("float32") && Contains("[2]") &&
-                    Contains("expected int32 or int64"));
+                    Contains("expected int8, uint8, int16, int32 or int64"));
   m = message_of<DTypeError>([&] {
     reindex(x, {2}, {"@e0(i0)"}, 0, {}, {i32({0, 1}), f64({0, 1}, {1, 2})});
   });
@@ -691,7 +735,7 @@ TEST_CASE("composites: dtype, dim and shape errors name the op and the shapes",
   // gather
   std::string m = message_of<DTypeError>([&] { gather(x, 1, f32({0, 1}, {1, 2})); });
   CHECK_THAT(m, Contains("gather: index") && Contains("float32") && Contains("[1, 2]") &&
-                    Contains("expected int32 or int64"));
+                    Contains("expected int8, uint8, int16, int32 or int64"));
   m = message_of<ShapeError>([&] { gather(x, 1, i32({0, 1})); });
   CHECK_THAT(m, Contains("gather: index of shape [2]") && Contains("x of shape [3, 4]") &&
                     Contains("at dim 1") && Contains("same rank"));

@@ -33,6 +33,7 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "base/dtype.h"
 #include "runtime/residency.h"
 
 namespace metajit {
@@ -635,7 +636,7 @@ class HostExtras : public IxExtras {
  public:
   HostExtras(const Node& n, const std::vector<const HostTensor*>& in) : n_(n) {
     for (size_t k = 1; k < in.size(); ++k) {
-      if (in[k]->dtype != DType::Int32 && in[k]->dtype != DType::Int64)
+      if (!is_index_dtype(in[k]->dtype))
         fail(n, "extras[" + std::to_string(k - 1) + "] is " + dtype_name(in[k]->dtype));
       extras_.push_back(in[k]);
     }
@@ -646,8 +647,18 @@ class HostExtras : public IxExtras {
     const HostTensor& t = at(k);
     int64_t off = 0;
     for (size_t a = 0; a < t.shape.size(); ++a) off = off * t.shape[a] + idx[a];
-    if (t.dtype == DType::Int32) return elems<int32_t>(t)[off];
-    return elems<int64_t>(t)[off];
+    switch (t.dtype) {
+      case DType::Int8:
+        return elems<int8_t>(t)[off];
+      case DType::UInt8:
+        return elems<uint8_t>(t)[off];
+      case DType::Int16:
+        return elems<int16_t>(t)[off];
+      case DType::Int32:
+        return elems<int32_t>(t)[off];
+      default:
+        return elems<int64_t>(t)[off];
+    }
   }
 
  private:
