@@ -61,21 +61,39 @@ bool CFamilyEmitter::uses_narrow_types(const KernelIR& ir) {
   return narrow(ir.output.dtype) || block_uses_narrow(ir.body);
 }
 
+namespace {
+
+// The open interval of values of a float type (`dbl`: double, else float) that truncate into
+// integer type `to`, as literals of that type. Its ends are the nearest values of the float
+// type outside the integer range: -2^31 - 1 in double, but the float below -2^31 is -2^31 - 256.
+std::pair<std::string, std::string> truncating_interval(DType to, bool dbl) {
+  switch (to) {
+    case DType::Int8:
+      return dbl ? std::pair{"-129.0", "128.0"} : std::pair{"-129.0f", "128.0f"};
+    case DType::UInt8:
+      return dbl ? std::pair{"-1.0", "256.0"} : std::pair{"-1.0f", "256.0f"};
+    case DType::Int16:
+      return dbl ? std::pair{"-32769.0", "32768.0"} : std::pair{"-32769.0f", "32768.0f"};
+    case DType::Int32:
+      return dbl ? std::pair{"-2147483649.0", "2147483648.0"}
+                 : std::pair{"-2147483904.0f", "2147483648.0f"};
+    default:  // Int64: 2^63 + 2^11 and 2^63 + 2^40 are the neighbours below -2^63
+      return dbl ? std::pair{"-9223372036854777856.0", "9223372036854775808.0"}
+                 : std::pair{"-9223373136366403584.0f", "9223372036854775808.0f"};
+  }
+}
+
+}  // namespace
+
 // Casts follow the reference interpreter (tests/support/reference_interpreter.cc): a float to
-// an integer truncates, 0 where out of range or NaN (the narrow types through the prelude's
-// mj_to_narrow; Int32/Int64 as a C++ conversion, as before); a half type is rounded to once, from a
-// double or a 32- or 64-bit integer directly (through the double, mj_round_*d), which a float
-// in between would round twice.
+// an integer truncates, 0 where out of range or NaN (integer_prelude.h's mj_float_to_int); a
+// half type is rounded to once, from a double or a 32- or 64-bit integer directly (through the
+// double, mj_round_*d), which a float in between would round twice.
 std::string CFamilyEmitter::cast_expr(DType to, DType from, const std::string& x) {
   if (to == DType::Bool) return "(" + x + " != 0)";
-  if (to == DType::Int8 || to == DType::UInt8 || to == DType::Int16) {
-    if (!is_float(from)) return "(" + ctype(to) + ")" + x;
-    // The open interval of values that truncate into the type, in the value's float type.
-    const int lo = to == DType::Int8 ? -129 : to == DType::UInt8 ? -1 : -32769;
-    const int hi = to == DType::Int8 ? 128 : to == DType::UInt8 ? 256 : 32768;
-    const std::string suffix = from == DType::Float64 ? ".0" : ".0f";
-    return "mj_to_narrow<" + ctype(to) + ">(" + x + ", " + std::to_string(lo) + suffix + ", " +
-           std::to_string(hi) + suffix + ")";
+  if (!is_float(to) && is_float(from)) {
+    const auto [lo, hi] = truncating_interval(to, from == DType::Float64);
+    return "mj_float_to_int<" + ctype(to) + ">(" + x + ", " + lo + ", " + hi + ")";
   }
   if (is_half(to)) {
     const std::string r = to == DType::Float16 ? "mj_round_f16" : "mj_round_bf16";

@@ -171,7 +171,7 @@ std::optional<double> fold_binary(BinaryOp op, DType operand, DType out, double 
       case BinaryOp::ShiftRight:
         return integral_result(shifted(op == BinaryOp::ShiftLeft, x, y, out), out);
       case BinaryOp::Pow: {
-        // Out of range or NaN gives 0, as in the kernels (the narrow types: mj_to_narrow).
+        // Out of range or NaN gives 0, as in the kernels (mj_float_to_int).
         const double r = std::pow(a, b);
         if (out != DType::Int64) return to_dtype_value(r, out);
         const bool fits = r >= -9223372036854775808.0 && r < 9223372036854775808.0;

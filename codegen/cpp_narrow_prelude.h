@@ -3,15 +3,8 @@
 // codegen/cpp_kernel_prelude.h (CppEmitter::run). Embedded as kCppNarrowPrelude
 // (CMakeLists.txt), so it may include no header.
 //
-// A float converts to an 8- or 16-bit integer as the reference interpreter's cast does:
-// truncated toward zero, and 0 where that is out of the type's range or NaN (a plain C++
-// conversion would be undefined there).
-// I is the integer type, F float or double, (lo, hi) the open interval of values that truncate
-// into I (-129, 128 for signed char): the emitter prints them (CFamilyEmitter::cast_expr).
-template <class I, class F>
-static inline I mj_to_narrow(F x, F lo, F hi) {
-  return (x > lo && x < hi) ? (I)(int)x : (I)0;
-}
+// A float converts to an 8- or 16-bit integer through codegen/integer_prelude.h's
+// mj_float_to_int, as to the wider ones.
 //
 // Half values are stored in 16 bits and computed in float (docs/design.md §3): a buffer element
 // is an mj_f16 / mj_bf16, which widens exactly when read and rounds to nearest even when

@@ -38,10 +38,12 @@ enum class CudaTarget { Gpu, HostEmulation };
 // pow from the exact power (CUDA's double pow is not exact), 16-byte element-wise accesses;
 // 5: 16-byte loads in row reductions; 6: the GPU and common preludes from headers
 // (codegen/cuda_gpu_prelude.h, cuda_common_prelude.h), their comments now in the source; 7: the
-// integer prelude from codegen/integer_prelude.h, its functions and the extra readers MJ_FN.
+// integer prelude from codegen/integer_prelude.h, its functions and the extra readers MJ_FN;
+// 8: a float converts to Int32/Int64 through its mj_float_to_int (0 out of range or NaN, as
+// the reference interpreter; the GPU's conversion saturated and the emulation's was undefined).
 // tests/test_cuda_codegen.cc pins the output to the version
 // (a digest of every_pattern()'s kernels on both targets): a change without a bump fails there.
-inline constexpr const char* kCudaCodegenVersion = "cuda-7";
+inline constexpr const char* kCudaCodegenVersion = "cuda-8";
 
 std::string emit_cuda(const KernelIR& ir, CudaTarget target = CudaTarget::Gpu);
 

@@ -79,8 +79,10 @@ namespace metajit {
 // stem); 57's for a single outer iteration too (a 1x1 kernel's weight gradient); 59: the direct
 // tiles' step offsets walked as an odometer, not two divisions a step; 60: 57's tile runs every
 // tap inside each reduction block of a work item (a block of rows, one panel of columns, a part
-// of the reduction; the parts' sums added in order), where A reads no outer loop
-inline constexpr const char* kCodegenVersion = "cpp-60";
+// of the reduction; the parts' sums added in order), where A reads no outer loop; 61: a float
+// converts to Int32/Int64 through integer_prelude.h's mj_float_to_int (0 out of range or NaN,
+// as the reference; a C++ conversion was undefined there), which every kernel's prelude carries
+inline constexpr const char* kCodegenVersion = "cpp-61";
 
 class KernelKeyBuilder {
  public:

@@ -25,7 +25,7 @@ extern "C" i64 metajit_prelude_compile_check(i64 rows) {
 extern "C" float metajit_narrow_prelude_compile_check(double d, float f, mj_f16* h, mj_bf16* b) {
   *h = mj_round_f16d(d) + mj_round_bf16d(d);
   *b = mj_round_bf16(f) + mj_round_f16(f);
-  return float(mj_to_narrow<signed char>(d, -129.0, 128.0) +
-               mj_to_narrow<unsigned char>(f, -1.0f, 256.0f)) +
+  return float(mj_float_to_int<signed char>(d, -129.0, 128.0) +
+               mj_float_to_int<unsigned char>(f, -1.0f, 256.0f)) +
          *h + *b;
 }

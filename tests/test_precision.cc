@@ -269,6 +269,35 @@ TEST_CASE("integers of 8 and 16 bits wrap, and float to them truncates (0 out of
   CHECK(cast(i, DType::UInt8).to_vector<uint8_t>() == std::vector<uint8_t>{44, 255});
 }
 
+TEST_CASE("float to Int32 and Int64 in kernels: truncated, 0 out of range or NaN, at both ends",
+          "[precision]") {
+  // The ends of each float type's interval that truncates into the integer type
+  // (CFamilyEmitter::cast_expr): the last value in, the first value out.
+  const double inf = std::numeric_limits<double>::infinity();
+  Var d = array(
+      std::vector<double>{2147483647.9, 2147483648.0, -2147483648.9, -2147483649.0, NAN, inf, -inf},
+      {7});
+  CHECK(cast(d, DType::Int32).to_vector<int32_t>() ==
+        std::vector<int32_t>{2147483647, 0, INT32_MIN, 0, 0, 0, 0});
+  Var f = array(std::vector<float>{2147483520.0f, 2147483648.0f, -2147483648.0f, -2147483904.0f,
+                                   NAN, 1.9f, -1.9f},
+                {7});
+  CHECK(cast(f, DType::Int32).to_vector<int32_t>() ==
+        std::vector<int32_t>{2147483520, 0, INT32_MIN, 0, 0, 1, -1});
+  Var d64 = array(std::vector<double>{9223372036854774784.0, 9223372036854775808.0,
+                                      -9223372036854775808.0, -9223372036854777856.0, NAN},
+                  {5});
+  CHECK(cast(d64, DType::Int64).to_vector<int64_t>() ==
+        std::vector<int64_t>{9223372036854774784, 0, INT64_MIN, 0, 0});
+  const float finf = std::numeric_limits<float>::infinity();
+  Var f64 = array(std::vector<float>{-9223372036854775808.0f, 9223372036854775808.0f, -finf}, {3});
+  CHECK(cast(f64, DType::Int64).to_vector<int64_t>() == std::vector<int64_t>{INT64_MIN, 0, 0});
+  Var h = cast(array(std::vector<float>{65504.0f, -finf, NAN}, {3}), DType::Float16);
+  CHECK(cast(h, DType::Int32).to_vector<int32_t>() == std::vector<int32_t>{65504, 0, 0});
+  check_against_reference({cast(d, DType::Int32), cast(f, DType::Int32), cast(d64, DType::Int64),
+                           cast(f64, DType::Int64), cast(h, DType::Int64)});
+}
+
 TEST_CASE("reductions over an empty axis give each new dtype's identity", "[precision]") {
   // fill_empty_reductions (codegen/empty_reductions.cc) writes the identity as a scalar: the
   // 8- and 16-bit integers' own lowest and highest, not a float infinity (which gave 0).
@@ -286,9 +315,11 @@ TEST_CASE("reductions over an empty axis give each new dtype's identity", "[prec
 }
 
 TEST_CASE("every cast between the ten dtypes matches the reference", "[precision]") {
-  // No value a half type holds only as Inf: float -> int32/int64 of Inf is not yet guarded in
-  // generated code (docs/design.md §3).
-  const std::vector<double> values = {0, 1, -1, 2.5, -3.75, 100, -129, 255, 60000, 1e-3, 0.1};
+  // Out of every integer type's range, Inf and NaN included: 0 (docs/design.md §3).
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> values = {0,   1,     -1,   2.5,   -3.75,        100,          -129,
+                                      255, 60000, 1e-3, 0.1,   inf,          -inf,         NAN,
+                                      3e9, -3e9,  1e19, -1e19, 2147483647.9, -2147483648.9};
   for (DType from : kAllTypes) {
     Var x = metajit_test::make_array(from, values);
     std::vector<Var> casts;
