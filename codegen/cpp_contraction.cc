@@ -43,11 +43,10 @@ std::string CppEmitter::micro_kernel(const ContractionTile& t, const std::string
               : "(const float* __restrict__ a, const float* __restrict__ b, "
                 "i64 kn, float* __restrict__ c, i64 ldc, int first) {\n");
   // The loop over the steps and the start of its body: B's row of the step at b.
-  const std::string step_loop =
-      direct ? "for (i64 k = 0; k < kn; ++k, a += " + std::to_string(MR) +
-                   ") {\n    const float* const b = g + offs[k];\n"
-             : "for (i64 k = 0; k < kn; ++k, a += " + std::to_string(MR) +
-                   ", b += " + std::to_string(NR) + ") {\n";
+  const std::string step_loop = direct ? "for (i64 k = 0; k < kn; ++k, a += " + std::to_string(MR) +
+                                             ") {\n    const float* const b = g + offs[k];\n"
+                                       : "for (i64 k = 0; k < kn; ++k, a += " + std::to_string(MR) +
+                                             ", b += " + std::to_string(NR) + ") {\n";
   std::string o;
   if (W <= 1) {
     o += "// Portable micro-kernel: plain arrays; the compiler vectorises the rows as it can.\n";
@@ -73,16 +72,7 @@ std::string CppEmitter::micro_kernel(const ContractionTile& t, const std::string
     return o;
   }
   const int NV = NR / W;
-  const std::string bytes = std::to_string(W * 4);
-  if (vector_types) {
-    o += "// " + std::to_string(W) + " floats: the vector of the " + target_.name() +
-         " micro-kernels (GCC vector extension; unaligned loads).\n";
-    o += "typedef float mj_vf __attribute__((vector_size(" + bytes + ")));\n";
-    o += "static inline mj_vf mj_ld(const float* p) { mj_vf v; __builtin_memcpy(&v, p, " + bytes +
-         "); return v; }\n";
-    o +=
-        "static inline void mj_st(float* p, mj_vf v) { __builtin_memcpy(p, &v, " + bytes + "); }\n";
-  }
+  if (vector_types) o += vector_type(W);
   o += sig;
   auto acc = [](int r, int v) { return "c" + std::to_string(r) + "_" + std::to_string(v); };
   auto at = [&](int r, int v) {
@@ -116,6 +106,29 @@ std::string CppEmitter::micro_kernel(const ContractionTile& t, const std::string
   for (int r = 0; r < MR; ++r)
     for (int v = 0; v < NV; ++v) o += "  mj_st(" + at(r, v) + ", " + acc(r, v) + ");\n";
   o += "}\n";
+  return o;
+}
+
+// " / G" for panels of G reduction steps a word (ContractionSchedule::steps_per_word), else "".
+std::string CppEmitter::group_div(const ContractionParts& p) {
+  const int g = p.cs.steps_per_word();
+  return g > 1 ? " / " + std::to_string(g) : "";
+}
+
+// An Int8 A shifted to unsigned bytes for vpdpbusd (ContractionSchedule::int8_quads).
+bool CppEmitter::shifted_a(const ContractionParts& p) {
+  return p.cs.int8_quads && p.cs.match.a_bytes == DType::Int8;
+}
+
+// mj_vf, W floats, and its unaligned load and store: the micro-kernels' vector.
+std::string CppEmitter::vector_type(int W) const {
+  const std::string bytes = std::to_string(W * 4);
+  std::string o = "// " + std::to_string(W) + " floats: the vector of the " + target_.name() +
+                  " micro-kernels (GCC vector extension; unaligned loads).\n";
+  o += "typedef float mj_vf __attribute__((vector_size(" + bytes + ")));\n";
+  o += "static inline mj_vf mj_ld(const float* p) { mj_vf v; __builtin_memcpy(&v, p, " + bytes +
+       "); return v; }\n";
+  o += "static inline void mj_st(float* p, mj_vf v) { __builtin_memcpy(p, &v, " + bytes + "); }\n";
   return o;
 }
 
@@ -232,8 +245,18 @@ void CppEmitter::contraction_kernel(const KernelIR& ir, const std::vector<int>& 
   const ContractionTile wide = cs.wide, narrow = cs.narrow;
   const bool two_tiles = !(narrow == wide);
   helpers_ += kCppContractionPrelude;
-  helpers_ += micro_kernel(wide, "mj_micro", true);
-  if (two_tiles) helpers_ += micro_kernel(narrow, "mj_micro_narrow", false);
+  if (cs.steps_per_word() > 1) {
+    helpers_ += vector_type(wide.vector_floats);
+    helpers_ += cs.bf16_pairs ? kCppBf16DotPrelude : kCppInt8DotPrelude;
+    auto micro = [&](const ContractionTile& t, const char* name) {
+      return cs.bf16_pairs ? micro_kernel_bf16(t, name) : micro_kernel_int8(t, name);
+    };
+    helpers_ += micro(wide, "mj_micro");
+    if (two_tiles) helpers_ += micro(narrow, "mj_micro_narrow");
+  } else {
+    helpers_ += micro_kernel(wide, "mj_micro", true);
+    if (two_tiles) helpers_ += micro_kernel(narrow, "mj_micro_narrow", false);
+  }
   if (cs.direct || cs.direct_steps) helpers_ += micro_kernel(wide, "mj_micro_direct", false, true);
   if (wide.vector_floats > 1) {
     helpers_ += transpose_helper(wide.vector_floats);
@@ -320,7 +343,7 @@ void CppEmitter::contraction_tile(const ContractionParts& p, const ContractionTi
   } else {
     line(1, "const i64 mj_ei = " + p.ei + ", mj_ej = " + p.eji + ";");
   }
-  reduction_blocks(t);
+  reduction_blocks(t, p.cs.steps_per_word());
   // Blocks of equal size (in whole tiles): 1024 rows are 8 blocks of 132, not 7 of 144 and
   // one of 16, which would leave one thread a seventh of the work behind the other.
   // Row blocks are counted last, as many as make the rounds of the threads even
@@ -340,11 +363,13 @@ void CppEmitter::contraction_tile(const ContractionParts& p, const ContractionTi
   }
   row_block_tiles(t);
   contraction_pack_once(p, t);
-  line(1, "const i64 mj_per_thread = mj_mc * mj_kc + mj_kc * mj_nc + mj_mc * mj_nc;");
-  line(1,
-       std::string("float* mj_scratch = ") + (p.direct_steps ? "!mj_bpre || !mj_goff ? 0 : " : "") +
-           "mj_take(2, sizeof(float) * (mj_per_thread > 0 ? mj_per_thread "
-           ": 1) * omp_get_max_threads());");
+  // Beside the panels and the sums, B's column sums where an Int8 A was shifted (int8_quads).
+  line(1, std::string("const i64 mj_per_thread = mj_mc * mj_kc + mj_kc * mj_nc + mj_mc * mj_nc") +
+              (shifted_a(p) ? " + mj_nc;" : ";"));
+  line(1, std::string("float* mj_scratch = ") +
+              (p.direct_steps ? "!mj_bpre || !mj_goff ? 0 : " : "") +
+              "mj_take(2, sizeof(float) * (mj_per_thread > 0 ? mj_per_thread "
+              ": 1) * omp_get_max_threads());");
   line(1, "if (mj_scratch) {");
   line(2, "mj_blocked = true;");
   std::string w = work(p.ir.loops) + " * mj_k";
@@ -381,12 +406,15 @@ void CppEmitter::contraction_pack_once(const ContractionParts& p, const Contract
   if (p.cs.a_once)
     pack_operand_once(p.r, p.a_pre, c.a_stmts, c.a, p.iv, t.mr, 0, nullptr,
                       "mj_nb * " + outer_work + " > 1", pack_call(p, 0, t.mr, true));
+  if (p.cs.a_once && p.cs.steps_per_word() > 1) group_once(p, 0, t.mr);
   line(1, "float* mj_bpre = 0;");
   if (p.direct_steps)
     direct_steps_table(p, t);
   else if (p.cs.b_once && !p.direct)
     pack_operand_once(p.r, p.b_pre, c.b_stmts, c.b, p.jv, t.nr, 1, p.merged_columns(),
                       "mj_mb * " + outer_work + " > 1", pack_call(p, 1, t.nr, true));
+  if (p.cs.b_once && p.cs.steps_per_word() > 1 && !p.direct_steps && !p.direct)
+    group_once(p, 1, t.nr);
 }
 
 // The start of a call of operand `side`'s packing function for panels of `pw` (up to its
@@ -454,11 +482,15 @@ int CppEmitter::parallel_blocks(const ContractionParts& p, const std::string& wo
 
 // The reduction's blocks (mj_nkb of mj_kc steps: of equal length, no short last block) and the
 // rows and columns padded to the tile (mj_eip, mj_ejp), from mj_k, mj_ei and mj_ej.
-void CppEmitter::reduction_blocks(const ContractionTile& t) {
+void CppEmitter::reduction_blocks(const ContractionTile& t, int group) {
   const std::string MR = std::to_string(t.mr), NR = std::to_string(t.nr);
   line(1, "const i64 mj_nkb = mj_k > " + std::to_string(t.kc) + " ? (mj_k + " +
               std::to_string(t.kc - 1) + ") / " + std::to_string(t.kc) + " : 1;");
-  line(1, "const i64 mj_kc = mj_k > 0 ? (mj_k + mj_nkb - 1) / mj_nkb : 1;");
+  // Grouped panels (ContractionSchedule::steps_per_word) start each block at a whole group.
+  const std::string G = std::to_string(group);
+  line(1, group > 1 ? "const i64 mj_kc = mj_k > 0 ? ((mj_k + mj_nkb - 1) / mj_nkb + " + G +
+                          " - 1) / " + G + " * " + G + " : " + G + ";"
+                    : "const i64 mj_kc = mj_k > 0 ? (mj_k + mj_nkb - 1) / mj_nkb : 1;");
   line(1, "const i64 mj_eip = (mj_ei + " + MR + " - 1) / " + MR + " * " + MR +
               ", mj_ejp = (mj_ej + " + NR + " - 1) / " + NR + " * " + NR + ";");
 }
@@ -491,6 +523,7 @@ void CppEmitter::contraction_block(const ContractionParts& p, const ContractionT
   line(d, "float* const mj_ap = mj_scratch + (i64)omp_get_thread_num() * mj_per_thread;");
   line(d, "float* const mj_bp = mj_ap + mj_mc * mj_kc;");
   line(d, "float* const mj_cb = mj_bp + mj_kc * mj_nc;");
+  if (shifted_a(p)) line(d, "int* const mj_cs = (int*)(void*)(mj_cb + mj_mc * mj_nc);");
   block_bounds(t, d);
   if (p.direct) line(d, "const float* const mj_gb = mj_g + " + direct_plane(p) + " + mj_j0;");
   if (p.direct_steps)
@@ -509,9 +542,10 @@ void CppEmitter::contraction_block(const ContractionParts& p, const ContractionT
     line(d, "const float* mj_" + name + " = mj_" + name + "p;");
     line(d, "i64 mj_" + name + "s = mj_kn * " + T + ";");
     if (once) {
+      // Grouped panels (steps_per_word): the block's first group.
       line(d, "if (" + pre + ") {");
       line(d + 1, "mj_" + name + " = " + pre + " + (" + x0 + " / " + T + ") * mj_k * " + T +
-                      " + mj_pc * " + T + ";");
+                      " + mj_pc" + group_div(p) + " * " + T + ";");
       line(d + 1, "mj_" + name + "s = mj_k * " + T + ";");
       line(d, "} else {");
     }
@@ -525,8 +559,10 @@ void CppEmitter::contraction_block(const ContractionParts& p, const ContractionT
       pack_operand(p.r, a ? p.a_pre : p.b_pre, a ? c.a_stmts : c.b_stmts, a ? c.a : c.b,
                    a ? p.iv : p.jv, a ? t.mr : t.nr, to, to_stride, x0, rows, padded, "mj_pc",
                    "mj_kn", d + once, a ? nullptr : p.merged_columns());
+    if (p.cs.steps_per_word() > 1) group_block(p, side, a ? t.mr : t.nr, d + once);
     if (once) line(d, "}");
   }
+  quad_column_sums(p, t, d);
   // Each B micro-panel stays in L1 while the A panels of the block stream past it.
   line(d, "for (i64 mj_jr = 0; mj_jr < mj_jnp; mj_jr += " + NR + ")");
   line(d + 1, "for (i64 mj_ir = 0; mj_ir < mj_inp; mj_ir += " + MR + ")");
@@ -534,8 +570,12 @@ void CppEmitter::contraction_block(const ContractionParts& p, const ContractionT
       p.direct         ? "mj_gb + mj_jr, mj_goff + mj_pc"
       : p.direct_steps ? "mj_gb + (mj_jr / " + NR + ") * mj_gk * " + NR + ", mj_goff + mj_pc"
                        : "mj_b + (mj_jr / " + NR + ") * mj_bs";
-  line(d + 2, micro + "(mj_a + (mj_ir / " + MR + ") * mj_as, " + b_panel +
-                  ", mj_kn, mj_cb + mj_ir * mj_nc + mj_jr, mj_nc, mj_pc == 0);");
+  line(d + 2,
+       micro + "(mj_a + (mj_ir / " + MR + ") * mj_as, " + b_panel +
+           (p.cs.steps_per_word() > 1
+                ? ", (mj_kn + " + std::to_string(p.cs.steps_per_word() - 1) + ")" + group_div(p)
+                : ", mj_kn") +
+           ", mj_cb + mj_ir * mj_nc + mj_jr, mj_nc, mj_pc == 0);");
   line(--d, "}");
 }
 
@@ -547,6 +587,8 @@ void CppEmitter::contraction_epilogue(const ContractionParts& p, int d) {
   // An empty reduction: every sum is 0.
   line(d, "if (mj_k <= 0)");
   line(d + 1, "for (i64 mj_t = 0; mj_t < mj_inp * mj_nc; ++mj_t) mj_cb[mj_t] = 0;");
+  if (shifted_a(p))
+    line(d, "if (mj_k <= 0) for (i64 mj_t = 0; mj_t < mj_nc; ++mj_t) mj_cs[mj_t] = 0;");
   // The epilogue: every other statement, per output element of the block.
   line(d, "for (i64 mj_r = 0; mj_r < mj_in; ++mj_r) {");
   line(d + 1, "const i64 " + p.iv + " = mj_i0 + mj_r;");
@@ -575,8 +617,16 @@ void CppEmitter::contraction_epilogue(const ContractionParts& p, int d) {
     const KStmt& st = ir.body.stmts[s];
     if (s == c.reduce_index) {
       dtypes_[st.id] = st.dtype;
-      line(e + 1, std::string("const float ") + v(st.id) + " = mj_cb[mj_r * mj_nc + " +
-                      (p.merged ? "mj_c + " : "") + "mj_t];");
+      const std::string col = std::string(p.merged ? "mj_c + " : "") + "mj_t";
+      const std::string at = "mj_r * mj_nc + " + col;
+      if (!p.cs.int8_quads)
+        line(e + 1, "const float " + v(st.id) + " = mj_cb[" + at + "];");
+      else if (!shifted_a(p))
+        line(e + 1, "const int " + v(st.id) + " = ((const int*)(const void*)mj_cb)[" + at + "];");
+      else  // the Int8 A's shift by 128 taken back: 128 times B's column sum, wrapping
+        line(e + 1, "const int " + v(st.id) +
+                        " = (int)((unsigned)((const int*)(const void*)mj_cb)[" + at +
+                        "] - 128u * (unsigned)mj_cs[" + col + "]);");
     } else {
       stmt(st, e + 1);
     }

@@ -140,9 +140,11 @@ class CppEmitter : public CFamilyEmitter {
     bool flat = false;  // ContractionSchedule::flat_columns
   };
   void merged_outer_vars(const MergedColumns& m, int d);
-  std::string micro_kernel(const ContractionTile& t, const std::string& name,
-                           bool vector_types, bool direct = false) const;
+  std::string micro_kernel(const ContractionTile& t, const std::string& name, bool vector_types,
+                           bool direct = false) const;
+  std::string vector_type(int W) const;
   static std::string transpose_helper(int W);
+
   static std::string interleave_helper(int W, int rows);
   // One contraction being printed: its schedule and what its parts share.
   struct ContractionParts {
@@ -168,6 +170,17 @@ class CppEmitter : public CFamilyEmitter {
     bool direct_steps = false;
     const MergedColumns* merged_columns() const { return merged ? &*merged : nullptr; }
   };
+  // cpp_step_groups.cc: panels of several reduction steps a word (ContractionSchedule::
+  // steps_per_word): bfloat16 pairs and byte quads, their micro-kernels and grouping.
+  static std::string micro_kernel_bf16(const ContractionTile& t, const std::string& name);
+  static std::string micro_kernel_int8(const ContractionTile& t, const std::string& name);
+  std::string group_call(const ContractionParts& p, int side, int pw, const std::string& at,
+                         const std::string& steps) const;
+  void group_once(const ContractionParts& p, int side, int pw);
+  void group_block(const ContractionParts& p, int side, int pw, int d);
+  void quad_column_sums(const ContractionParts& p, const ContractionTile& t, int d);
+  static std::string group_div(const ContractionParts& p);
+  static bool shifted_a(const ContractionParts& p);
   void contraction_kernel(const KernelIR& ir, const std::vector<int>& levels,
                           const ContractionSchedule& cs, const std::string& store);
   void two_tile_choice(const ContractionParts& p);
@@ -189,7 +202,7 @@ class CppEmitter : public CFamilyEmitter {
                          const std::string& micro, int d);
   void contraction_epilogue(const ContractionParts& p, int d);
   int parallel_blocks(const ContractionParts& p, const std::string& work);
-  void reduction_blocks(const ContractionTile& t);
+  void reduction_blocks(const ContractionTile& t, int group = 1);
   void row_block_tiles(const ContractionTile& t);
   void block_bounds(const ContractionTile& t, int d);
   std::string pack_function(const ContractionParts& p, int side, int pw);
@@ -256,14 +269,13 @@ class CppEmitter : public CFamilyEmitter {
   static constexpr int kFlatColumns = 512;
   std::string flat_columns_test(const std::vector<KStmt>& stmts, const MergedColumns& merged,
                                 int own);
-  static std::vector<KStmt> flat_loads(const std::vector<KStmt>& stmts,
-                                       const MergedColumns& merged, int own);
+  static std::vector<KStmt> flat_loads(const std::vector<KStmt>& stmts, const MergedColumns& merged,
+                                       int own);
   void pack_merged_flat(const KStmt& r, const std::vector<KStmt>& prologue,
-                        const std::vector<size_t>& stmts, int value, const std::string& var,
-                        int pw, const std::string& dst, const std::string& ps,
-                        const std::string& x0, const std::string& n, const std::string& npad,
-                        const std::string& k0, const std::string& kn, int d,
-                        const MergedColumns& merged);
+                        const std::vector<size_t>& stmts, int value, const std::string& var, int pw,
+                        const std::string& dst, const std::string& ps, const std::string& x0,
+                        const std::string& n, const std::string& npad, const std::string& k0,
+                        const std::string& kn, int d, const MergedColumns& merged);
   void span_check(const std::string& flag, const std::vector<IndexExprPtr>& tests,
                   const std::string& var, const std::vector<std::string>& rows, int d);
   void pack_panels(const std::vector<KStmt>& body, const std::vector<KStmt>& full_body,

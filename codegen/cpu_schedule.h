@@ -38,10 +38,10 @@ inline constexpr int kWideTileMinColumns = 256;
 inline constexpr int kDirectMaxWaste = 8;
 
 struct ContractionSchedule {
-  Contraction match;                    // kernel_patterns.h: the reduction and its operands
-  ContractionTile wide, narrow;         // the target's tiles; equal where it has one
-  std::vector<int> merged_outer_vars;   // output loops just outside j walked as columns too,
-                                        // outermost first (conv2d: 64 rows x 3136 columns)
+  Contraction match;                   // kernel_patterns.h: the reduction and its operands
+  ContractionTile wide, narrow;        // the target's tiles; equal where it has one
+  std::vector<int> merged_outer_vars;  // output loops just outside j walked as columns too,
+                                       // outermost first (conv2d: 64 rows x 3136 columns)
   // Merged columns whose loads (B's) are affine in every column variable, without extras:
   // where at run time those loads are contiguous along the columns and the rows are short,
   // a panel's columns pack in one vector loop, the column variables from tables, not row
@@ -58,6 +58,19 @@ struct ContractionSchedule {
   // 8x64x56x56 by 64x3x3's weight gradient had packed B 18 times (9 taps, 2 row blocks).
   std::optional<DirectSteps> direct_steps;
   bool a_once = false, b_once = false;  // packed once per launch (reads no outer loop)
+  // Both operands bfloat16 on a target with vdpbf16ps (CpuTarget::bf16_dot): the packed panels
+  // are rounded to bfloat16 and paired along the reduction where they lie
+  // (codegen/cpp_bf16_dot_prelude.h), the micro-kernels multiply pairs into float32 sums, and
+  // the reduction blocks are of even length. Neither `direct` nor `direct_steps` then: their
+  // B is read as float32 from a table.
+  bool bf16_pairs = false;
+  // Int32 sums of 8-bit products (Contraction::a_bytes, b_bytes: A Int8 or UInt8, B Int8) on a
+  // target with vpdpbusd (CpuTarget::int8_dot): the panels hold quads of reduction steps as
+  // bytes (codegen/cpp_int8_dot_prelude.h), A's unsigned (an Int8 A shifted by 128, taken back
+  // in the epilogue through B's column sums), B's signed; the sums Int32 in the block buffer.
+  bool int8_quads = false;
+  // Reduction steps per panel word: 2 (bf16_pairs), 4 (int8_quads) or 1.
+  int steps_per_word() const { return bf16_pairs ? 2 : int8_quads ? 4 : 1; }
   // Each operand packed by one function (MJ_PACK_FN) that the packing once per launch and the
   // packing per block call: compiled once, not once per call site (codegen/cpp_contraction.cc).
   // Not for merged columns (a convolution: g++ allocated the piece loop's registers worse in a

@@ -29,6 +29,10 @@ const char* CpuTarget::name() const {
   return "portable";
 }
 
+std::string CpuTarget::id() const {
+  return std::string(name()) + (bf16_dot ? "+bf16" : "") + (int8_dot ? "+vnni" : "");
+}
+
 // Register budgets: AVX-512 has 32 vector registers: 6x64 = 24 accumulators, four B vectors
 // and a broadcast A value (measured against 12x32 and 8x32 on a Zen 4: fewer broadcasts per
 // FMA, and 64 columns fit conv2d's 56-wide rows better; 8x32 was slowest). AVX2 has 16:
@@ -69,15 +73,19 @@ std::string CpuTarget::describe() const {
   s += t.vector_floats > 1 ? " (" + std::to_string(t.vector_floats) + "-float vectors"
                            : " (no vector extensions";
   s += "; contraction tile " + std::to_string(t.mr) + "x" + std::to_string(t.nr) + ", blocks kc " +
-       std::to_string(t.kc) + " mc " + std::to_string(t.mc) + " nc " + std::to_string(t.nc) + ")";
+       std::to_string(t.kc) + " mc " + std::to_string(t.mc) + " nc " + std::to_string(t.nc) +
+       (bf16_dot ? "; bfloat16 contractions by vdpbf16ps" : "") +
+       (int8_dot ? "; 8-bit contractions by vpdpbusd" : "") + ")";
   return s;
 }
 
 CpuTarget cpu_target_from_macros(const std::string& macros) {
   CpuTarget t;
-  if (defines(macros, "__AVX512F__"))
+  if (defines(macros, "__AVX512F__")) {
     t.isa = CpuIsa::Avx512;
-  else if (defines(macros, "__AVX2__") && defines(macros, "__FMA__"))
+    t.bf16_dot = defines(macros, "__AVX512BF16__");
+    t.int8_dot = defines(macros, "__AVX512VNNI__");
+  } else if (defines(macros, "__AVX2__") && defines(macros, "__FMA__"))
     t.isa = CpuIsa::Avx2;
   return t;
 }
@@ -89,6 +97,27 @@ bool parse_cpu_isa(const std::string& name, CpuIsa& out) {
       return true;
     }
   return false;
+}
+
+bool parse_cpu_target(const std::string& id, CpuTarget& out) {
+  CpuTarget t;
+  const size_t plus = id.find('+');
+  if (!parse_cpu_isa(id.substr(0, plus), t.isa)) return false;
+  for (size_t at = plus; at != std::string::npos;) {
+    const size_t next = id.find('+', at + 1);
+    const std::string feature = id.substr(at + 1, next == std::string::npos ? next : next - at - 1);
+    if (t.isa != CpuIsa::Avx512) return false;
+    if (feature == "bf16" && !t.bf16_dot)
+      t.bf16_dot = true;
+    else if (feature == "vnni" && !t.int8_dot)
+      t.int8_dot = true;
+    else
+      return false;
+    at = next;
+  }
+  if (t.id() != id) return false;  // one spelling per target: the features in id()'s order
+  out = t;
+  return true;
 }
 
 }  // namespace metajit

@@ -28,8 +28,19 @@ bool operator==(const ContractionTile& a, const ContractionTile& b);
 
 struct CpuTarget {
   CpuIsa isa = CpuIsa::Portable;
+  // AVX512_BF16 on an Avx512 target (`__AVX512BF16__`): bfloat16 contractions multiply pairs of
+  // bfloat16 values into float32 sums with `vdpbf16ps` (codegen/cpp_bf16_dot_prelude.h), twice
+  // the products per instruction of a float32 FMA.
+  bool bf16_dot = false;
+  // AVX512-VNNI on an Avx512 target (`__AVX512VNNI__`): Int32 sums of 8-bit products (matmul of
+  // Int8 / UInt8 by Int8) multiply four byte pairs per lane with `vpdpbusd`
+  // (codegen/cpp_int8_dot_prelude.h).
+  bool int8_dot = false;
 
-  const char* name() const;  // "avx512" | "avx2" | "portable"
+  const char* name() const;  // "avx512" | "avx2" | "portable": the ISA
+  // The ISA and its features as kernel keys and the toolchain record hold them: name(), then
+  // "+bf16" with bf16_dot and "+vnni" with int8_dot ("avx512+bf16+vnni").
+  std::string id() const;
   ContractionTile contraction_tile() const;
   // The tile for contractions with few output columns, where contraction_tile()'s panels would
   // be mostly padding; the same tile where the ISA has no narrower one worth a second copy.
@@ -40,9 +51,12 @@ struct CpuTarget {
 };
 
 // The target from the output of `CXX <flags> -dM -E -x c++ /dev/null` (the predefined macros):
-// __AVX512F__ -> Avx512; __AVX2__ and __FMA__ -> Avx2; else Portable.
+// __AVX512F__ -> Avx512 (with __AVX512BF16__: bf16_dot, __AVX512VNNI__: int8_dot); __AVX2__
+// and __FMA__ -> Avx2; else Portable.
 CpuTarget cpu_target_from_macros(const std::string& predefined_macros);
 // "avx512" | "avx2" | "portable" -> the target; false for anything else.
 bool parse_cpu_isa(const std::string& name, CpuIsa& out);
+// CpuTarget::id() -> the target; false for anything else ("avx2+bf16" too: no such target).
+bool parse_cpu_target(const std::string& id, CpuTarget& out);
 
 }  // namespace metajit

@@ -149,30 +149,50 @@ bool packs_as_float(DType t) {
   return t == DType::Float32 || is_half(t);
 }
 
+// The 8-bit dtype `value` (a statement of `body`) was cast to Int32 from, or Float32 where it
+// is not such a cast.
+DType cast_from_bytes(const KBlock& body, int value) {
+  for (const KStmt& st : body.stmts)
+    if (st.id == value && st.kind == KOp::Cast && st.dtype == DType::Int32 && st.args.size() == 1)
+      for (const KStmt& from : body.stmts)
+        if (from.id == st.args[0] && (from.dtype == DType::Int8 || from.dtype == DType::UInt8))
+          return from.dtype;
+  return DType::Float32;
+}
+
 }  // namespace
 
 std::optional<Contraction> find_contraction(const KernelIR& ir, const std::vector<int>& levels,
-                                            const std::vector<int>& level_of_value) {
+                                            const std::vector<int>& level_of_value,
+                                            bool int8_sums) {
   const int k = int(ir.loops.size());
-  if (k < 2 || !packs_as_float(ir.output.dtype)) return std::nullopt;
+  if (k < 2) return std::nullopt;
   Contraction c;
   int reduces = 0;
   for (size_t s = 0; s < ir.body.stmts.size(); ++s)
     if (ir.body.stmts[s].kind == KOp::Reduce) ++reduces, c.reduce_index = s;
   if (reduces != 1) return std::nullopt;
   const KStmt& r = ir.body.stmts[c.reduce_index];
-  if (levels[c.reduce_index] < 0 || ReduceOp(r.op) != ReduceOp::Add || !packs_as_float(r.dtype) ||
+  const bool int_sums = int8_sums && r.dtype == DType::Int32;
+  auto sums = [&](DType t) { return int_sums ? t == DType::Int32 : packs_as_float(t); };
+  if (!(packs_as_float(ir.output.dtype) || (int_sums && ir.output.dtype == DType::Int32)))
+    return std::nullopt;
+  if (levels[c.reduce_index] < 0 || ReduceOp(r.op) != ReduceOp::Add || !sums(r.dtype) ||
       r.loops.empty())
     return std::nullopt;
   const KBlock& body = *r.body;
   const KStmt* mul = nullptr;
   for (const KStmt& st : body.stmts)
     if (st.id == body.result) mul = &st;
-  if (!mul || mul->kind != KOp::Binary || BinaryOp(mul->op) != BinaryOp::Mul ||
-      !packs_as_float(mul->dtype))
+  if (!mul || mul->kind != KOp::Binary || BinaryOp(mul->op) != BinaryOp::Mul || !sums(mul->dtype))
     return std::nullopt;
   c.a = mul->args[0];
   c.b = mul->args[1];
+  if (int_sums) {
+    c.a_bytes = cast_from_bytes(body, c.a);
+    c.b_bytes = cast_from_bytes(body, c.b);
+    if (c.a_bytes == DType::Float32 || c.b_bytes == DType::Float32) return std::nullopt;
+  }
   std::set<int> need_a, need_b;
   collect_needed(body, c.a, need_a);
   collect_needed(body, c.b, need_b);
@@ -225,6 +245,7 @@ std::optional<Contraction> find_contraction(const KernelIR& ir, const std::vecto
       }
     }
     std::swap(c.a, c.b);
+    std::swap(c.a_bytes, c.b_bytes);
     std::swap(c.a_stmts, c.b_stmts);
     std::swap(c.a_outer, c.b_outer);
     std::swap(va, vb);

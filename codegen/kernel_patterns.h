@@ -43,14 +43,20 @@ struct Contraction {
   // staged element, so an element-wise producer fused into a contraction keeps its schedule.
   std::vector<size_t> a_outer, b_outer;
   int a = -1, b = -1;  // their value ids
+  // Int32 sums (find_contraction's `int8_sums`): the 8-bit dtypes (Int8, UInt8) that `a` and
+  // `b`, each an Int32 cast, were cast from; Float32 for a float contraction.
+  DType a_bytes = DType::Float32, b_bytes = DType::Float32;
 };
 
 // The contraction of a float32 Map kernel (one Reduce, an add of a float32 product; values from
 // outside its body computed once per launch or element-wise per operand element, no other
 // reduction among them), or nullopt. `levels` and `level_of_value` are
 // statement_levels(ir) and the same per value id.
+// With `int8_sums`, also the Int32 sum of products of two Int32 casts of 8-bit values (matmul
+// of Int8 / UInt8 operands: codegen/cpp_int8_quads.cc), where the target multiplies bytes.
 std::optional<Contraction> find_contraction(const KernelIR& ir, const std::vector<int>& levels,
-                                            const std::vector<int>& level_of_value);
+                                            const std::vector<int>& level_of_value,
+                                            bool int8_sums = false);
 
 // The output loops of a contraction: the two blocked ones and the others (outermost first).
 struct ContractionLoops {

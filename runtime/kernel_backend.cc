@@ -48,7 +48,7 @@ Backend backend_for(Device device) {
     b.meta = {{"compiler", tc.path.string()},
               {"compiler_version", tc.version_line()},
               {"target", tc.resolved_target},
-              {"isa", tc.target.name()},
+              {"isa", tc.target.id()},
               {"flags", tc.flags}};
     b.parts.backend = b.name;
     b.parts.codegen = kCodegenVersion;
@@ -56,7 +56,7 @@ Backend backend_for(Device device) {
     b.parts.compiler_version = tc.version_line();
     b.parts.compiler_id = xxh3_128_hex(tc.binary_identity());
     b.parts.target = tc.resolved_target;
-    b.parts.isa = tc.target.name();
+    b.parts.isa = tc.target.id();
     b.parts.flags = tc.flags;
     b.portable = [&tc] { return portable_identity(tc); };
     return b;

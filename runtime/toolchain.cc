@@ -106,9 +106,11 @@ std::string parse_resolved_target(const std::string& verbose_output) {
 struct Queried {
   std::string version_output;
   std::string resolved_target;
-  // CpuTarget::name() per full flag list (joined with spaces): the ISA the kernels' schedules
-  // are written for, METAJIT_CXXFLAGS included; asked once per flag list.
-  std::map<std::string, std::string> isa_by_flags;
+  // CpuTarget::id() per full flag list (joined with spaces): the ISA and features the kernels'
+  // schedules are written for, METAJIT_CXXFLAGS included; asked once per flag list. Stored as
+  // "target_by_flags": records of before the features ("isa_by_flags", ISA names only) are
+  // asked again, so a machine with AVX512_BF16 does not keep an old record's plain "avx512".
+  std::map<std::string, std::string> target_by_flags;
 };
 
 struct BinaryFacts {
@@ -153,11 +155,11 @@ std::optional<Queried> load_queried(const std::filesystem::path& file, const Bin
       !j.contains("resolved_target") || !j["resolved_target"].is_string())
     return std::nullopt;
   Queried q{j["version_output"].get<std::string>(), j["resolved_target"].get<std::string>(), {}};
-  if (j.contains("isa_by_flags") && j["isa_by_flags"].is_object())
-    for (const auto& [flags, isa] : j["isa_by_flags"].items()) {
-      CpuIsa parsed;
-      if (isa.is_string() && parse_cpu_isa(isa.get<std::string>(), parsed))
-        q.isa_by_flags[flags] = isa.get<std::string>();
+  if (j.contains("target_by_flags") && j["target_by_flags"].is_object())
+    for (const auto& [flags, id] : j["target_by_flags"].items()) {
+      CpuTarget parsed;
+      if (id.is_string() && parse_cpu_target(id.get<std::string>(), parsed))
+        q.target_by_flags[flags] = id.get<std::string>();
     }
   return q;
 }
@@ -170,7 +172,7 @@ void save_queried(const std::filesystem::path& cache_dir, const std::string& nam
     nlohmann::json j = facts_json(f);
     j["version_output"] = q.version_output;
     j["resolved_target"] = q.resolved_target;
-    j["isa_by_flags"] = q.isa_by_flags;
+    j["target_by_flags"] = q.target_by_flags;
     write_file_atomically(dir / name, j.dump(2) + "\n");
   } catch (const std::exception& e) {
     // Not fatal: the next process asks the compiler again.
@@ -292,8 +294,8 @@ Queried query_compiler(const BinaryFacts& f, const Config& c) {
 // The ISA the kernels' schedules are written for: what the compiler predefines with the whole
 // flag list, METAJIT_CXXFLAGS included (cpu_target.h). Throws CompileError where the compiler
 // rejects the flags.
-std::string isa_of_flags(const BinaryFacts& f, const Config& c,
-                         const std::vector<std::string>& flags) {
+std::string target_of_flags(const BinaryFacts& f, const Config& c,
+                            const std::vector<std::string>& flags) {
   std::vector<std::string> argv = {f.path.string()};
   for (const std::string& flag : flags)
     if (flag != "-shared") argv.push_back(flag);
@@ -303,7 +305,7 @@ std::string isa_of_flags(const BinaryFacts& f, const Config& c,
     throw CompileError("compiler '" + c.cxx + "' rejects the kernel flags: `" + macros.command +
                            "` " + describe_failure(macros),
                        macros.command, macros.output);
-  return cpu_target_from_macros(macros.output).name();
+  return cpu_target_from_macros(macros.output).id();
 }
 
 // The toolchain of setting `c`: the compiler's facts, its kernel flags and ISA, queried once
@@ -326,13 +328,13 @@ Toolchain resolve(const Config& c) {
       kernel_flags(q->version_output, q->resolved_target, c.extra_cxxflags);
   std::string joined;
   for (const std::string& flag : flags) joined += (joined.empty() ? "" : " ") + flag;
-  if (!q->isa_by_flags.count(joined)) {
-    q->isa_by_flags[joined] = isa_of_flags(f, c, flags);
+  if (!q->target_by_flags.count(joined)) {
+    q->target_by_flags[joined] = target_of_flags(f, c, flags);
     save_queried(c.cache_dir, name, f, *q);
   }
   t.version_output = q->version_output;
   t.resolved_target = q->resolved_target;
-  parse_cpu_isa(q->isa_by_flags[joined], t.target.isa);
+  parse_cpu_target(q->target_by_flags[joined], t.target);
   t.flags = flags;
   t.link_libraries = {"-lmvec"};  // glibc's vector math
   if (std::find(flags.begin(), flags.end(), "-nodefaultlibs") != flags.end())
@@ -368,7 +370,7 @@ std::string Toolchain::binary_identity() const {
 std::string Toolchain::identity() const {
   std::string out = binary_identity();
   append_field(out, "target", resolved_target);
-  append_field(out, "isa", target.name());
+  append_field(out, "isa", target.id());
   std::string joined;
   for (const std::string& f : flags) append_field(joined, "flag", f);
   append_field(out, "flags", joined);

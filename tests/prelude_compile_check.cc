@@ -11,6 +11,8 @@
 #include "codegen/cpp_kernel_prelude.h"
 #include "codegen/cpp_contraction_prelude.h"
 #include "codegen/cpp_narrow_prelude.h"
+#include "codegen/cpp_bf16_dot_prelude.h"
+#include "codegen/cpp_int8_dot_prelude.h"
 // clang-format on
 
 // Uses of the helpers that are not inline, as a contraction kernel's (-Wunused-function).
@@ -28,4 +30,13 @@ extern "C" float metajit_narrow_prelude_compile_check(double d, float f, mj_f16*
   return float(mj_float_to_int<signed char>(d, -129.0, 128.0) +
                mj_float_to_int<unsigned char>(f, -1.0f, 256.0f)) +
          *h + *b;
+}
+
+// The bfloat16 pairing and byte quads the step-grouped contraction kernels call (their
+// mj_dpbf16 and mj_dpbusd need AVX512_BF16 and AVX512-VNNI, which this build's flags need not
+// have: tests/test_cpu_targets.cc compiles them in kernels).
+extern "C" void metajit_dot_preludes_compile_check(unsigned* panel, i64 w, i64 kn, int* sums) {
+  mj_pair_bf16(panel, w, kn);
+  mj_quad_bytes(panel, w, kn, 128);
+  mj_quad_column_sums(panel, w * kn, 1, w, (kn + 3) / 4, sums, 1);
 }

@@ -73,10 +73,11 @@ void compile_only(const std::vector<Var>& vars) {
 // The matrix products of the schedule: odd sizes, more rows / columns / reduction steps than
 // one block of any target, an epilogue, a transposed (strided) operand, broadcast batches,
 // an operand shared by the batch (packed once), conv2d with stride, padding and dilation.
-std::vector<std::vector<Var>> contraction_cases() {
+// Operands of dtype `t`.
+std::vector<std::vector<Var>> contraction_cases(DType t = DType::Float32) {
   std::vector<std::vector<Var>> out;
   uint64_t seed = 1;
-  auto r = [&](Shape s) { return rand(s, seed++) - 0.5; };
+  auto r = [&](Shape s) { return cast(rand(s, seed++) - 0.5, t); };
   for (int64_t n : {1, 7, 17, 63, 65, 129})
     for (int64_t m : {1, 7, 17, 63, 65, 129})
       for (int64_t k : {1, 7, 17, 63, 65, 129})
@@ -155,6 +156,146 @@ TEST_CASE("contraction schedules of every width at awkward sizes",
       check_against_reference(cases[c]);
     }
   }
+}
+
+// The target id (kernel keys, the toolchain record): the ISA, then its dot-product features in
+// one order; read from the predefined macros, parsed back, anything else refused.
+TEST_CASE("target ids name the ISA and its dot-product features, and parse back", "[targets]") {
+  const std::string avx512 = "#define __AVX512F__ 1\n#define __AVX2__ 1\n#define __FMA__ 1\n";
+  CHECK(cpu_target_from_macros(avx512).id() == "avx512");
+  CHECK(cpu_target_from_macros(avx512 + "#define __AVX512BF16__ 1\n").id() == "avx512+bf16");
+  CHECK(cpu_target_from_macros(avx512 + "#define __AVX512VNNI__ 1\n").id() == "avx512+vnni");
+  CHECK(cpu_target_from_macros(avx512 + "#define __AVX512VNNI__ 1\n#define __AVX512BF16__ 1\n")
+            .id() == "avx512+bf16+vnni");
+  // Without AVX-512 the features are not used (vdpbf16ps and vpdpbusd here are EVEX forms).
+  CHECK(cpu_target_from_macros("#define __AVX2__ 1\n#define __FMA__ 1\n#define __AVX512VNNI__ 1\n")
+            .id() == "avx2");
+  for (const char* id :
+       {"portable", "avx2", "avx512", "avx512+bf16", "avx512+vnni", "avx512+bf16+vnni"}) {
+    CpuTarget t;
+    INFO(id);
+    REQUIRE(parse_cpu_target(id, t));
+    CHECK(t.id() == id);
+  }
+  for (const char* bad : {"", "avx2+bf16", "portable+vnni", "avx512+vnni+bf16", "avx512+bf16+bf16",
+                          "avx512+", "avx512+amx", "avx512 +bf16"}) {
+    CpuTarget t;
+    INFO(bad);
+    CHECK_FALSE(parse_cpu_target(bad, t));
+  }
+  ScopedEnv flags("METAJIT_CXXFLAGS", "-march=x86-64-v4 -mavx512bf16 -mavx512vnni");
+  const Toolchain& tc = host_toolchain();
+  CHECK(tc.target.id() == "avx512+bf16+vnni");
+  CHECK_THAT(tc.identity(), Contains("isa[16]=avx512+bf16+vnni"));
+}
+
+// bfloat16 contractions on a target with AVX512_BF16 (ContractionSchedule::bf16_pairs): the
+// panels paired in place, vdpbf16ps micro-kernels on both tiles, even reduction blocks, odd
+// reductions padded, operands packed once or per block; conv2d and its gradients through the
+// packed schedule. Values against the reference interpreter where this CPU runs the code;
+// float16 and mixed operands keep float32 panels.
+TEST_CASE("bfloat16 contractions multiply pairs with vdpbf16ps where the target has AVX512_BF16",
+          "[targets][matmul][conv][precision]") {
+  __builtin_cpu_init();
+  ScopedEnv flags("METAJIT_CXXFLAGS", "-march=x86-64-v4 -mavx512bf16");
+  REQUIRE(host_toolchain().target.id() == "avx512+bf16");
+  std::vector<std::vector<Var>> cases = contraction_cases(DType::BFloat16);
+  uint64_t seed = 70;
+  auto r = [&](Shape s) { return cast(rand(s, seed++) - 0.5, DType::BFloat16); };
+  {
+    // The reference rounds each product to bfloat16 before it sums (op by op, docs/design.md
+    // §3): the weight gradient's reduction is short enough (162 steps) to stay within its
+    // tolerance.
+    Var x = r({2, 6, 9, 9}), w = r({8, 6, 3, 3}), t = r({2, 8, 9, 9});
+    Var a = r({200, 301}), b = r({301, 600});  // both packed once, an odd last block
+    eval({x, w, t, a, b});
+    cases.push_back(grad(sum(conv2d(x, w, 1, 1) * t), {x, w}));
+    cases.push_back({matmul(a, b)});
+  }
+  for (size_t c = 0; c < cases.size(); ++c) {
+    INFO("case " << c);
+    const std::string src = plan(cases[c]).back().source;
+    CHECK_THAT(src, Contains("bfloat16 pairs multiplied by vdpbf16ps"));
+    CHECK_THAT(src, Contains("mj_dpbf16(c"));
+  }
+  Var h = cast(rand({9, 33}, 1), DType::Float16), b = r({33, 17});
+  for (const Var& v : {matmul(h, cast(b, DType::Float16)), matmul(h, b)}) {
+    const std::string src = plan({v}).back().source;
+    CHECK_THAT(src, Contains("// schedule: contraction"));
+    CHECK(src.find("mj_dpbf16(c") == std::string::npos);
+  }
+  if (!__builtin_cpu_supports("avx512bf16")) {
+    WARN(
+        "bfloat16 pairs: checked by compiling only, values not checked: this CPU has no "
+        "AVX512_BF16");
+    compile_only(cases.front());
+    compile_only(cases.back());
+    return;
+  }
+  for (size_t c = 0; c < cases.size(); ++c) {
+    INFO("case " << c);
+    check_against_reference(cases[c]);
+  }
+}
+
+// Int32 sums of 8-bit products on a target with AVX512-VNNI (ContractionSchedule::int8_quads):
+// byte quads in place, vpdpbusd micro-kernels on both tiles, reduction blocks of whole quads,
+// reductions that are no multiple of 4 padded, an Int8 A shifted to unsigned and taken back
+// through B's column sums, operands packed once or per block, an epilogue (a dequantising scale).
+// Exact against the reference interpreter where this CPU runs the code, extremes included; a
+// UInt8 B keeps the plain loop nest.
+TEST_CASE("8-bit matmuls multiply byte quads with vpdpbusd where the target has AVX512-VNNI",
+          "[targets][matmul][precision]") {
+  __builtin_cpu_init();
+  ScopedEnv flags("METAJIT_CXXFLAGS", "-march=x86-64-v4 -mavx512vnni");
+  REQUIRE(host_toolchain().target.id() == "avx512+vnni");
+  uint64_t seed = 90;
+  // Evaluated: fused into the product, rand * 255 - 128 computes in float32 where the reference
+  // computes in double, and a value on a boundary truncates to a neighbour.
+  auto values = [&](Shape s, double scale, double shift, DType t) {
+    Var v = cast(rand(s, seed++) * scale + shift, t);
+    eval({v});
+    return v;
+  };
+  auto s8 = [&](Shape s) { return values(s, 255.0, -128.0, DType::Int8); };
+  auto u8 = [&](Shape s) { return values(s, 256.0, 0.0, DType::UInt8); };
+  std::vector<std::vector<Var>> quads;
+  for (int64_t n : {1, 7, 65, 129})
+    for (int64_t m : {1, 17, 64, 129})
+      for (int64_t k : {1, 3, 4, 5, 63, 129}) {
+        quads.push_back({matmul(s8({n, k}), s8({k, m})) + 5.0});
+        quads.push_back({matmul(u8({n, k}), s8({k, m}))});
+      }
+  Var a = s8({200, 1031}), b = s8({1031, 600}), ua = u8({200, 1031});
+  Var lo = full({7, 1030}, -128.0, DType::Int8), hi = full({1030, 300}, 127.0, DType::Int8);
+  eval({a, b, ua, lo, hi});
+  quads.push_back({matmul(a, b), matmul(ua, b)});  // both packed once, several blocks, a short last
+  quads.push_back({matmul(lo, hi), matmul(lo, transpose(lo, {1, 0}))});  // extremes
+  quads.push_back({matmul(s8({3, 17, 9}), s8({3, 9, 33}))});             // batched
+  quads.push_back({cast(matmul(s8({9, 40}), s8({40, 70})), DType::Float32) * 0.01});
+  for (size_t c = 0; c < quads.size(); ++c) {
+    INFO("case " << c);
+    const std::string src = plan(quads[c]).back().source;
+    CHECK_THAT(src, Contains("byte quads multiplied by vpdpbusd into Int32 sums"));
+    CHECK_THAT(src, Contains("mj_dpbusd(c"));
+  }
+  const std::vector<Var> plain = {matmul(s8({9, 33}), u8({33, 17})),
+                                  matmul(u8({9, 33}), u8({33, 17}))};
+  for (const Var& v : plain)
+    CHECK(plan({v}).back().source.find("mj_dpbusd(c") == std::string::npos);
+  if (!__builtin_cpu_supports("avx512vnni")) {
+    WARN(
+        "byte quads: checked by compiling only, values not checked: this CPU has no "
+        "AVX512-VNNI");
+    compile_only(quads.front());
+    compile_only(quads.back());
+    return;
+  }
+  for (size_t c = 0; c < quads.size(); ++c) {
+    INFO("case " << c);
+    check_against_reference(quads[c]);
+  }
+  check_against_reference(plain);
 }
 
 // Merged columns of short rows pack a panel at a time through column tables where the loads
@@ -366,6 +507,58 @@ TEST_CASE("half-precision conversions are vector code on every vector width",
   }
 }
 
+// The step-grouped micro-kernels' object code (codegen/cpp_step_groups.cc), compiled for
+// AVX-512 with AVX512_BF16 and AVX512-VNNI whatever this CPU is: a bfloat16 matmul multiplies
+// with vdpbf16ps and an Int8 one with vpdpbusd, on zmm registers, at least a 6x64 tile's 24 per
+// loop, and no zmm register goes to the stack beside them (the first version's inline assembly,
+// unrolled, spilled half the accumulators: 1.29x float32's speed where rolled it ran 1.67x).
+TEST_CASE(
+    "bfloat16 pairs and byte quads compile to vdpbf16ps and vpdpbusd, accumulators in "
+    "registers",
+    "[targets][precision]") {
+  const std::string objdump = "objdump";
+  if (metajit_test::run_command(objdump + " --version").exit_code != 0)
+    metajit_test::skip_test("objdump (binutils) not found: the object code cannot be inspected");
+  ScopedEnv flags("METAJIT_CXXFLAGS", "-march=x86-64-v4 -mavx512bf16 -mavx512vnni");
+  Var a = rand({70, 90}, 1), b = rand({90, 300}, 2);
+  eval({a, b});
+  const std::vector<std::pair<Var, std::string>> cases = {
+      {matmul(cast(a, DType::BFloat16), cast(b, DType::BFloat16)), "vdpbf16ps"},
+      {matmul(cast(a * 100.0, DType::Int8), cast(b * 100.0, DType::Int8)), "vpdpbusd"}};
+  for (const auto& [v, op] : cases) {
+    INFO(op);
+    const std::vector<KernelInfo> k = plan({v});
+    REQUIRE(!k.empty());
+    TempDir dir;
+    const std::filesystem::path src = dir.path() / "k.cc", so = dir.path() / "k.so";
+    FILE* f = std::fopen(src.c_str(), "w");
+    REQUIRE(f);
+    std::fputs(k.back().source.c_str(), f);
+    std::fclose(f);
+    REQUIRE(run_compiler(host_toolchain().compile_command(src, so), 300).ok);
+    const metajit_test::ProcessResult d = metajit_test::run_command(objdump + " -d " + so.string());
+    REQUIRE(d.exit_code == 0);
+    std::vector<std::string> lines;
+    std::istringstream in(d.output);
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+    int products = 0, spills = 0;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (lines[i].find(op + " ") == std::string::npos ||
+          lines[i].find("%zmm") == std::string::npos)
+        continue;
+      ++products;
+      for (size_t j = i >= 3 ? i - 3 : 0; j < std::min(lines.size(), i + 4); ++j)
+        if (lines[j].find("%zmm") != std::string::npos &&
+            (lines[j].find("(%rsp)") != std::string::npos ||
+             lines[j].find("(%rbp)") != std::string::npos))
+          ++spills;
+    }
+    INFO(d.output);
+    CHECK(products >= 24 + 6);  // the 6x64 loop's 24 and the 6x16 loop's 6
+    CHECK(spills == 0);
+  }
+}
+
 // Kernel keys do not hash the source (docs/design.md §5): a change to what the C++ emitter writes
 // must come with a new kCodegenVersion, or caches keep serving kernels built from the old
 // source (tests included). This digest of the emitter's output for a fixed set of graphs, on
@@ -376,11 +569,12 @@ TEST_CASE("half-precision conversions are vector code on every vector width",
 // index from the end changed their index expressions under cpp-26; lowering one keepdims
 // reduction once per row (codegen/lowering.cc memo_key) changed softmax's IR under cpp-28.
 // Graphs added change only the digest: the half and 8-bit ones came with those dtypes, whose
-// kernels no cache held before (cpp-60; the other graphs' output did not change).
+// kernels no cache held before (cpp-60; the other graphs' output did not change); so do targets
+// added: AVX-512 with AVX512_BF16 and VNNI, a target id no key held before (cpp-61).
 TEST_CASE("the C++ emitter's output is pinned to the codegen version", "[targets]") {
   ScopedEnv fused("METAJIT_OPT_LEVEL", "1"), generic("METAJIT_SPECIALIZE_SHAPES", "0");
   const char* kRecordedVersion = "cpp-61";
-  const char* kRecordedDigest = "9d424fddde0facfb1361553e01568914";
+  const char* kRecordedDigest = "fbbad3c8c499d62f410342ea45aa17f8";
   Var a = rand({5, 7}, 1), b = rand({7, 3}, 2), x = rand({2, 3, 9, 9}, 3),
       w = rand({4, 3, 3, 3}, 4);
   Var ids = array(std::vector<int32_t>{4, 0, 2, 4}, {4}), rows = rand({4, 7}, 5),
@@ -422,13 +616,17 @@ TEST_CASE("the C++ emitter's output is pinned to the codegen version", "[targets
       // float32 accumulation, narrow integer casts (codegen/cpp_narrow_prelude.h)
       1.05 * where(h > 0.0, h, 1.67 * exp(h) - 1.67),
       sum(hb * 2.0, {1}) + sum(cast(a, DType::BFloat16), {1}),
-      cast(a * 300.0, DType::Int8) + cast(a * 3.0, DType::UInt8), cast(h, DType::Int16) * 3.0};
+      cast(a * 300.0, DType::Int8) + cast(a * 3.0, DType::UInt8), cast(h, DType::Int16) * 3.0,
+      // bfloat16 pairs and byte quads where AVX-512 has AVX512_BF16 and VNNI (cpp-61)
+      matmul(hb, cast(b, DType::BFloat16)),
+      matmul(cast(a * 100.0, DType::Int8), cast(b * 100.0, DType::Int8)) + 1.0};
   std::string all;
   for (const Var& g : graphs) {
     PipelinePlan p = build_pipeline({g.node()});
     for (const LoweredKernel& k : p.kernels)
-      for (CpuIsa isa : {CpuIsa::Portable, CpuIsa::Avx2, CpuIsa::Avx512})
-        all += emit_cpp(k.ir, CpuTarget{isa});
+      for (const CpuTarget& t : {CpuTarget{CpuIsa::Portable}, CpuTarget{CpuIsa::Avx2},
+                                 CpuTarget{CpuIsa::Avx512}, CpuTarget{CpuIsa::Avx512, true, true}})
+        all += emit_cpp(k.ir, t);
   }
   const std::string digest = xxh3_128_hex(all);
   INFO("emitter output digest " << digest << " under " << kCodegenVersion);

@@ -774,6 +774,7 @@ TEST_CASE("fuzzed specs give a kernel or an Error, nothing else", "[kernel_spec]
       CHECK_FALSE(verify_kernel_ir(ir));
       for (CpuIsa isa : {CpuIsa::Portable, CpuIsa::Avx2, CpuIsa::Avx512})
         CHECK_NOTHROW(emit_cpp(ir, CpuTarget{isa}));
+      CHECK_NOTHROW(emit_cpp(ir, CpuTarget{CpuIsa::Avx512, true, true}));  // pairs and quads
     } catch (const Error& e) {
       ++refused;
       CHECK_THAT(e.what(), Contains("kernel spec: "));

@@ -35,6 +35,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     target.isa = isa;
     if (emit_cpp(ir, target).empty()) std::abort();
   }
+  // AVX-512 with bfloat16 pairs and byte quads (codegen/cpp_step_groups.cc).
+  CpuTarget dots;
+  dots.isa = CpuIsa::Avx512;
+  dots.bf16_dot = dots.int8_dot = true;
+  if (emit_cpp(ir, dots).empty()) std::abort();
   if (CFamilyEmitter::uses_narrow_types(ir)) {
     // The CUDA emitter has no 8- and 16-bit path yet (docs/design.md §3): it refuses such a
     // kernel with a DTypeError naming it, and prints nothing.
