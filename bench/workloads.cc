@@ -457,9 +457,10 @@ Workload matmul_half(const std::string& name, int64_t n, metajit::DType dt) {
 }
 
 // matmul of Int8 operands (precision issue: quantised inference), Int32 sums: on AVX512-VNNI
-// byte quads multiplied by vpdpbusd (four products a lane per instruction), elsewhere the plain
-// loop nest. Against the float32 matmul of the same values (widened exactly; its sums are exact
-// below 2^24), in the same run. Target (issue 29): >= 2.5x float32's GFLOP/s with VNNI.
+// byte quads multiplied by vpdpbusd (four products a lane per instruction), on other AVX2 and
+// AVX-512 targets int16 pairs by vpmaddwd. Against the float32 matmul of the same values (widened
+// exactly; its sums are exact below 2^24), in the same run. Target (issue 29): >= 2.5x float32's
+// GFLOP/s with VNNI.
 Workload matmul_int8(const std::string& name, int64_t n) {
   const Var a = metajit::cast(metajit::rand({n, n}, 15) * 255.0 - 128.0, metajit::DType::Int8);
   const Var b = metajit::cast(metajit::rand({n, n}, 16) * 255.0 - 128.0, metajit::DType::Int8);

@@ -249,7 +249,7 @@ void CppEmitter::contraction_kernel(const KernelIR& ir, const std::vector<int>& 
     helpers_ += vector_type(wide.vector_floats);
     helpers_ += cs.bf16_pairs ? kCppBf16DotPrelude : kCppInt8DotPrelude;
     auto micro = [&](const ContractionTile& t, const char* name) {
-      return cs.bf16_pairs ? micro_kernel_bf16(t, name) : micro_kernel_int8(t, name);
+      return cs.bf16_pairs ? micro_kernel_bf16(t, name) : micro_kernel_int(t, name, cs.int8_quads);
     };
     helpers_ += micro(wide, "mj_micro");
     if (two_tiles) helpers_ += micro(narrow, "mj_micro_narrow");
@@ -619,7 +619,7 @@ void CppEmitter::contraction_epilogue(const ContractionParts& p, int d) {
       dtypes_[st.id] = st.dtype;
       const std::string col = std::string(p.merged ? "mj_c + " : "") + "mj_t";
       const std::string at = "mj_r * mj_nc + " + col;
-      if (!p.cs.int8_quads)
+      if (!p.cs.int32_sums())
         line(e + 1, "const float " + v(st.id) + " = mj_cb[" + at + "];");
       else if (!shifted_a(p))
         line(e + 1, "const int " + v(st.id) + " = ((const int*)(const void*)mj_cb)[" + at + "];");

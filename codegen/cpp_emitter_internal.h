@@ -173,7 +173,8 @@ class CppEmitter : public CFamilyEmitter {
   // cpp_step_groups.cc: panels of several reduction steps a word (ContractionSchedule::
   // steps_per_word): bfloat16 pairs and byte quads, their micro-kernels and grouping.
   static std::string micro_kernel_bf16(const ContractionTile& t, const std::string& name);
-  static std::string micro_kernel_int8(const ContractionTile& t, const std::string& name);
+  static std::string micro_kernel_int(const ContractionTile& t, const std::string& name,
+                                      bool quads);
   std::string group_call(const ContractionParts& p, int side, int pw, const std::string& at,
                          const std::string& steps) const;
   void group_once(const ContractionParts& p, int side, int pw);

@@ -1,9 +1,10 @@
 // The C++ emitter's contractions whose panels hold several reduction steps per word
 // (ContractionSchedule::steps_per_word, codegen/cpu_schedule.h): bfloat16 pairs multiplied by
-// vdpbf16ps into float32 sums (bf16_pairs, codegen/cpp_bf16_dot_prelude.h) and byte quads
-// multiplied by vpdpbusd into Int32 sums (int8_quads, codegen/cpp_int8_dot_prelude.h). The
-// packing's float32 panels are grouped in place after they are packed; everything else is the
-// float32 schedule of codegen/cpp_contraction.cc: tiles, blocks, the epilogue.
+// vdpbf16ps into float32 sums (bf16_pairs, codegen/cpp_bf16_dot_prelude.h), and byte quads
+// multiplied by vpdpbusd (int8_quads) or int16 pairs by vpmaddwd (int16_pairs) into Int32 sums
+// (codegen/cpp_int8_dot_prelude.h). The packing's float32 panels are grouped in place after
+// they are packed; everything else is the float32 schedule of codegen/cpp_contraction.cc:
+// tiles, blocks, the epilogue.
 #include <string>
 
 #include "codegen/cpp_emitter_internal.h"
@@ -90,28 +91,37 @@ std::string CppEmitter::micro_kernel_bf16(const ContractionTile& t, const std::s
   return o + "}\n";
 }
 
-// The micro-kernel of tile `t` on byte quads: Int32 c[mr x nr] (the block buffer's floats
-// reinterpreted; row stride ldc) = (first ? 0 : c) + the sum over kg quads of steps of A's
-// unsigned quads (mr words a quad, each broadcast) times B's signed ones (nr words a quad).
-std::string CppEmitter::micro_kernel_int8(const ContractionTile& t, const std::string& name) {
+// The micro-kernel of tile `t` on byte quads (`quads`: vpdpbusd) or int16 pairs (vpmaddwd):
+// Int32 c[mr x nr] (the block buffer's floats reinterpreted; row stride ldc) = (first ? 0 : c)
+// + the sum over kg groups of steps of A's groups (mr words a group, each broadcast) times B's
+// (nr words a group). 16 lanes on AVX-512, 8 on AVX2.
+std::string CppEmitter::micro_kernel_int(const ContractionTile& t, const std::string& name,
+                                         bool quads) {
   const int NV = t.nr / t.vector_floats;
+  const bool wide = t.vector_floats == 16;
+  const std::string type = wide ? "mj_v16i" : "mj_v8i", load = wide ? "mj_ldi" : "mj_ldi8",
+                    store = wide ? "mj_sti" : "mj_sti8",
+                    product = quads  ? "mj_dpbusd"
+                              : wide ? "mj_madd16"
+                                     : "mj_madd8";
   std::string o = "// The " + std::to_string(t.mr) + "x" + std::to_string(t.nr) +
-                  " micro-kernel on byte quads (codegen/cpp_int8_dot_prelude.h).\n";
+                  " micro-kernel on " + (quads ? "byte quads" : "int16 pairs") +
+                  " (codegen/cpp_int8_dot_prelude.h).\n";
   o += "static inline void " + name +
        "(const float* __restrict__ ap, const float* __restrict__ bp, i64 kg, "
        "float* __restrict__ cp, i64 ldc, int first) {\n";
   o += "  const int* a = (const int*)(const void*)ap;\n";
   o += "  const int* b = (const int*)(const void*)bp;\n";
   o += "  int* const c = (int*)(void*)cp;\n";
-  o += tile_start(t, "mj_v16i", "mj_ldi");
-  o += step_loop(t, "mj_v16i", "mj_ldi", [&](int r) {
-    std::string s = "    { const mj_v16i av = mj_v16i{} + a[" + std::to_string(r) + "];";
+  o += tile_start(t, type, load);
+  o += step_loop(t, type, load, [&](int r) {
+    std::string s = "    { const " + type + " av = " + type + "{} + a[" + std::to_string(r) + "];";
     for (int v = 0; v < NV; ++v)
-      s += " " + acc_name(r, v) + " = mj_dpbusd(" + acc_name(r, v) + ", av, b" + std::to_string(v) +
-           ");";
+      s += " " + acc_name(r, v) + " = " + product + "(" + acc_name(r, v) + ", av, b" +
+           std::to_string(v) + ");";
     return s + " }\n";
   });
-  o += tile_end(t, "mj_sti");
+  o += tile_end(t, store);
   return o + "}\n";
 }
 
@@ -121,6 +131,7 @@ std::string CppEmitter::group_call(const ContractionParts& p, int side, int pw,
                                    const std::string& at, const std::string& steps) const {
   const std::string PW = std::to_string(pw);
   if (p.cs.bf16_pairs) return "mj_pair_bf16(" + at + ", " + PW + ", " + steps + ");";
+  if (p.cs.int16_pairs) return "mj_pair_int16(" + at + ", " + PW + ", " + steps + ");";
   const bool shifted = side == 0 && p.cs.match.a_bytes == DType::Int8;
   return "mj_quad_bytes(" + at + ", " + PW + ", " + steps + ", " + (shifted ? "128" : "0") + ");";
 }

@@ -136,7 +136,11 @@ ContractionSchedule schedule_contraction(const KernelIR& ir, const Contraction& 
     cs.direct_steps = find_direct_steps(ir, c, outer);
   }
   cs.bf16_pairs = target.bf16_dot && bfloat16_operands(r, c);
-  cs.int8_quads = c.a_bytes != DType::Float32;  // find_contraction allowed it: target.int8_dot
+  // Int32 sums of 8-bit products (find_contraction allowed them: a vector target): byte quads
+  // where vpdpbusd can multiply them (unsigned A by signed B), int16 pairs otherwise.
+  const bool bytes = c.a_bytes != DType::Float32;
+  cs.int8_quads = bytes && target.int8_dot && c.b_bytes == DType::Int8;
+  cs.int16_pairs = bytes && !cs.int8_quads;
   if (cs.steps_per_word() > 1) {
     // More reduction steps per block: a micro-kernel call still runs the float32 tile's kc
     // steps (as pairs or quads), so its C tile is loaded and stored as often per step as
@@ -194,11 +198,10 @@ CpuSchedule schedule_cpu_kernel(const KernelIR& ir, const CpuTarget& target) {
   s.level_of_value = levels_by_value(s.ir, s.levels);
   if (s.ir.loops.empty()) return s;
   s.nest = schedule_map_nest(s.ir, s.levels, s.level_of_value, false);
+  // Int32 sums of 8-bit products are contractions on the vector targets (byte quads or int16
+  // pairs); the portable target keeps their plain loop nest.
   std::optional<Contraction> c =
-      find_contraction(s.ir, s.levels, s.level_of_value, target.int8_dot);
-  // Int32 sums take the byte quads only with a signed B (vpdpbusd multiplies unsigned by signed
-  // bytes, and A is the side shifted to unsigned); others keep the plain loop nest.
-  if (c && c->a_bytes != DType::Float32 && c->b_bytes != DType::Int8) c.reset();
+      find_contraction(s.ir, s.levels, s.level_of_value, target.isa != CpuIsa::Portable);
   if (c) {
     s.contraction = schedule_contraction(s.ir, *c, target);
     bool reduce_first = false;
@@ -253,6 +256,7 @@ std::string describe_schedule(const CpuSchedule& s, const CpuTarget& target) {
          (c.b_once ? "; B packed once per launch" : "") +
          (c.bf16_pairs ? "; bfloat16 pairs multiplied by vdpbf16ps" : "") +
          (c.int8_quads ? "; byte quads multiplied by vpdpbusd into Int32 sums" : "") +
+         (c.int16_pairs ? "; int16 pairs multiplied by vpmaddwd into Int32 sums" : "") +
          (c.direct ? "; B read from a table of its input's windows where the rows allow" : "") +
          (c.direct_steps ? "; B packed once for every tap over the widened reduction" : "") +
          (merged == 0   ? ""

@@ -69,8 +69,12 @@ struct ContractionSchedule {
   // bytes (codegen/cpp_int8_dot_prelude.h), A's unsigned (an Int8 A shifted by 128, taken back
   // in the epilogue through B's column sums), B's signed; the sums Int32 in the block buffer.
   bool int8_quads = false;
-  // Reduction steps per panel word: 2 (bf16_pairs), 4 (int8_quads) or 1.
-  int steps_per_word() const { return bf16_pairs ? 2 : int8_quads ? 4 : 1; }
+  // Int32 sums of 8-bit products otherwise, on AVX2 and AVX-512: the panels hold pairs of
+  // reduction steps as int16 (any 8-bit value, no shift), multiplied by vpmaddwd.
+  bool int16_pairs = false;
+  // Reduction steps per panel word: 2 (bf16_pairs, int16_pairs), 4 (int8_quads) or 1.
+  int steps_per_word() const { return bf16_pairs || int16_pairs ? 2 : int8_quads ? 4 : 1; }
+  bool int32_sums() const { return int8_quads || int16_pairs; }
   // Each operand packed by one function (MJ_PACK_FN) that the packing once per launch and the
   // packing per block call: compiled once, not once per call site (codegen/cpp_contraction.cc).
   // Not for merged columns (a convolution: g++ allocated the piece loop's registers worse in a

@@ -81,8 +81,11 @@ namespace metajit {
 // tap inside each reduction block of a work item (a block of rows, one panel of columns, a part
 // of the reduction; the parts' sums added in order), where A reads no outer loop; 61: a float
 // converts to Int32/Int64 through integer_prelude.h's mj_float_to_int (0 out of range or NaN,
-// as the reference; a C++ conversion was undefined there), which every kernel's prelude carries
-inline constexpr const char* kCodegenVersion = "cpp-61";
+// as the reference; a C++ conversion was undefined there), which every kernel's prelude carries;
+// 62: Int32 sums of 8-bit products (matmul of Int8 / UInt8) are contractions on AVX2 and
+// AVX-512 (int16 pairs by vpmaddwd; byte quads by vpdpbusd with VNNI), not plain loops; the
+// bfloat16 pairs (vdpbf16ps) came with the AVX512_BF16 target id, which no key held before
+inline constexpr const char* kCodegenVersion = "cpp-62";
 
 class KernelKeyBuilder {
  public:

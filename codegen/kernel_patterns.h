@@ -53,7 +53,8 @@ struct Contraction {
 // reduction among them), or nullopt. `levels` and `level_of_value` are
 // statement_levels(ir) and the same per value id.
 // With `int8_sums`, also the Int32 sum of products of two Int32 casts of 8-bit values (matmul
-// of Int8 / UInt8 operands: codegen/cpp_int8_quads.cc), where the target multiplies bytes.
+// of Int8 / UInt8 operands: byte quads or int16 pairs, codegen/cpp_step_groups.cc), which the
+// vector targets multiply in groups.
 std::optional<Contraction> find_contraction(const KernelIR& ir, const std::vector<int>& levels,
                                             const std::vector<int>& level_of_value,
                                             bool int8_sums = false);

@@ -32,11 +32,12 @@ extern "C" float metajit_narrow_prelude_compile_check(double d, float f, mj_f16*
          *h + *b;
 }
 
-// The bfloat16 pairing and byte quads the step-grouped contraction kernels call (their
-// mj_dpbf16 and mj_dpbusd need AVX512_BF16 and AVX512-VNNI, which this build's flags need not
-// have: tests/test_cpu_targets.cc compiles them in kernels).
+// The groupings the step-grouped contraction kernels call (their products need AVX2, AVX-512,
+// AVX512_BF16 or AVX512-VNNI, which this build's flags need not have: tests/test_cpu_targets.cc
+// compiles them in kernels).
 extern "C" void metajit_dot_preludes_compile_check(unsigned* panel, i64 w, i64 kn, int* sums) {
   mj_pair_bf16(panel, w, kn);
   mj_quad_bytes(panel, w, kn, 128);
+  mj_pair_int16(panel, w, kn);
   mj_quad_column_sums(panel, w * kn, 1, w, (kn + 3) / 4, sums, 1);
 }

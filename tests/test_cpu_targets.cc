@@ -236,19 +236,35 @@ TEST_CASE("bfloat16 contractions multiply pairs with vdpbf16ps where the target 
     INFO("case " << c);
     check_against_reference(cases[c]);
   }
+  check_against_reference({matmul(r({5, 0}), r({0, 7})) + 1.0, matmul(r({0, 4}), r({4, 3}))});
 }
 
-// Int32 sums of 8-bit products on a target with AVX512-VNNI (ContractionSchedule::int8_quads):
-// byte quads in place, vpdpbusd micro-kernels on both tiles, reduction blocks of whole quads,
-// reductions that are no multiple of 4 padded, an Int8 A shifted to unsigned and taken back
-// through B's column sums, operands packed once or per block, an epilogue (a dequantising scale).
-// Exact against the reference interpreter where this CPU runs the code, extremes included; a
-// UInt8 B keeps the plain loop nest.
-TEST_CASE("8-bit matmuls multiply byte quads with vpdpbusd where the target has AVX512-VNNI",
+// Int32 sums of 8-bit products (matmul of Int8 / UInt8 operands) on every width: byte quads by
+// vpdpbusd with AVX512-VNNI and an Int8 B (ContractionSchedule::int8_quads: an Int8 A shifted
+// to unsigned and taken back through B's column sums), int16 pairs by vpmaddwd otherwise on
+// AVX2 and AVX-512 (int16_pairs), the plain loop nest on the portable target. Groups made in
+// place, reduction blocks of whole groups, reductions that are no multiple of the group padded,
+// operands packed once or per block, an epilogue (a dequantising scale), extremes. Exact
+// against the reference interpreter on every width this CPU runs; compiled otherwise.
+TEST_CASE("8-bit matmuls: byte quads with VNNI, int16 pairs on AVX2 and AVX-512, exact",
           "[targets][matmul][precision]") {
   __builtin_cpu_init();
-  ScopedEnv flags("METAJIT_CXXFLAGS", "-march=x86-64-v4 -mavx512vnni");
-  REQUIRE(host_toolchain().target.id() == "avx512+vnni");
+  struct IntWidth {
+    const char* flags;
+    const char* id;
+    bool runs;
+    const char* signed_b;    // the schedule of an Int8 B
+    const char* unsigned_b;  // ... of a UInt8 B
+  };
+  const char* quads = "byte quads multiplied by vpdpbusd";
+  const char* pairs = "int16 pairs multiplied by vpmaddwd";
+  const std::vector<IntWidth> widths = {
+      {"-march=x86-64", "portable", true, nullptr, nullptr},
+      {"-march=x86-64-v3", "avx2", __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"),
+       pairs, pairs},
+      {"-march=x86-64-v4", "avx512", __builtin_cpu_supports("avx512bw") != 0, pairs, pairs},
+      {"-march=x86-64-v4 -mavx512vnni", "avx512+vnni",
+       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni"), quads, pairs}};
   uint64_t seed = 90;
   // Evaluated: fused into the product, rand * 255 - 128 computes in float32 where the reference
   // computes in double, and a value on a boundary truncates to a neighbour.
@@ -259,43 +275,67 @@ TEST_CASE("8-bit matmuls multiply byte quads with vpdpbusd where the target has 
   };
   auto s8 = [&](Shape s) { return values(s, 255.0, -128.0, DType::Int8); };
   auto u8 = [&](Shape s) { return values(s, 256.0, 0.0, DType::UInt8); };
-  std::vector<std::vector<Var>> quads;
-  for (int64_t n : {1, 7, 65, 129})
-    for (int64_t m : {1, 17, 64, 129})
-      for (int64_t k : {1, 3, 4, 5, 63, 129}) {
-        quads.push_back({matmul(s8({n, k}), s8({k, m})) + 5.0});
-        quads.push_back({matmul(u8({n, k}), s8({k, m}))});
+  // The operands, evaluated once; the products built again for each width (a product
+  // evaluated on one width would not be planned again on the next).
+  std::vector<std::pair<Var, Var>> signed_ops, unsigned_ops;
+  for (int64_t n : {1, 7, 65})
+    for (int64_t m : {1, 17, 129})
+      for (int64_t k : {1, 3, 5, 63, 129}) {
+        signed_ops.push_back({s8({n, k}), s8({k, m})});
+        signed_ops.push_back({u8({n, k}), s8({k, m})});
+        unsigned_ops.push_back({s8({n, k}), u8({k, m})});
+        unsigned_ops.push_back({u8({n, k}), u8({k, m})});
       }
-  Var a = s8({200, 1031}), b = s8({1031, 600}), ua = u8({200, 1031});
-  Var lo = full({7, 1030}, -128.0, DType::Int8), hi = full({1030, 300}, 127.0, DType::Int8);
-  eval({a, b, ua, lo, hi});
-  quads.push_back({matmul(a, b), matmul(ua, b)});  // both packed once, several blocks, a short last
-  quads.push_back({matmul(lo, hi), matmul(lo, transpose(lo, {1, 0}))});  // extremes
-  quads.push_back({matmul(s8({3, 17, 9}), s8({3, 9, 33}))});             // batched
-  quads.push_back({cast(matmul(s8({9, 40}), s8({40, 70})), DType::Float32) * 0.01});
-  for (size_t c = 0; c < quads.size(); ++c) {
-    INFO("case " << c);
-    const std::string src = plan(quads[c]).back().source;
-    CHECK_THAT(src, Contains("byte quads multiplied by vpdpbusd into Int32 sums"));
-    CHECK_THAT(src, Contains("mj_dpbusd(c"));
+  Var a = s8({100, 1031}), b = s8({1031, 530}), ua = u8({100, 1031}), ub = u8({1031, 530});
+  Var lo = full({7, 1030}, -128.0, DType::Int8), hi = full({1030, 40}, 127.0, DType::Int8);
+  Var top = full({1030, 40}, 255.0, DType::UInt8);
+  Var x = s8({3, 17, 9}), y = s8({3, 9, 33}), p = s8({9, 40}), q = s8({40, 70});
+  eval({a, b, ua, ub, lo, hi, top});
+  auto products = [&](bool signed_b) {
+    std::vector<std::vector<Var>> out;
+    for (const auto& [l, r] : signed_b ? signed_ops : unsigned_ops)
+      out.push_back({matmul(l, r) + 5.0});
+    if (signed_b) {
+      out.push_back({matmul(a, b), matmul(ua, b)});  // packed once, several blocks, a short last
+      out.push_back({matmul(lo, hi), matmul(lo, transpose(lo, {1, 0}))});  // extremes
+      out.push_back({matmul(x, y)});                                       // batched
+      out.push_back({cast(matmul(p, q), DType::Float32) * 0.01});          // dequantised
+    } else {
+      out.push_back({matmul(a, ub), matmul(ua, ub), matmul(lo, top)});
+    }
+    return out;
+  };
+  for (const IntWidth& w : widths) {
+    ScopedEnv flags("METAJIT_CXXFLAGS", w.flags);
+    INFO(w.flags);
+    REQUIRE(host_toolchain().target.id() == w.id);
+    const std::vector<std::vector<Var>> signed_b = products(true), unsigned_b = products(false);
+    for (auto [cases, schedule] : {std::pair{&signed_b, w.signed_b}, {&unsigned_b, w.unsigned_b}})
+      for (size_t c = 0; c < cases->size(); ++c) {
+        INFO("case " << c);
+        const std::vector<KernelInfo> k = plan((*cases)[c]);
+        REQUIRE(!k.empty());
+        if (schedule)
+          CHECK_THAT(k.back().source, Contains(schedule));
+        else
+          CHECK(k.back().source.find("// schedule: contraction") == std::string::npos);
+      }
+    if (!w.runs) {
+      WARN(w.flags << ": 8-bit matmuls checked by compiling only, values not checked: this CPU "
+                   << "cannot run the code");
+      compile_only(signed_b.front());
+      compile_only(unsigned_b.back());
+      continue;
+    }
+    for (const auto* cases : {&signed_b, &unsigned_b})
+      for (size_t c = 0; c < cases->size(); ++c) {
+        INFO("case " << c);
+        check_against_reference((*cases)[c]);
+      }
+    // Empty reductions and products.
+    check_against_reference({matmul(s8({5, 0}), s8({0, 7})) + 1.0, matmul(s8({0, 4}), s8({4, 3})),
+                             matmul(u8({5, 0}), u8({0, 7}))});
   }
-  const std::vector<Var> plain = {matmul(s8({9, 33}), u8({33, 17})),
-                                  matmul(u8({9, 33}), u8({33, 17}))};
-  for (const Var& v : plain)
-    CHECK(plan({v}).back().source.find("mj_dpbusd(c") == std::string::npos);
-  if (!__builtin_cpu_supports("avx512vnni")) {
-    WARN(
-        "byte quads: checked by compiling only, values not checked: this CPU has no "
-        "AVX512-VNNI");
-    compile_only(quads.front());
-    compile_only(quads.back());
-    return;
-  }
-  for (size_t c = 0; c < quads.size(); ++c) {
-    INFO("case " << c);
-    check_against_reference(quads[c]);
-  }
-  check_against_reference(plain);
 }
 
 // Merged columns of short rows pack a panel at a time through column tables where the loads
@@ -570,11 +610,11 @@ TEST_CASE(
 // reduction once per row (codegen/lowering.cc memo_key) changed softmax's IR under cpp-28.
 // Graphs added change only the digest: the half and 8-bit ones came with those dtypes, whose
 // kernels no cache held before (cpp-60; the other graphs' output did not change); so do targets
-// added: AVX-512 with AVX512_BF16 and VNNI, a target id no key held before (cpp-61).
+// added: AVX-512 with AVX512_BF16 and VNNI, a target id no key held before (cpp-62).
 TEST_CASE("the C++ emitter's output is pinned to the codegen version", "[targets]") {
   ScopedEnv fused("METAJIT_OPT_LEVEL", "1"), generic("METAJIT_SPECIALIZE_SHAPES", "0");
-  const char* kRecordedVersion = "cpp-61";
-  const char* kRecordedDigest = "fbbad3c8c499d62f410342ea45aa17f8";
+  const char* kRecordedVersion = "cpp-62";
+  const char* kRecordedDigest = "c66da210161ef7cec19033fa3ea25c8b";
   Var a = rand({5, 7}, 1), b = rand({7, 3}, 2), x = rand({2, 3, 9, 9}, 3),
       w = rand({4, 3, 3, 3}, 4);
   Var ids = array(std::vector<int32_t>{4, 0, 2, 4}, {4}), rows = rand({4, 7}, 5),
@@ -617,7 +657,8 @@ TEST_CASE("the C++ emitter's output is pinned to the codegen version", "[targets
       1.05 * where(h > 0.0, h, 1.67 * exp(h) - 1.67),
       sum(hb * 2.0, {1}) + sum(cast(a, DType::BFloat16), {1}),
       cast(a * 300.0, DType::Int8) + cast(a * 3.0, DType::UInt8), cast(h, DType::Int16) * 3.0,
-      // bfloat16 pairs and byte quads where AVX-512 has AVX512_BF16 and VNNI (cpp-61)
+      // bfloat16 pairs and byte quads where AVX-512 has AVX512_BF16 and VNNI, int16 pairs
+      // elsewhere (cpp-62)
       matmul(hb, cast(b, DType::BFloat16)),
       matmul(cast(a * 100.0, DType::Int8), cast(b * 100.0, DType::Int8)) + 1.0};
   std::string all;
