@@ -6,27 +6,11 @@
 // every kernel with bfloat16 values carries. Embedded as kCppBf16DotPrelude (CMakeLists.txt), so
 // it may include no header.
 //
-// The packing writes float32 panels (codegen/cpp_packing.cc: step k of a panel of w rows or
-// columns is p[k * w .. k * w + w)); mj_pair_bf16 turns one into the layout vdpbf16ps multiplies,
-// in place: word t of pair q holds step 2q's value t, rounded to bfloat16, in its low half and
-// step 2q + 1's in its high half (0 past the last step, so an odd reduction pads with zeros).
-// Pair q is written over step q's floats: for q == 0 after they are read, in the same lane; for
-// q > 0 they are steps the pairs before q read already, and steps 2q and 2q + 1, which q reads,
-// lie past them. A panel keeps its place and stride; it is (kn + 1) / 2 * w words long now.
+// The packing's float32 panels become pairs of bfloat16 values, rounded to nearest even, for
+// vdpbf16ps (mj_pair_steps, codegen/cpp_contraction_prelude.h).
 static inline void mj_pair_bf16(unsigned* p, i64 w, i64 kn) {
-  for (i64 q = 0; 2 * q < kn; ++q) {
-    const unsigned* const lo = p + 2 * q * w;
-    unsigned* const to = p + q * w;
-    if (2 * q + 1 < kn) {
-#pragma omp simd
-      for (i64 t = 0; t < w; ++t)
-        to[t] = mj_bf16_bits(__builtin_bit_cast(float, lo[t])) |
-                mj_bf16_bits(__builtin_bit_cast(float, lo[w + t])) << 16;
-    } else {
-#pragma omp simd
-      for (i64 t = 0; t < w; ++t) to[t] = mj_bf16_bits(__builtin_bit_cast(float, lo[t]));
-    }
-  }
+  mj_pair_steps(p, w, kn,
+                [](unsigned bits) { return mj_bf16_bits(__builtin_bit_cast(float, bits)); });
 }
 
 // Only with AVX512_BF16, which every kernel that multiplies bfloat16 pairs is compiled for; the

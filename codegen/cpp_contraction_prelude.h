@@ -21,7 +21,10 @@ static float* mj_take(int slot, unsigned long bytes) {
 static void mj_give(int slot, float* q) {
   if (!q) return;
   void* p = (char*)q - 64;
-  if (*(unsigned long*)p > (64UL << 20)) { free(p); return; }
+  if (*(unsigned long*)p > (64UL << 20)) {
+    free(p);
+    return;
+  }
   free(__atomic_exchange_n(&mj_slots[slot], p, __ATOMIC_ACQ_REL));
 }
 // A contraction's packing functions (CppEmitter::pack_function, codegen/cpp_contraction.cc):
@@ -47,4 +50,27 @@ static inline i64 mj_row_blocks(i64 mb, i64 per, i64 tiles) {
     if (rounds * best < best_rounds * b) best = b, best_rounds = rounds;
   }
   return best;
+}
+// Two reduction steps a word (ContractionSchedule::steps_per_word, codegen/cpu_schedule.h):
+// the packing writes float32 panels (codegen/cpp_packing.cc: step k of a panel of w rows or
+// columns is p[k * w .. k * w + w)), which mj_pair_steps turns into pairs in place: word t of
+// pair q holds half(step 2q's value t) in its low 16 bits and half(step 2q + 1's) in its high
+// ones (0 past the last step, so an odd reduction pads with zeros). `half` takes a float's bits
+// to 16 bits (codegen/cpp_bf16_dot_prelude.h: bfloat16; cpp_int8_dot_prelude.h: int16). Pair q
+// is written over step q's floats: for q == 0 after they are read, in the same lane; for q > 0
+// they are steps the pairs before q read already, and steps 2q and 2q + 1, which q reads, lie
+// past them. A panel keeps its place and stride; it is (kn + 1) / 2 * w words long now.
+template <class Half>
+static inline void mj_pair_steps(unsigned* p, i64 w, i64 kn, Half half) {
+  for (i64 q = 0; 2 * q < kn; ++q) {
+    const unsigned* const lo = p + 2 * q * w;
+    unsigned* const to = p + q * w;
+    if (2 * q + 1 < kn) {
+#pragma omp simd
+      for (i64 t = 0; t < w; ++t) to[t] = half(lo[t]) | half(lo[w + t]) << 16;
+    } else {
+#pragma omp simd
+      for (i64 t = 0; t < w; ++t) to[t] = half(lo[t]);
+    }
+  }
 }

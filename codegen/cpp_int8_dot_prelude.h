@@ -11,9 +11,10 @@
 //   is no multiple of 4 pads with zero products), multiplied by vpdpbusd, which takes unsigned
 //   bytes times signed ones: A is the unsigned side (an Int8 A shifted by 128, taken back in
 //   the epilogue through B's column sums, mj_quad_column_sums), B the signed one.
-// - int16_pairs, on AVX2 and AVX-512 otherwise: mj_pair_int16. Word t of pair q holds step
-//   2q's value t as an int16 in its low half and step 2q + 1's in its high half, multiplied by
-//   vpmaddwd (two exact products a lane, added in Int32): any 8-bit value fits, no shift.
+// - int16_pairs, on AVX2 and AVX-512 otherwise: mj_pair_int16 (mj_pair_steps,
+//   codegen/cpp_contraction_prelude.h). Word t of pair q holds step 2q's value t as an int16 in
+//   its low half and step 2q + 1's in its high half, multiplied by vpmaddwd (two exact products
+//   a lane, added in Int32): any 8-bit value fits, no shift.
 // Group q is written over step q's floats: for q == 0 after they are read, in the same lane;
 // for q > 0 they are steps the groups before q read already, and the steps q reads lie past
 // them. A panel keeps its place and stride.
@@ -44,17 +45,7 @@ static inline unsigned mj_int16_of(unsigned float_bits) {
   return (unsigned)(int)__builtin_bit_cast(float, float_bits) & 0xffffu;
 }
 static inline void mj_pair_int16(unsigned* p, i64 w, i64 kn) {
-  for (i64 q = 0; 2 * q < kn; ++q) {
-    const unsigned* const s = p + 2 * q * w;
-    unsigned* const to = p + q * w;
-    if (2 * q + 1 < kn) {
-#pragma omp simd
-      for (i64 t = 0; t < w; ++t) to[t] = mj_int16_of(s[t]) | mj_int16_of(s[w + t]) << 16;
-    } else {
-#pragma omp simd
-      for (i64 t = 0; t < w; ++t) to[t] = mj_int16_of(s[t]);
-    }
-  }
+  mj_pair_steps(p, w, kn, mj_int16_of);
 }
 
 // The sums of B's signed bytes per column over `kq` quads, for the 128 an Int8 A was shifted
