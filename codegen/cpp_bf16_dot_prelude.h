@@ -2,7 +2,7 @@
 // whose schedule pairs bfloat16 operands (ContractionSchedule::bf16_pairs, codegen/cpu_schedule.h:
 // both factors bfloat16, the target has AVX512_BF16) carries this text after
 // codegen/cpp_contraction_prelude.h, before its micro-kernels (CppEmitter::micro_kernel_bf16,
-// codegen/cpp_contraction.cc). It comes after codegen/cpp_narrow_prelude.h (mj_bf16_bits), which
+// codegen/cpp_step_groups.cc). It comes after codegen/cpp_narrow_prelude.h (mj_bf16_bits), which
 // every kernel with bfloat16 values carries. Embedded as kCppBf16DotPrelude (CMakeLists.txt), so
 // it may include no header.
 //
