@@ -132,7 +132,7 @@ std::string CppEmitter::group_call(const ContractionParts& p, int side, int pw,
   const std::string PW = std::to_string(pw);
   if (p.cs.bf16_pairs) return "mj_pair_bf16(" + at + ", " + PW + ", " + steps + ");";
   if (p.cs.int16_pairs) return "mj_pair_int16(" + at + ", " + PW + ", " + steps + ");";
-  const bool shifted = side == 0 && p.cs.match.a_bytes == DType::Int8;
+  const bool shifted = side == 0 && shifted_a(p);
   return "mj_quad_bytes(" + at + ", " + PW + ", " + steps + ", " + (shifted ? "128" : "0") + ");";
 }
 
@@ -161,7 +161,7 @@ void CppEmitter::group_block(const ContractionParts& p, int side, int pw, int d)
 // At depth `d`, where an Int8 A was shifted by 128: the block's B quads' column sums for this
 // reduction block, into the thread's mj_cs (set at the first block, then added to).
 void CppEmitter::quad_column_sums(const ContractionParts& p, const ContractionTile& t, int d) {
-  if (!p.cs.int8_quads || p.cs.match.a_bytes != DType::Int8) return;
+  if (!shifted_a(p)) return;
   const std::string NR = std::to_string(t.nr);
   line(d, "mj_quad_column_sums((const unsigned*)(const void*)mj_b, mj_bs, mj_jnp / " + NR + ", " +
               NR + ", (mj_kn + 3) / 4, mj_cs, mj_pc == 0);");

@@ -99,25 +99,17 @@ bool parse_cpu_isa(const std::string& name, CpuIsa& out) {
   return false;
 }
 
+// One spelling per target: id()'s, features only on Avx512.
 bool parse_cpu_target(const std::string& id, CpuTarget& out) {
-  CpuTarget t;
-  const size_t plus = id.find('+');
-  if (!parse_cpu_isa(id.substr(0, plus), t.isa)) return false;
-  for (size_t at = plus; at != std::string::npos;) {
-    const size_t next = id.find('+', at + 1);
-    const std::string feature = id.substr(at + 1, next == std::string::npos ? next : next - at - 1);
-    if (t.isa != CpuIsa::Avx512) return false;
-    if (feature == "bf16" && !t.bf16_dot)
-      t.bf16_dot = true;
-    else if (feature == "vnni" && !t.int8_dot)
-      t.int8_dot = true;
-    else
-      return false;
-    at = next;
-  }
-  if (t.id() != id) return false;  // one spelling per target: the features in id()'s order
-  out = t;
-  return true;
+  for (CpuIsa isa : {CpuIsa::Portable, CpuIsa::Avx2, CpuIsa::Avx512})
+    for (int features = 0; features < (isa == CpuIsa::Avx512 ? 4 : 1); ++features) {
+      const CpuTarget t{isa, (features & 1) != 0, (features & 2) != 0};
+      if (t.id() == id) {
+        out = t;
+        return true;
+      }
+    }
+  return false;
 }
 
 }  // namespace metajit
