@@ -583,8 +583,9 @@ std::string CFamilyEmitter::shift(bool left, DType t, const std::string& a, cons
 
 std::string CFamilyEmitter::scalar_arg(DType t, int slot) const {
   if (scalar_locals_.count({slot, t})) return scalar_local(slot, t);
-  return t == DType::Bool ? "(S[" + std::to_string(slot) + "] != 0)"
-                          : "(" + ctype(t) + ")S[" + std::to_string(slot) + "]";
+  const std::string s = "S[" + std::to_string(slot) + "]";
+  if (is_half(t)) return cast_expr(t, DType::Float64, s);  // a half scalar holds a half value
+  return t == DType::Bool ? "(" + s + " != 0)" : "(" + ctype(t) + ")" + s;
 }
 
 std::string CFamilyEmitter::scalar_local(int slot, DType t) {

@@ -16,23 +16,19 @@
 namespace metajit {
 
 std::string CudaEmitter::run() {
-  // The CUDA emitter has no __half / __nv_bfloat16 or 8-bit paths yet (docs/design.md §3): such
-  // a kernel is refused here, by name, rather than printed wrong.
-  if (uses_narrow_types(ir_)) {
-    std::string ops;
-    for (size_t k = 0; k < ir_.ops.size(); ++k) ops += (k ? ", " : "") + ir_.ops[k];
-    throw DTypeError("cuda: kernel (" + ops +
-                     ") has int8, uint8, int16, float16 or bfloat16 values; the CUDA backend "
-                     "computes bool, int32, int64, float32 and float64 only (run it on the cpu "
-                     "device, or cast to float32 first)");
-  }
+  const bool narrow = uses_narrow_types(ir_);
   out_ = "// metajit generated CUDA kernel: ";
   for (size_t k = 0; k < ir_.ops.size(); ++k) out_ += (k ? ", " : "") + ir_.ops[k];
   out_ += "\n";
+  // The CUDA toolkit's half types on a GPU: the toolkit's own headers, which the kernel key
+  // covers through the toolchain's identity (runtime/cuda_toolchain.cc), not a project file.
+  if (narrow && target_ == CudaTarget::Gpu)
+    out_ += "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n";
   out_ += target_ == CudaTarget::Gpu ? kCudaGpuPrelude : kCudaEmulationPrelude;
   out_ += integer_prelude("MJ_HD");
   out_ += extra_readers();
   out_ += kCudaCommonPrelude;
+  if (narrow) out_ += kCudaNarrowPrelude;
   args_struct();
   // The schedule pass decided (codegen/cuda_schedule.h); the rest of this class prints.
   if (log_enabled(LogLevel::Debug)) log_message(LogLevel::Debug, dump_cuda_schedule(schedule_));
@@ -48,10 +44,10 @@ std::string CudaEmitter::run() {
 void CudaEmitter::args_struct() {
   out_ += "\nstruct mj_args {\n";
   for (size_t k = 0; k < ir_.inputs.size(); ++k)
-    line(1, "const " + ctype(ir_.inputs[k].dtype) + "* in" + std::to_string(k) + ";");
-  line(1, ctype(ir_.output.dtype) + "* out;");
+    line(1, "const " + element_ctype(ir_.inputs[k].dtype) + "* in" + std::to_string(k) + ";");
+  line(1, element_ctype(ir_.output.dtype) + "* out;");
   for (size_t k = 0; k < ir_.extra_outputs.size(); ++k)
-    line(1, ctype(ir_.extra_outputs[k].buffer.dtype) + "* " + extra_out(k) + ";");
+    line(1, element_ctype(ir_.extra_outputs[k].buffer.dtype) + "* " + extra_out(k) + ";");
   line(1, "i64 p[" + std::to_string(std::max(ir_.num_params, 1)) + "];");
   line(1, "double s[" + std::to_string(std::max(ir_.num_scalars, 1)) + "];");
   out_ += "};\n";
@@ -105,10 +101,29 @@ std::string CudaEmitter::store() const {
   std::vector<IndexExprPtr> idx;
   for (const KLoop& l : sched_.loops) idx.push_back(ix_var(l.var));
   const std::string at = offset("out", idx);
-  std::string s = "out[" + at + "] = " + v(sched_.body.result) + ";";
+  std::string s = "out[" + at + "] = " + stored(ir_.output.dtype, v(sched_.body.result)) + ";";
   for (size_t k = 0; k < ir_.extra_outputs.size(); ++k)
-    s += " " + extra_out(k) + "[" + at + "] = " + v(ir_.extra_outputs[k].value) + ";";
+    s += " " + extra_out(k) + "[" + at +
+         "] = " + stored(ir_.extra_outputs[k].buffer.dtype, v(ir_.extra_outputs[k].value)) + ";";
   return s;
+}
+
+std::string CudaEmitter::element_ctype(DType t) {
+  if (t == DType::Float16) return "__half";
+  if (t == DType::BFloat16) return "__nv_bfloat16";
+  return ctype(t);
+}
+
+std::string CudaEmitter::loaded(DType t, const std::string& element) {
+  if (t == DType::Float16) return "__half2float(" + element + ")";
+  if (t == DType::BFloat16) return "__bfloat162float(" + element + ")";
+  return element;
+}
+
+std::string CudaEmitter::stored(DType t, const std::string& value) {
+  if (t == DType::Float16) return "__float2half_rn(" + value + ")";
+  if (t == DType::BFloat16) return "__float2bfloat16_rn(" + value + ")";
+  return value;
 }
 
 // Level -1 statements before statement `upto`: computed once per thread; a reduction over
@@ -134,12 +149,18 @@ std::string CudaEmitter::same_dims(const std::vector<SameDim>& same) const {
   return out;
 }
 
-// Loads of vec4_kernel()'s lane loop read their lane of a vector loaded before it.
+// Loads of vec4_kernel()'s lane loop read their lane of a vector loaded before it; loads of a
+// half buffer convert its element to float.
 void CudaEmitter::stmt(const KStmt& st, int depth) {
-  auto it = st.kind == KOp::Load ? lane_loads_.find(st.buffer) : lane_loads_.end();
-  if (it == lane_loads_.end()) return CFamilyEmitter::stmt(st, depth);
+  if (st.kind != KOp::Load) return CFamilyEmitter::stmt(st, depth);
+  const std::string T = ctype(st.dtype), in = "in" + std::to_string(st.buffer);
+  auto it = lane_loads_.find(st.buffer);
+  const DType t = ir_.inputs[size_t(st.buffer)].dtype;
+  if (it == lane_loads_.end() && !is_half(t)) return CFamilyEmitter::stmt(st, depth);
   dtypes_[st.id] = st.dtype;
-  line(depth, "const " + ctype(st.dtype) + " " + v(st.id) + " = " + it->second + ";");
+  const std::string value =
+      it != lane_loads_.end() ? it->second : loaded(t, in + "[" + offset(in, st.index) + "]");
+  line(depth, "const " + T + " " + v(st.id) + " = " + value + ";");
 }
 
 // Names the kernel's arguments as the C++ emitter does (p<k>, S, in<k> with strides, out);
@@ -150,15 +171,15 @@ void CudaEmitter::kernel_body_open() {
   line(1, "const double* S = a.s;");
   line(1, "(void)S;");
   for (size_t k = 0; k < ir_.inputs.size(); ++k) {
-    const std::string name_k = "in" + std::to_string(k), t = ctype(ir_.inputs[k].dtype);
+    const std::string name_k = "in" + std::to_string(k), t = element_ctype(ir_.inputs[k].dtype);
     line(1, "const " + t + "* __restrict__ " + name_k + " = a." + name_k + ";");
     strides(name_k, ir_.inputs[k]);
   }
-  line(1, ctype(ir_.output.dtype) + "* __restrict__ out = a.out;");
+  line(1, element_ctype(ir_.output.dtype) + "* __restrict__ out = a.out;");
   strides("out", ir_.output);
   for (size_t k = 0; k < ir_.extra_outputs.size(); ++k)  // the output's extents and strides
-    line(1, ctype(ir_.extra_outputs[k].buffer.dtype) + "* __restrict__ " + extra_out(k) + " = a." +
-                extra_out(k) + ";");
+    line(1, element_ctype(ir_.extra_outputs[k].buffer.dtype) + "* __restrict__ " + extra_out(k) +
+                " = a." + extra_out(k) + ";");
 }
 
 void CudaEmitter::launcher_open() {
@@ -167,13 +188,13 @@ void CudaEmitter::launcher_open() {
       "{\n";
   line(1, "mj_args a;");
   for (size_t k = 0; k < ir_.inputs.size(); ++k)
-    line(1, "a.in" + std::to_string(k) + " = (const " + ctype(ir_.inputs[k].dtype) + "*)B[" +
-                std::to_string(k) + "];");
-  line(1,
-       "a.out = (" + ctype(ir_.output.dtype) + "*)B[" + std::to_string(ir_.inputs.size()) + "];");
+    line(1, "a.in" + std::to_string(k) + " = (const " + element_ctype(ir_.inputs[k].dtype) +
+                "*)B[" + std::to_string(k) + "];");
+  line(1, "a.out = (" + element_ctype(ir_.output.dtype) + "*)B[" +
+              std::to_string(ir_.inputs.size()) + "];");
   for (size_t k = 0; k < ir_.extra_outputs.size(); ++k)
-    line(1, "a." + extra_out(k) + " = (" + ctype(ir_.extra_outputs[k].buffer.dtype) + "*)B[" +
-                std::to_string(ir_.inputs.size() + 1 + k) + "];");
+    line(1, "a." + extra_out(k) + " = (" + element_ctype(ir_.extra_outputs[k].buffer.dtype) +
+                "*)B[" + std::to_string(ir_.inputs.size() + 1 + k) + "];");
   for (int k = 0; k < ir_.num_params; ++k)
     line(1, "const i64 p" + std::to_string(k) + " = a.p[" + std::to_string(k) + "] = P[" +
                 std::to_string(k) + "];");

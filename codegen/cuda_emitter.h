@@ -40,10 +40,12 @@ enum class CudaTarget { Gpu, HostEmulation };
 // (codegen/cuda_gpu_prelude.h, cuda_common_prelude.h), their comments now in the source; 7: the
 // integer prelude from codegen/integer_prelude.h, its functions and the extra readers MJ_FN;
 // 8: a float converts to Int32/Int64 through its mj_float_to_int (0 out of range or NaN, as
-// the reference interpreter; the GPU's conversion saturated and the emulation's was undefined).
+// the reference interpreter; the GPU's conversion saturated and the emulation's was undefined);
+// 9: Int8, UInt8, Int16, Float16 and BFloat16 (__half / __nv_bfloat16 buffers, float values:
+// codegen/cuda_narrow_prelude.h), half scalars rounded to their type, sub-word atomics.
 // tests/test_cuda_codegen.cc pins the output to the version
 // (a digest of every_pattern()'s kernels on both targets): a change without a bump fails there.
-inline constexpr const char* kCudaCodegenVersion = "cuda-8";
+inline constexpr const char* kCudaCodegenVersion = "cuda-9";
 
 std::string emit_cuda(const KernelIR& ir, CudaTarget target = CudaTarget::Gpu);
 

@@ -45,6 +45,12 @@ class CudaEmitter : public CFamilyEmitter {
   static std::vector<const KLoop*> loop_ptrs(const std::vector<KLoop>& loops, size_t begin,
                                              size_t end);
   std::string store() const;
+  // A buffer element's C type: CUDA's __half / __nv_bfloat16 for the half types, else ctype.
+  // Their values are read and written through loaded() and stored(), CUDA's explicit
+  // conversions (codegen/cuda_narrow_prelude.h), never the types' operators.
+  static std::string element_ctype(DType t);
+  static std::string loaded(DType t, const std::string& element);
+  static std::string stored(DType t, const std::string& value);
   // The name of extra output `k` (codegen/output_merging.h): out1, out2, ...
   static std::string extra_out(size_t k) { return "out" + std::to_string(k + 1); }
   void prologue(size_t upto, int d);
@@ -82,6 +88,7 @@ class CudaEmitter : public CFamilyEmitter {
 
   // cuda_scatter.cc: scatters by atomics.
   void atomic_combine();
+  void subword_atomic_combine(ReduceOp op, DType t);
   void scatter_kernels();
 
   // State of the kernel being printed.

@@ -15,5 +15,7 @@ extern const char* const kCudaEmulationPrelude;
 // codegen/cuda_common_prelude.h (both targets', after the integer prelude), embedded the same way.
 extern const char* const kCudaGpuPrelude;
 extern const char* const kCudaCommonPrelude;
+// codegen/cuda_narrow_prelude.h: after the common prelude in kernels with 8- and 16-bit values.
+extern const char* const kCudaNarrowPrelude;
 
 }  // namespace metajit

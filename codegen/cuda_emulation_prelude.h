@@ -196,6 +196,51 @@ MJ_EMU_FN float __int_as_float(int x) { return mjemu::bit_cast<float>(x); }
 MJ_EMU_FN long long __double_as_longlong(double x) { return mjemu::bit_cast<long long>(x); }
 MJ_EMU_FN double __longlong_as_double(long long x) { return mjemu::bit_cast<double>(x); }
 
+// The half types of cuda_fp16.h and cuda_bf16.h and the conversions the CUDA emitter calls (it
+// converts every read and write of a half buffer explicitly: codegen/cuda_emitter_internal.h,
+// element_ctype), with CUDA's results: float to half rounds to nearest even, overflow gives
+// Inf, and a NaN becomes CUDA's canonical 0x7fff (the CPU kernels keep its payload's top
+// bits: docs/design.md §3); half to float is exact.
+struct __half {
+  unsigned short __x;
+};
+struct __nv_bfloat16 {
+  unsigned short __x;
+};
+MJ_EMU_FN unsigned short __half_as_ushort(__half h) { return h.__x; }
+MJ_EMU_FN __half __ushort_as_half(unsigned short b) { return __half{b}; }
+MJ_EMU_FN unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.__x; }
+MJ_EMU_FN __nv_bfloat16 __ushort_as_bfloat16(unsigned short b) { return __nv_bfloat16{b}; }
+MJ_EMU_FN float __half2float(__half h) {
+  const unsigned a = h.__x & 0x7fffu, sign = (h.__x & 0x8000u) << 16;
+  unsigned mag;
+  if (a >= 0x7c00u)
+    mag = (a << 13) | 0x7f800000u;  // Inf, NaN keeping its payload
+  else if (a >= 0x400u)
+    mag = (a << 13) + (112u << 23);
+  else
+    mag = __float_as_uint(float(int(a)) * 0x1p-24f);  // subnormal: a x 2^-24
+  return __uint_as_float(mag | sign);
+}
+MJ_EMU_FN __half __float2half_rn(float f) {
+  const unsigned u = __float_as_uint(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return __half{0x7fffu};
+  unsigned mag;
+  if (a >= 0x47800000u)  // 65536 and above; from 65520 the carry below gives Inf as well
+    mag = 0x7c00u;
+  else if (a >= 0x38800000u)  // normal: drop 13 bits, to nearest even
+    mag = (a - (112u << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13;
+  else  // below 2^-14: multiples of 2^-24, rounded by the float addition of 0.5 (ulp 2^-24)
+    mag = __float_as_uint(__uint_as_float(a) + 0.5f) - 0x3f000000u;
+  return __half{(unsigned short)(mag | sign)};
+}
+MJ_EMU_FN float __bfloat162float(__nv_bfloat16 h) { return __uint_as_float(unsigned(h.__x) << 16); }
+MJ_EMU_FN __nv_bfloat16 __float2bfloat16_rn(float f) {
+  const unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return __nv_bfloat16{0x7fffu};
+  return __nv_bfloat16{(unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
+
 // Atomics; each returns the old value.
 #define MJ_EMU_ATOMIC_ADD(T) \
   MJ_EMU_FN T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }

@@ -10,10 +10,13 @@
 #define MJ_FN MJ_HD
 #include "codegen/integer_prelude.h"
 #include "codegen/cuda_common_prelude.h"
+#include "codegen/cuda_narrow_prelude.h"
 // clang-format on
 
 // A use of the helpers, as a kernel's (-Wunused-function).
 extern "C" double metajit_cuda_prelude_compile_check(i64 a, i64 b) {
   return mj_pow_int(a, b) + mj_pow_i32(a, b) + double(mj_pow_i64(a, b)) +
-         double(mj_blocks(a, 256, 1024u));
+         double(mj_blocks(a, 256, 1024u)) + double(mj_round_f16d(double(a))) +
+         double(mj_round_bf16d(double(b))) +
+         double(__bfloat16_as_ushort(__ushort_as_bfloat16(__half_as_ushort(__ushort_as_half(1)))));
 }

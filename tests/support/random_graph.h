@@ -274,8 +274,7 @@ class GraphGenerator {
     if (r < 45) return DType::Float64;
     if (r < 62) return DType::Int32;
     if (r < 75) return DType::Int64;
-    // The CUDA backend has no 8- and 16-bit types (a DTypeError): Bool in their place there.
-    if (r < 85 || device() == Device::CUDA) return DType::Bool;
+    if (r < 85) return DType::Bool;
     if (r < 90) return DType::Int8;
     if (r < 95) return DType::Int16;
     return DType::UInt8;
