@@ -121,7 +121,8 @@ bench: deps bench-deps
 	  $(BENCH_JITTOR_PYTHON) bench/peers.py --json $(BENCH_JSON) --frameworks jittor; fi
 
 # `make bench-cuda`: the GPU benchmark (copy floor, SELU 256M, row/column sums 16384^2, matmul
-# 4096^3 against cuBLAS) in one run; says it is skipped where no GPU can be used.
+# 4096^3 against cuBLAS, SELU and matmul in bfloat16) in one run; says it is skipped where no
+# GPU can be used.
 bench-cuda: build
 	./$(BUILD)/metajit_cuda_bench --json bench/cuda_results.json
 

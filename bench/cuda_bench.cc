@@ -5,7 +5,9 @@
 //   3. row sums and column sums of a 16384 x 16384 float32 matrix (sum over axis 1, axis 0)
 //      through jit(); bytes = input + output; target >= 0.70 of the floor, each;
 //   4. matmul 4096^3 float32 through jit(matmul) against cuBLAS sgemm on buffers of the same
-//      shapes holding the same values; GFLOP/s = 2 n^3 / t; target >= 0.25 of cuBLAS.
+//      shapes holding the same values; GFLOP/s = 2 n^3 / t; target >= 0.25 of cuBLAS;
+//   5. SELU and matmul in bfloat16 (precision issue): SELU against the floor (bytes 2 x 2 x n,
+//      target >= 0.80), matmul against metajit's own float32 matmul (target >= 1.0).
 //
 // How: every workload gets one untimed warm-up call (on the first run ever it compiles the
 // kernels, and it uploads host-made inputs), then N timed calls (--reps, default 20). A call is
@@ -333,49 +335,60 @@ Row bench_floor(const Ctx& c, const std::string& cudart_problem) {
 Var selu(const Var& x) {
   return 1.0507009873554805 * where(x > 0.0, x, 1.6732632423543772 * (exp(x) - 1.0));
 }
-double selu_host(double x) {
-  return 1.0507009873554805 * (x > 0 ? x : 1.6732632423543772 * std::expm1(x));
+// In double, with SELU's constants as the kernel has them: a double scalar takes the Var's
+// dtype, so in bfloat16 they are 1.046875 and 1.671875.
+double selu_host(double x, DType t = DType::Float32) {
+  double scale = 1.0507009873554805, alpha = 1.6732632423543772;
+  if (t == DType::BFloat16)
+    scale = float(bfloat16(float(scale))), alpha = float(bfloat16(float(alpha)));
+  return scale * (x > 0 ? x : alpha * std::expm1(x));
 }
 
-// 2. SELU: one read and one write per element, so ideally it runs at the floor's speed.
-Row bench_selu(const Ctx& c, int64_t n, double floor_rate) {
+// 2. SELU: one read and one write per element, so ideally it runs at the floor's speed; in
+// float32, and in bfloat16 (2 bytes an element, computed in float: docs/design.md §3).
+Row bench_selu(const Ctx& c, int64_t n, double floor_rate, DType t) {
+  const bool half = t == DType::BFloat16;
   Row r;
-  r.name = "selu " + elements(n) + " f32";
+  r.name = "selu " + elements(n) + (half ? " bf16" : " f32");
   r.unit = "GB/s";
-  r.work = 2.0 * 4.0 * double(n);
+  r.work = 2.0 * double(dtype_size(t)) * double(n);
   r.peer = "D2D copy";
   r.peer_rate = floor_rate;
   r.target = 0.80;
   try {
-    Var x = randn({n}, 1);  // made on the host; the warm-up call uploads it once
+    Var x = cast(randn({n}, 1), t);
+    eval({x});  // made on the host; the warm-up call uploads it once
     auto f = jit([](const Var& v) { return selu(v); }, "selu");
     Var y;
     warm_up(r, [&] { y = f(x); });
     r.mj = time_replays(c, r, &y, [&] { return f(x); });
 
-    const std::vector<float> xs = x.to_vector<float>();
-    const std::vector<float> ys = y.to_vector<float>();
+    const std::vector<float> xs = cast(x, DType::Float32).to_vector<float>();
+    const std::vector<float> ys = cast(y, DType::Float32).to_vector<float>();
     if (ys.size() != xs.size())
       throw std::runtime_error("selu returned " + std::to_string(ys.size()) + " elements, not " +
                                std::to_string(xs.size()));
     const std::vector<int64_t> idx = sample_indices(n, 1 << 16, 11);
+    // float32 throughout on the GPU, exp(x) - 1 included: an absolute part for x near 0,
+    // where exp(x) - 1 cancels, and a relative part elsewhere; a bfloat16 result adds its
+    // rounding, up to 2^-8 of it (8 significant bits).
+    const double rel = half ? 5e-3 : 1e-5;
     double worst = 0;
     int64_t bad = -1;
     for (int64_t i : idx) {
-      const double ref = selu_host(xs[size_t(i)]);
-      // float32 throughout on the GPU, exp(x) - 1 included: an absolute part for x near 0,
-      // where exp(x) - 1 cancels, and a relative part elsewhere.
-      const double err = std::abs(double(ys[size_t(i)]) - ref) / (1e-5 + 1e-5 * std::abs(ref));
+      const double ref = selu_host(xs[size_t(i)], t);
+      const double err = std::abs(double(ys[size_t(i)]) - ref) / (1e-5 + rel * std::abs(ref));
       if (err > worst) worst = err, bad = i;
     }
     if (worst <= 1) {
       r.check = "verified: " + std::to_string(idx.size()) +
-                " sampled elements match a host computation (|err| <= 1e-5 + 1e-5 |ref|)";
+                " sampled elements match a host computation (|err| <= 1e-5 + " + fmt("%g", rel) +
+                " |ref|)";
     } else {
       r.check_ok = false;
       r.check = "MISMATCH: selu(x[" + std::to_string(bad) + "] = " + fmt("%.9g", xs[size_t(bad)]) +
                 ") = " + fmt("%.9g", ys[size_t(bad)]) + ", host computes " +
-                fmt("%.9g", selu_host(xs[size_t(bad)]));
+                fmt("%.9g", selu_host(xs[size_t(bad)], t));
     }
   } catch (const std::exception& e) {
     r.error = e.what();
@@ -587,6 +600,62 @@ Row bench_matmul(const Ctx& c, int64_t n, const Cublas* blas, const std::string&
   return r;
 }
 
+// 5. matmul in bfloat16 (float sums, the result rounded to bfloat16) against metajit's own
+// float32 matmul of the same shapes: half the bytes through the same shared-memory tiles
+// (codegen/cuda_contraction.cc), so at least its speed.
+Row bench_matmul_bf16(const Ctx& c, int64_t n, double f32_rate) {
+  Row r;
+  r.name = "matmul " + std::to_string(n) + "^3 bf16";
+  r.unit = "GFLOP/s";
+  r.work = 2.0 * double(n) * double(n) * double(n);
+  r.peer = "metajit f32 matmul";
+  r.peer_rate = f32_rate;
+  r.target = 1.0;
+  try {
+    uint64_t state = 7;
+    auto values = [&] {
+      std::vector<float> v(size_t(n * n));
+      for (float& e : v) e = float(double(splitmix64(state) >> 11) * 0x1.0p-52 - 1.0);
+      return v;
+    };
+    Var a = cast(array<float>(values(), {n, n}), DType::BFloat16);
+    Var b = cast(array<float>(values(), {n, n}), DType::BFloat16);
+    eval({a, b});
+    auto f = jit([](const Var& p, const Var& q) { return matmul(p, q); }, "matmul_bf16");
+    Var y;
+    warm_up(r, [&] { y = f(a, b); });
+    r.mj = time_replays(c, r, &y, [&] { return f(a, b); });
+    // Sampled entries against a host dot product in double of the same bfloat16 values: the
+    // float sums' error, and the result's rounding (up to 2^-8 relative).
+    const std::vector<float> ha = cast(a, DType::Float32).to_vector<float>();
+    const std::vector<float> hb = cast(b, DType::Float32).to_vector<float>();
+    const std::vector<float> hc = cast(y, DType::Float32).to_vector<float>();
+    const std::vector<int64_t> idx = sample_indices(n * n, 256, 5);
+    double worst = 0;
+    int64_t bad = -1;
+    for (int64_t e : idx) {
+      const int64_t i = e / n, j = e % n;
+      double ref = 0, sq = 0;
+      for (int64_t p = 0; p < n; ++p) {
+        const double t = double(ha[size_t(i * n + p)]) * double(hb[size_t(p * n + j)]);
+        ref += t;
+        sq += t * t;
+      }
+      const double err = std::abs(hc[size_t(e)] - ref) / std::max(std::abs(ref), std::sqrt(sq));
+      if (err > worst) worst = err, bad = e;
+    }
+    r.check_ok = worst < 5e-3;
+    r.check =
+        (r.check_ok ? "verified: " : "MISMATCH: ") + std::to_string(idx.size()) +
+        " sampled entries against a host computation: max rel err " + fmt("%.2g", worst) +
+        (r.check_ok ? ""
+                    : " at C[" + std::to_string(bad / n) + "," + std::to_string(bad % n) + "]");
+  } catch (const std::exception& e) {
+    r.error = e.what();
+  }
+  return r;
+}
+
 // ------------------------------------------------------------------ reporting
 
 std::string ms(const Times& t) {
@@ -783,9 +852,13 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   rows.push_back(bench_floor(ctx, cudart_problem));
   const double floor_rate = rows[0].mj.reps ? rows[0].rate() : kNaN;
-  rows.push_back(bench_selu(ctx, opt.selu_n, floor_rate));
+  rows.push_back(bench_selu(ctx, opt.selu_n, floor_rate, DType::Float32));
+  rows.push_back(bench_selu(ctx, opt.selu_n, floor_rate, DType::BFloat16));
   for (Row& r : bench_sums(ctx, opt.sum_n, floor_rate)) rows.push_back(std::move(r));
   rows.push_back(bench_matmul(ctx, opt.matmul_n, cublas ? &*cublas : nullptr, cublas_problem));
+  const Row& f32_matmul = rows.back();
+  rows.push_back(
+      bench_matmul_bf16(ctx, opt.matmul_n, f32_matmul.mj.reps ? f32_matmul.rate() : kNaN));
 
   print_table(rows);
   std::cout << "\n";
