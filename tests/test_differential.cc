@@ -138,18 +138,34 @@ TEST_CASE("differential: the generator is deterministic and covers every op", "[
     g.build();
     all += g.listing();
   }
-  for (const char* op : {"reindex(",     "reindex_reduce(",
-                         "reduce(",      "broadcast_to(",
-                         "transpose(",   "reshape(",
-                         "where(",       "cast(",
-                         "exp(",         "floor(",
-                         "logical_and(", "pow(",
-                         " / ",          " < ",
-                         "maximum(",     "erf(",
-                         "expm1(",       "log1p(",
-                         "asin(",        "ReduceOp::Mean",
-                         "%2",           "&&",
-                         "DType::Bool"})
+  for (const char* op : {"reindex(",
+                         "reindex_reduce(",
+                         "reduce(",
+                         "broadcast_to(",
+                         "transpose(",
+                         "reshape(",
+                         "where(",
+                         "cast(",
+                         "exp(",
+                         "floor(",
+                         "logical_and(",
+                         "pow(",
+                         " / ",
+                         " < ",
+                         "maximum(",
+                         "erf(",
+                         "expm1(",
+                         "log1p(",
+                         "asin(",
+                         "ReduceOp::Mean",
+                         "%2",
+                         "&&",
+                         "DType::Bool",
+                         "DType::Int8",
+                         "DType::Float16",
+                         "DType::BFloat16",
+                         "array<float16>",
+                         "array<bfloat16>"})
     CHECK(all.find(op) != std::string::npos);
   // Extras: leaf arrays of both dtypes with far values, integer values of the graph, reads in
   // indexes and in conditions, nested reads, and reindex_reduce targets that read them.

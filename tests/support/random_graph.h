@@ -176,6 +176,11 @@ struct Value {
   // be compared at Float64's tolerance, so no Float64 value may have such an ancestor (found
   // by fuzz_graph_eval: tanh in float32, cast to float64, differed by one float32 ulp).
   bool fragile_f32 = false;
+  // A Float16 / BFloat16 value its kernel may hold unrounded: made by an op that can round
+  // (arithmetic, transcendental, sums) or fragile. Inside a fused kernel it stays float32 where
+  // the reference rounds it (docs/design.md §3), so it is only ever an output, compared at its
+  // dtype's tolerance: no op reads it (pick_value rejects it).
+  bool sealed = false;
 };
 
 struct Rejected {};  // an op that would leave the contract: the generator tries another
@@ -247,7 +252,28 @@ class GraphGenerator {
   const Value& pick_value() {
     // Prefer recent values so that graphs grow deep rather than wide.
     const int n = int(values_.size());
-    return values_[size_t(chance(0.5) ? n - 1 : uniform(0, n - 1))];
+    const Value& v = values_[size_t(chance(0.5) ? n - 1 : uniform(0, n - 1))];
+    if (v.sealed) throw Rejected{};
+    return v;
+  }
+
+  // Whether the op that made `n` can give a half value that is not its exact result: a kernel
+  // keeps such a value in float32 where the reference rounds it. Copies, selections, sign
+  // changes and floor are exact; a cast rounds explicitly in the kernel too (its input is exact:
+  // an unsealed value).
+  static bool may_round(const Node& n) {
+    switch (n.kind) {
+      case OpKind::Unary:
+        return UnaryOp(n.op) != UnaryOp::Neg && UnaryOp(n.op) != UnaryOp::Abs &&
+               UnaryOp(n.op) != UnaryOp::Relu && UnaryOp(n.op) != UnaryOp::Floor;
+      case OpKind::Binary:
+        return BinaryOp(n.op) != BinaryOp::Maximum && BinaryOp(n.op) != BinaryOp::Minimum;
+      case OpKind::Reduce:
+      case OpKind::ReindexReduce:
+        return ReduceOp(n.op) != ReduceOp::Max && ReduceOp(n.op) != ReduceOp::Min;
+      default:
+        return false;
+    }
   }
 
   // Every node `root` depends on, itself included.
@@ -263,14 +289,15 @@ class GraphGenerator {
     return seen;
   }
 
-  // The half types are not drawn: their kernels keep a fused chain in float32 where the
-  // reference rounds after every op (docs/design.md §3), so even + and * differ in the last
-  // bits, which a cancellation makes as large as the values; the generator has no exactness
-  // tracking that would keep such values out of subtractions and discontinuous ops.
-  // tests/test_precision.cc compares every op on them with the reference instead.
+  // The half types: their kernels keep a fused chain in float32 where the reference rounds
+  // after every op (docs/design.md §3), so a half value an op may have rounded is sealed
+  // (Value::sealed): an output, never an operand. Exact ones (inputs, copies, max, casts) feed
+  // any op, promotions to float32 included.
   DType random_dtype() {
     const int r = uniform(0, 99);
-    if (r < 32) return DType::Float32;
+    if (r < 24) return DType::Float32;
+    if (r < 28) return DType::Float16;
+    if (r < 32) return DType::BFloat16;
     if (r < 45) return DType::Float64;
     if (r < 62) return DType::Int32;
     if (r < 75) return DType::Int64;
@@ -350,8 +377,12 @@ class GraphGenerator {
       fragile_f32 = dt == DType::Float32 || has_fragile_f32_input(var.node().get());
       if (fragile_f32 && dt == DType::Float64) throw Rejected{};
     }
-    Value v{std::move(var), "v" + std::to_string(values_.size()), bound, may_nan, fragile,
-            fragile_f32};
+    const bool sealed = is_half(dt) && (fragile || may_round(*var.node()));
+    // A sealed float16 near its largest finite value could be Inf on one side only.
+    if (sealed && dt == DType::Float16 && bound >= 60000) throw Rejected{};
+    Value v{
+        std::move(var), "v" + std::to_string(values_.size()), bound, may_nan, fragile, fragile_f32,
+        sealed};
     listing_ << prelude << "Var " << v.name << " = " << expr << ";  // "
              << dtype_name(v.var.dtype()) << " " << shape_str(v.var.shape()) << "\n";
     value_of_node_[v.var.node().get()] = values_.size();
@@ -431,8 +462,10 @@ class GraphGenerator {
       // max over a zero-size value gives the identity (lowest / -inf).
       double bound = use_max ? (y.var.numel() == 0 ? int_limit(r.dtype()) : y.bound)
                              : y.bound * double(std::max<int64_t>(y.var.numel(), 1));
-      return add_value(r, std::string(use_max ? "max(" : "sum(") + y.name + ")", bound, y.may_nan,
-                       y.fragile || float_sum, !use_max);
+      const Value& v = add_value(r, std::string(use_max ? "max(" : "sum(") + y.name + ")", bound,
+                                 y.may_nan, y.fragile || float_sum, !use_max);
+      if (v.sealed) throw Rejected{};  // an operand: see Value::sealed
+      return v;
     }
     Shape s;
     const size_t drop = size_t(uniform(0, int(target.size())));
@@ -746,6 +779,9 @@ class GraphGenerator {
         fragile = true;
         break;
       case 16:
+        // tan amplifies an input's error by 1 + tan^2: a fragile input only within [-1, 1],
+        // where that is at most 3.5 (tan(exp(4)) differed by 3 float32 ulps, seed 678).
+        if (x.fragile && x.bound > 1) throw Rejected{};
         r = tan(x.var);
         bound = kInf;
         nan = x.may_nan || std::isinf(x.bound);
@@ -753,6 +789,7 @@ class GraphGenerator {
         break;
       case 17:
       case 18:
+        if (x.fragile) throw Rejected{};  // the slope is unbounded at -1 and 1
         r = op == 17 ? asin(x.var) : acos(x.var);
         bound = 4;
         nan = true;  // outside [-1, 1]
