@@ -471,6 +471,22 @@ std::vector<Row> bench_sums(const Ctx& c, int64_t n, double floor_rate) {
   return rows;
 }
 
+// Entry (i, j) of the row-major product of a [., k] by b [k, n], in double, and the rms-size of
+// its terms (the square root of their squares' sum): an entry near 0 is judged against that.
+struct HostEntry {
+  double value = 0, scale = 0;
+};
+HostEntry host_entry(const std::vector<float>& a, const std::vector<float>& b, int64_t i, int64_t j,
+                     int64_t k, int64_t n) {
+  double ref = 0, sq = 0;
+  for (int64_t p = 0; p < k; ++p) {
+    const double t = double(a[size_t(i * k + p)]) * double(b[size_t(p * n + j)]);
+    ref += t;
+    sq += t * t;
+  }
+  return {ref, std::sqrt(sq)};
+}
+
 // 4. matmul: metajit's (broadcast * broadcast, sum: one fused kernel) against cuBLAS sgemm.
 Row bench_matmul(const Ctx& c, int64_t n, const Cublas* blas, const std::string& blas_problem) {
   Row r;
@@ -556,14 +572,8 @@ Row bench_matmul(const Ctx& c, int64_t n, const Cublas* blas, const std::string&
       double worst_mc = 0, worst_mh = 0, worst_ch = 0;
       int64_t bad = -1;
       for (int64_t e : idx) {
-        const int64_t i = e / n, j = e % n;
-        double ref = 0, sq = 0;
-        for (int64_t p = 0; p < k; ++p) {
-          const double t = double(ha[size_t(i * k + p)]) * double(hb[size_t(p * n + j)]);
-          ref += t;
-          sq += t * t;
-        }
-        const double scale = std::max(std::sqrt(sq), 1e-30);
+        const HostEntry h = host_entry(ha, hb, e / n, e % n, k, n);
+        const double ref = h.value, scale = std::max(h.scale, 1e-30);
         const double mv = mj_c[size_t(e)];
         const double emh = std::abs(mv - ref) / std::max(std::abs(ref), scale);
         if (emh > worst_mh) worst_mh = emh, bad = e;
@@ -634,14 +644,8 @@ Row bench_matmul_bf16(const Ctx& c, int64_t n, double f32_rate) {
     double worst = 0;
     int64_t bad = -1;
     for (int64_t e : idx) {
-      const int64_t i = e / n, j = e % n;
-      double ref = 0, sq = 0;
-      for (int64_t p = 0; p < n; ++p) {
-        const double t = double(ha[size_t(i * n + p)]) * double(hb[size_t(p * n + j)]);
-        ref += t;
-        sq += t * t;
-      }
-      const double err = std::abs(hc[size_t(e)] - ref) / std::max(std::abs(ref), std::sqrt(sq));
+      const HostEntry h = host_entry(ha, hb, e / n, e % n, n, n);
+      const double err = std::abs(hc[size_t(e)] - h.value) / std::max(std::abs(h.value), h.scale);
       if (err > worst) worst = err, bad = e;
     }
     r.check_ok = worst < 5e-3;
