@@ -131,6 +131,10 @@ Config read_config() {
   if (std::string v = env("METAJIT_COMPILE_TIMEOUT");
       !v.empty() && !parse_duration(v, c.compile_timeout_seconds))
     throw Error("METAJIT_COMPILE_TIMEOUT=" + v + " is not a duration; expected e.g. 300, 90s, 5m");
+  if (std::string v = env("METAJIT_DIST_TIMEOUT");
+      !v.empty() && (!parse_duration(v, c.dist_timeout_seconds) || c.dist_timeout_seconds <= 0))
+    throw Error("METAJIT_DIST_TIMEOUT=" + v +
+                " is not a positive duration; expected e.g. 300, 90s, 5m");
   c.dump_dot_dir = env("METAJIT_DUMP_DOT");
   read_remote_config(c);
   return c;

@@ -29,6 +29,7 @@ struct Config {
   bool cuda_emulate = false;                    // METAJIT_CUDA_EMULATE=1: CUDA on the host
   std::vector<std::string> extra_nvccflags;     // METAJIT_NVCCFLAGS, split on whitespace
   double compile_timeout_seconds = 300;         // METAJIT_COMPILE_TIMEOUT
+  double dist_timeout_seconds = 300;  // METAJIT_DIST_TIMEOUT: longest wait in a collective
   std::string dump_dot_dir;                     // METAJIT_DUMP_DOT: a DOT file per eval() there
   // The remote kernel cache (README "Sharing kernels across machines"; remote_cache/).
   std::string remote_url;             // METAJIT_REMOTE: redis://... or redis+unix:///path

@@ -1,0 +1,157 @@
+#include "distributed/buffer_collectives.h"
+
+#include <metajit/distributed.h>
+#include <metajit/error.h>
+
+#include <climits>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "distributed/collective_check.h"
+#include "distributed/mpi_types.h"
+#include "distributed/mpi_world.h"
+
+namespace metajit::dist {
+namespace {
+
+// MPI counts are int: larger buffers go in pieces of at most this many elements.
+constexpr int64_t kMaxPiece = int64_t(1) << 30;
+
+const char* op_text(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Add:
+      return "add";
+    case ReduceOp::Mul:
+      return "mul";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Min:
+      return "min";
+    case ReduceOp::Mean:
+      return "mean";
+  }
+  return "?";
+}
+
+// Starts one non-blocking MPI collective per piece of `count` elements (`start(offset, n, req)`)
+// and waits for all of them under the collective deadline; a timeout is an Error naming
+// `signature`'s collective and breaks the world (mpi_world.h).
+void run_pieces(const CollectiveSignature& signature, int64_t count,
+                const std::function<int(int64_t, int, MPI_Request*)>& start) {
+  std::lock_guard<std::mutex> lock(mpi_mutex());
+  std::vector<MPI_Request> requests;
+  for (int64_t at = 0; at < count || (count == 0 && requests.empty()); at += kMaxPiece) {
+    requests.emplace_back();
+    check_mpi(start(at, int(std::min(kMaxPiece, count - at)), &requests.back()),
+              std::string("metajit::dist: ") + signature.text);
+    if (count == 0) break;
+  }
+  std::vector<bool> done;
+  if (wait_all_until(requests, Clock::now() + collective_timeout(), done)) return;
+  mark_world_broken();
+  throw Error("metajit::dist: " + std::string(signature.text) + " (collective #" +
+              std::to_string(signature.number) + ") timed out after " + timeout_text() +
+              " moving its data: a rank stopped inside it (METAJIT_DIST_TIMEOUT) [on rank " +
+              std::to_string(world().rank) + "]");
+}
+
+// Mean's division of the reduced sum, in the element type (integers truncate like `/`).
+template <typename T>
+void divide(void* data, int64_t count, int by) {
+  T* p = static_cast<T*>(data);
+  for (int64_t i = 0; i < count; ++i) p[i] = T(p[i] / T(by));
+}
+template <typename Half>
+void divide_half(void* data, int64_t count, int by) {
+  Half* p = static_cast<Half*>(data);
+  for (int64_t i = 0; i < count; ++i) p[i] = Half(float(p[i]) / float(by));
+}
+
+void divide_by(void* data, int64_t count, DType t, int by) {
+  switch (t) {
+    case DType::Int8:
+      return divide<int8_t>(data, count, by);
+    case DType::UInt8:
+      return divide<uint8_t>(data, count, by);
+    case DType::Int16:
+      return divide<int16_t>(data, count, by);
+    case DType::Int32:
+      return divide<int32_t>(data, count, by);
+    case DType::Int64:
+      return divide<int64_t>(data, count, by);
+    case DType::Float32:
+      return divide<float>(data, count, by);
+    case DType::Float64:
+      return divide<double>(data, count, by);
+    case DType::Float16:
+      return divide_half<float16>(data, count, by);
+    case DType::BFloat16:
+      return divide_half<bfloat16>(data, count, by);
+    case DType::Bool:
+      break;
+  }
+  throw InternalError("dist: Mean of a bool value");
+}
+
+char* bytes(void* p, int64_t elements, DType t) {
+  return static_cast<char*>(p) + elements * int64_t(dtype_size(t));
+}
+
+}  // namespace
+
+void all_reduce_buffer(void* data, int64_t count, DType dtype, ReduceOp op,
+                       const std::string& what) {
+  const MPI_Op mpi = world().size > 1 || dtype == DType::Bool ? mpi_op(dtype, op) : MPI_OP_NULL;
+  const World& w = world();
+  const std::string text = std::string("all_reduce(") + op_text(op) + ") " + what;
+  const CollectiveSignature s =
+      make_signature(CollectiveKind::AllReduce, int32_t(dtype), int32_t(op), 0, count, text);
+  if (w.size == 1) return;
+  check_collective(s);
+  run_pieces(s, count, [&](int64_t at, int n, MPI_Request* r) {
+    return MPI_Iallreduce(MPI_IN_PLACE, bytes(data, at, dtype), n, mpi_type(dtype), mpi, w.comm, r);
+  });
+  if (op == ReduceOp::Mean) divide_by(data, count, dtype, w.size);
+}
+
+void broadcast_buffer(void* data, int64_t count, DType dtype, int root, const std::string& what) {
+  const World& w = world();
+  if (root < 0 || root >= w.size)
+    throw Error("dist::broadcast: root " + std::to_string(root) +
+                " is not a rank; valid roots are 0 to " + std::to_string(w.size - 1) +
+                " (world_size " + std::to_string(w.size) + ")");
+  const CollectiveSignature s =
+      make_signature(CollectiveKind::Broadcast, int32_t(dtype), 0, root, count,
+                     "broadcast(root " + std::to_string(root) + ") " + what);
+  if (w.size == 1) return;
+  check_collective(s);
+  run_pieces(s, count, [&](int64_t at, int n, MPI_Request* r) {
+    return MPI_Ibcast(bytes(data, at, dtype), n, mpi_type(dtype), root, w.comm, r);
+  });
+}
+
+void all_gather_buffer(const void* in, void* out, int64_t count, DType dtype,
+                       const std::string& what) {
+  const World& w = world();
+  if (count > INT_MAX)
+    throw Error("dist::all_gather: " + what + " has " + std::to_string(count) +
+                " elements; at most 2147483647 per rank can be gathered");
+  const CollectiveSignature s =
+      make_signature(CollectiveKind::AllGather, int32_t(dtype), 0, 0, count, "all_gather " + what);
+  if (w.size == 1) {
+    if (count > 0) std::memcpy(out, in, size_t(count) * dtype_size(dtype));
+    return;
+  }
+  check_collective(s);
+  run_pieces(s, count == 0 ? 0 : 1, [&](int64_t, int, MPI_Request* r) {
+    return MPI_Iallgather(in, int(count), mpi_type(dtype), out, int(count), mpi_type(dtype), w.comm,
+                          r);
+  });
+}
+
+void barrier() {
+  check_collective(make_signature(CollectiveKind::Barrier, 0, 0, 0, 0, "barrier"));
+}
+
+}  // namespace metajit::dist

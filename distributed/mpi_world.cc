@@ -1,0 +1,124 @@
+// Joining the launcher's world, leaving it at exit, and ending the whole job when a rank dies
+// of an uncaught exception (include/metajit/distributed.h).
+#include "distributed/mpi_world.h"
+
+#include <metajit/distributed.h>
+#include <metajit/error.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+namespace metajit::dist {
+namespace {
+
+World the_world;
+bool initialised_here = false;  // MPI_Init_thread was ours, so MPI_Finalize is too
+std::atomic<bool> broken{false};
+std::atomic<uint64_t> collectives{0};
+
+// OpenMPI's launchers (mpirun, and PMIx-based direct launches) put these in each rank's
+// environment; a plain start has neither.
+bool started_by_launcher() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
+}
+
+// An uncaught exception on one rank ends every rank, with its message, rather than leaving the
+// others waiting in their next collective until the timeout.
+[[noreturn]] void abort_job_on_terminate() {
+  std::string what = "an unknown exception";
+  if (std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      what = x.what();
+    } catch (...) {
+    }
+  } else {
+    what = "std::terminate";
+  }
+  std::fprintf(stderr, "metajit: rank %d of %d: uncaught: %s; aborting the job\n", the_world.rank,
+               the_world.size, what.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();
+}
+
+void leave_world() {
+  if (broken.load()) {
+    std::fprintf(stderr,
+                 "metajit: rank %d of %d: a collective timed out; ending the job (MPI_Abort)\n",
+                 the_world.rank, the_world.size);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  if (the_world.comm != MPI_COMM_NULL) MPI_Comm_free(&the_world.comm);
+  if (initialised_here) MPI_Finalize();
+}
+
+void join_world() {
+  int already = 0;
+  MPI_Initialized(&already);
+  if (!already) {
+    int provided = 0;
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided),
+              "MPI_Init_thread");
+    initialised_here = true;
+  }
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &the_world.comm), "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(the_world.comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(the_world.comm, &the_world.rank);
+  MPI_Comm_size(the_world.comm, &the_world.size);
+  the_world.mpi = true;
+  std::set_terminate(abort_job_on_terminate);
+  std::atexit(leave_world);
+}
+
+}  // namespace
+
+std::mutex& mpi_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+void check_mpi(int code, const std::string& what) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  throw Error(what + ": MPI error " + std::to_string(code) + ": " +
+              std::string(text, size_t(length)));
+}
+
+void init() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (started_by_launcher()) join_world();
+  });
+}
+
+const World& world() {
+  init();
+  return the_world;
+}
+
+int rank() {
+  return world().rank;
+}
+int world_size() {
+  return world().size;
+}
+
+uint64_t next_collective_number() {
+  return ++collectives;
+}
+
+void mark_world_broken() {
+  broken.store(true);
+}
+
+}  // namespace metajit::dist

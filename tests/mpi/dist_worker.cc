@@ -1,0 +1,235 @@
+// One rank of the distributed tests (tests/test_distributed.cc starts it under mpirun):
+//   dist_worker CASE
+// Each case checks its values against hand-computed ones and prints "ok CASE rank=R ..." on
+// success; a failed check prints "FAIL: ..." and exits 1; a metajit::Error caught prints
+// "error: MESSAGE" and exits 3. The fault cases (hang, throw, kill) end some rank on purpose.
+#include <metajit/distributed.h>
+#include <metajit/metajit.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "distributed/buffer_collectives.h"
+
+using namespace metajit;
+namespace {
+
+int failures = 0;
+void expect(bool ok, const std::string& what) {
+  if (ok) return;
+  ++failures;
+  std::printf("FAIL: rank %d: %s\n", dist::rank(), what.c_str());
+}
+
+// Element i of rank r's input: small integers, exact in every dtype (Int8 sums of 3 ranks too),
+// from -2 to 4 (from 0 to 6 for an unsigned type: `offset` 2).
+template <typename T>
+double input(int r, int64_t i) {
+  const double offset = std::is_same_v<T, uint8_t> ? 2.0 : 0.0;
+  return double((r * 3 + i) % 7) - 2.0 + offset;
+}
+
+template <typename T>
+std::vector<T> values(int r, int64_t n) {
+  std::vector<T> v;
+  for (int64_t i = 0; i < n; ++i) v.push_back(T(float(input<T>(r, i))));
+  return v;
+}
+
+template <typename T>
+double expected_reduce(ReduceOp op, int64_t i, int ranks, bool is_integer) {
+  double acc = input<T>(0, i);
+  for (int r = 1; r < ranks; ++r) {
+    const double x = input<T>(r, i);
+    acc = op == ReduceOp::Max ? std::max(acc, x) : op == ReduceOp::Min ? std::min(acc, x) : acc + x;
+  }
+  if (op != ReduceOp::Mean) return acc;
+  return is_integer ? std::trunc(acc / ranks) : acc / ranks;
+}
+
+template <typename T>
+int check_dtype(DType dt, bool is_integer) {
+  const int me = dist::rank(), ranks = dist::world_size();
+  const int64_t n = 37;
+  int checked = 0;
+  for (ReduceOp op : {ReduceOp::Add, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min}) {
+    std::vector<T> v = values<T>(me, n);
+    dist::all_reduce_buffer(v.data(), n, dt, op, std::string(dtype_name(dt)) + "[37]");
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = double(float(T(float(expected_reduce<T>(op, i, ranks, is_integer)))));
+      expect(double(float(v[size_t(i)])) == want,
+             std::string("all_reduce ") + dtype_name(dt) + " op " + std::to_string(int(op)) +
+                 " element " + std::to_string(i) + ": " +
+                 std::to_string(double(float(v[size_t(i)]))) + " != " + std::to_string(want));
+    }
+    ++checked;
+  }
+  const int root = ranks - 1;
+  std::vector<T> b = values<T>(me, n);
+  dist::broadcast_buffer(b.data(), n, dt, root, std::string(dtype_name(dt)) + "[37]");
+  expect(std::memcmp(b.data(), values<T>(root, n).data(), b.size() * sizeof(T)) == 0,
+         std::string("broadcast ") + dtype_name(dt));
+  std::vector<T> all(size_t(n * ranks));
+  const std::vector<T> mine = values<T>(me, n);
+  dist::all_gather_buffer(mine.data(), all.data(), n, dt, std::string(dtype_name(dt)) + "[37]");
+  for (int r = 0; r < ranks; ++r)
+    expect(std::memcmp(all.data() + r * n, values<T>(r, n).data(), size_t(n) * sizeof(T)) == 0,
+           std::string("all_gather ") + dtype_name(dt) + " part of rank " + std::to_string(r));
+  return checked + 2;
+}
+
+int check_bool() {
+  const int me = dist::rank(), ranks = dist::world_size();
+  // element 0: only rank 0 true; element 1: all true; element 2: none.
+  uint8_t v[3] = {uint8_t(me == 0), 1, 0};
+  uint8_t w[3] = {v[0], v[1], v[2]};
+  dist::all_reduce_buffer(v, 3, DType::Bool, ReduceOp::Add, "bool[3]");
+  dist::all_reduce_buffer(w, 3, DType::Bool, ReduceOp::Min, "bool[3]");
+  expect(v[0] == 1 && v[1] == 1 && v[2] == 0, "bool any");
+  expect(w[0] == (ranks == 1 ? 1 : 0) && w[1] == 1 && w[2] == 0, "bool all");
+  return 2;
+}
+
+int case_collectives() {
+  int checked = 0;
+  checked += check_dtype<float>(DType::Float32, false);
+  checked += check_dtype<double>(DType::Float64, false);
+  checked += check_dtype<int32_t>(DType::Int32, true);
+  checked += check_dtype<int64_t>(DType::Int64, true);
+  checked += check_dtype<int16_t>(DType::Int16, true);
+  checked += check_dtype<int8_t>(DType::Int8, true);
+  checked += check_dtype<uint8_t>(DType::UInt8, true);
+  checked += check_dtype<float16>(DType::Float16, false);
+  checked += check_dtype<bfloat16>(DType::BFloat16, false);
+  checked += check_bool();
+  dist::barrier();
+  // Larger than one piece of the polling's tight phase: 1M floats.
+  std::vector<float> big(size_t(1) << 20, float(dist::rank() + 1));
+  dist::all_reduce_buffer(big.data(), int64_t(big.size()), DType::Float32, ReduceOp::Add,
+                          "float32[1048576]");
+  const float sum = float(dist::world_size() * (dist::world_size() + 1) / 2);
+  expect(std::all_of(big.begin(), big.end(), [&](float x) { return x == sum; }), "1M-element sum");
+  if (failures) return 1;
+  std::printf("ok collectives rank=%d size=%d checked=%d\n", dist::rank(), dist::world_size(),
+              checked + 1);
+  return 0;
+}
+
+// Rank 0 reduces 4 floats, the others 5.
+int case_mismatch() {
+  std::vector<float> v(dist::rank() == 0 ? 4 : 5, 1.0f);
+  dist::all_reduce_buffer(v.data(), int64_t(v.size()), DType::Float32, ReduceOp::Add,
+                          "float32[" + std::to_string(v.size()) + "]");
+  std::printf("FAIL: rank %d: the mismatch went unnoticed\n", dist::rank());
+  return 1;
+}
+
+// The last rank never issues its collective (it sleeps); the others time out.
+int case_hang() {
+  if (dist::rank() == dist::world_size() - 1) {
+    std::this_thread::sleep_for(std::chrono::seconds(120));
+    return 0;
+  }
+  float x = 1;
+  dist::all_reduce_buffer(&x, 1, DType::Float32, ReduceOp::Add, "float32[1]");
+  std::printf("FAIL: rank %d: the missing rank went unnoticed\n", dist::rank());
+  return 1;
+}
+
+// The last rank throws (uncaught) or kills itself before its collective.
+int case_rank_dies(bool kill) {
+  float x = 1;
+  dist::barrier();
+  if (dist::rank() == dist::world_size() - 1) {
+    if (kill) ::raise(SIGKILL);
+    throw std::runtime_error("worker failure on purpose");
+  }
+  dist::all_reduce_buffer(&x, 1, DType::Float32, ReduceOp::Add, "float32[1]");
+  std::printf("FAIL: rank %d: the dead rank went unnoticed\n", dist::rank());
+  return 1;
+}
+
+// Every rank evaluates the same new graph on a cache directory of their own machine: the
+// kernels compile once on the machine (the cache's locks), whichever rank gets there first.
+int case_compile_once() {
+  const Var x = arange(1000, DType::Float32);
+  const Var y = exp(sin(x) * 0.5) + cos(x * 0.25);
+  const size_t kernels = plan({y}).size();
+  reset_stats();
+  eval({y});
+  int64_t compiled[2] = {int64_t(stats().kernels_compiled), int64_t(stats().disk_hits)};
+  dist::all_reduce_buffer(compiled, 2, DType::Int64, ReduceOp::Add, "int64[2]");
+  if (dist::rank() == 0)
+    std::printf("ok compile_once compiled_total=%lld disk_hits_total=%lld kernels=%zu ranks=%d\n",
+                (long long)compiled[0], (long long)compiled[1], kernels, dist::world_size());
+  return 0;
+}
+
+// dist::shard: every rank's share gathered; rank 0 checks they cover 0..n-1.
+int case_shard() {
+  for (bool drop_last : {false, true}) {
+    const int64_t n = 11;
+    const std::vector<int64_t> mine = dist::shard(n, 1234, 3, true, drop_last);
+    std::vector<int64_t> all(mine.size() * size_t(dist::world_size()));
+    dist::all_gather_buffer(mine.data(), all.data(), int64_t(mine.size()), DType::Int64,
+                            "int64 share");
+    const std::set<int64_t> distinct(all.begin(), all.end());
+    const int64_t ranks = dist::world_size();
+    const int64_t want_total = drop_last ? n / ranks * ranks : (n + ranks - 1) / ranks * ranks;
+    expect(int64_t(all.size()) == want_total, "shard total");
+    expect(int64_t(distinct.size()) == std::min(n, want_total), "shard distinct");
+    expect(*distinct.rbegin() < n && *distinct.begin() >= 0, "shard range");
+    if (dist::rank() == 0)
+      std::printf("shard drop_last=%d share=%zu total=%zu distinct=%zu\n", int(drop_last),
+                  mine.size(), all.size(), distinct.size());
+  }
+  if (failures) return 1;
+  std::printf("ok shard rank=%d\n", dist::rank());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr,
+                 "usage: dist_worker collectives|mismatch|hang|throw|kill|compile_once|shard\n");
+    return 2;
+  }
+  const std::string c = argv[1];
+  dist::init();
+  try {
+    int rc = 2;
+    if (c == "collectives")
+      rc = case_collectives();
+    else if (c == "mismatch")
+      rc = case_mismatch();
+    else if (c == "hang")
+      rc = case_hang();
+    else if (c == "throw")
+      rc = case_rank_dies(false);
+    else if (c == "kill")
+      rc = case_rank_dies(true);
+    else if (c == "compile_once")
+      rc = case_compile_once();
+    else if (c == "shard")
+      rc = case_shard();
+    std::fflush(stdout);
+    return rc;
+  } catch (const metajit::Error& e) {
+    std::printf("error: %s\n", e.what());
+    std::fflush(stdout);
+    return 3;
+  }
+}

@@ -1,0 +1,173 @@
+// Training beyond one process, the part built so far (issue 30; include/metajit/distributed.h):
+// the world, the collectives on host buffers with their cross-rank check and deadline, and
+// dist::shard. A plain start is checked in-process (a world of one); the rest runs
+// tests/mpi/dist_worker under a real `mpirun` (OpenMPI, oversubscribed on this machine's cores)
+// and checks each rank's own verdict ("ok ..." lines), the messages of the faults, how long a
+// fault takes to end the job, and that no rank is left running.
+#include <metajit/distributed.h>
+#include <metajit/metajit.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "distributed/buffer_collectives.h"
+#include "support/files.h"
+#include "support/processes.h"
+#include "support/remote_runs.h"
+#include "support/skip.h"
+
+namespace fs = std::filesystem;
+using metajit_test::occurrences;
+using metajit_test::ProgramRun;
+using metajit_test::RunEnv;
+using namespace metajit;
+
+namespace {
+
+std::string mpirun_path() {
+  for (const char* p : {"/usr/bin/mpirun", "/usr/local/bin/mpirun"})
+    if (fs::exists(p)) return p;
+  return "";
+}
+
+// `dist_worker CASE` on `ranks` ranks under mpirun (as root too: the CI machines run tests as
+// root), with `env` added; killed after `bound` seconds.
+ProgramRun run_ranks(int ranks, const std::string& c, RunEnv env, double bound) {
+  const std::string mpirun = mpirun_path();
+  if (mpirun.empty()) metajit_test::skip_test("mpirun (openmpi-bin) is not installed");
+  env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT", "1");
+  env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+  // Containers often forbid the cross-process reads of OpenMPI's shared-memory single copy.
+  env.emplace_back("OMPI_MCA_btl_vader_single_copy_mechanism", "none");
+  static metajit_test::TempDir out;
+  const fs::path output = out.path() / (c + "-" + std::to_string(ranks) + ".out");
+  return metajit_test::run_program(
+      {mpirun, "--oversubscribe", "--bind-to", "none", "-np", std::to_string(ranks),
+       metajit_test::test_program("dist_worker"), c},
+      env, output, bound);
+}
+
+// No process of `dist_worker CASE` is left (the launcher has reaped or killed every rank).
+bool no_rank_left(const std::string& c) {
+  const metajit_test::ProcessResult r =
+      metajit_test::run_command("pgrep -f " + metajit_test::shell_quote("dist_worker " + c + "$"));
+  return r.output.empty();
+}
+
+}  // namespace
+
+TEST_CASE("a plain start is a world of one: rank 0, collectives are the identity", "[dist]") {
+  CHECK(dist::rank() == 0);
+  CHECK(dist::world_size() == 1);
+  std::vector<float> v = {1.5f, -2.0f, 3.0f};
+  dist::all_reduce_buffer(v.data(), 3, DType::Float32, ReduceOp::Mean, "float32[3]");
+  CHECK(v == std::vector<float>{1.5f, -2.0f, 3.0f});
+  dist::broadcast_buffer(v.data(), 3, DType::Float32, 0, "float32[3]");
+  CHECK(v == std::vector<float>{1.5f, -2.0f, 3.0f});
+  std::vector<float> all(3);
+  dist::all_gather_buffer(v.data(), all.data(), 3, DType::Float32, "float32[3]");
+  CHECK(all == v);
+  dist::barrier();
+  CHECK_THROWS_WITH(dist::broadcast_buffer(v.data(), 3, DType::Float32, 1, "float32[3]"),
+                    Catch::Matchers::Contains("root 1 is not a rank"));
+  uint8_t b[1] = {1};
+  CHECK_THROWS_AS(dist::all_reduce_buffer(b, 1, DType::Bool, ReduceOp::Mean, "bool[1]"),
+                  DTypeError);
+}
+
+TEST_CASE("shard deals an epoch like DistributedSampler: seeded, every index once", "[dist]") {
+  const std::vector<int64_t> a = dist::shard(1000, 7, 0), again = dist::shard(1000, 7, 0);
+  CHECK(a == again);
+  CHECK(a != dist::shard(1000, 7, 1));  // a new epoch, a new order
+  CHECK(a != dist::shard(1000, 8, 0));
+  std::vector<int64_t> sorted = a;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < 1000; ++i) REQUIRE(sorted[size_t(i)] == i);
+  std::vector<int64_t> in_order = dist::shard(5, 7, 0, false);
+  CHECK(in_order == std::vector<int64_t>{0, 1, 2, 3, 4});
+  CHECK(dist::shard(0, 1, 0).empty());
+  CHECK_THROWS_WITH(dist::shard(-1, 1, 0), Catch::Matchers::Contains("n = -1"));
+  CHECK_THROWS_WITH(dist::shard(3, 1, -2), Catch::Matchers::Contains("epoch -2"));
+}
+
+TEST_CASE("collectives on 2 and 3 ranks give the hand-computed values of every dtype",
+          "[process][mpi]") {
+  for (int ranks : {2, 3}) {
+    const ProgramRun r = run_ranks(ranks, "collectives", {}, 120);
+    INFO(r.output);
+    CHECK(r.exit_code == 0);
+    CHECK(occurrences(r.output, "ok collectives rank=") == size_t(ranks));
+    CHECK(occurrences(r.output, "FAIL") == 0);
+    CHECK(r.output.find("fork()") == std::string::npos);
+  }
+}
+
+TEST_CASE("different collectives on two ranks are an error on every rank naming both",
+          "[process][mpi]") {
+  const ProgramRun r = run_ranks(2, "mismatch", {}, 120);
+  INFO(r.output);
+  CHECK(r.exit_code != 0);
+  CHECK(occurrences(r.output, "error: metajit::dist: ranks issued different collectives") == 2);
+  CHECK(occurrences(r.output, "rank 0 issued all_reduce(add) float32[4] as its collective #1") ==
+        2);
+  CHECK(occurrences(r.output, "rank 1 issued all_reduce(add) float32[5] as its collective #1") ==
+        2);
+  CHECK(occurrences(r.output, "unnoticed") == 0);
+}
+
+TEST_CASE("a rank that never comes ends the others after METAJIT_DIST_TIMEOUT, naming it",
+          "[process][mpi]") {
+  const ProgramRun r = run_ranks(3, "hang", {{"METAJIT_DIST_TIMEOUT", "2"}}, 120);
+  INFO(r.output);
+  CHECK(r.exit_code != 0);
+  CHECK(r.seconds < 30);  // 2 s of timeout, then the job ends (the sleeper would take 120)
+  CHECK(occurrences(r.output,
+                    "all_reduce(add) float32[1] (collective #1) timed out after 2 s: "
+                    "rank 2 did not arrive (METAJIT_DIST_TIMEOUT)") == 2);
+  CHECK(no_rank_left("hang"));
+  WARN("a missing rank ended a 3-rank job in " << r.seconds << " s (timeout 2 s)");
+}
+
+TEST_CASE("a rank that throws or is killed ends the job at once, not at the timeout",
+          "[process][mpi]") {
+  for (const char* c : {"throw", "kill"}) {
+    const ProgramRun r = run_ranks(2, c, {{"METAJIT_DIST_TIMEOUT", "300"}}, 120);
+    INFO(c << ":\n" << r.output);
+    CHECK(r.exit_code != 0);
+    CHECK(r.seconds < 60);
+    if (std::string(c) == "throw")
+      CHECK(r.output.find("rank 1 of 2: uncaught: worker failure on purpose; aborting the job") !=
+            std::string::npos);
+    CHECK(occurrences(r.output, "unnoticed") == 0);
+    CHECK(no_rank_left(c));
+    WARN("a rank that did '" << c << "' ended the job in " << r.seconds << " s");
+  }
+}
+
+TEST_CASE("ranks on one machine compile each kernel once, through the shared disk cache",
+          "[process][mpi]") {
+  metajit_test::TempDir cache;
+  const ProgramRun r =
+      run_ranks(2, "compile_once", {{"METAJIT_CACHE_DIR", cache.path().string()}}, 300);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto f = metajit_test::line_fields(r.output, "ok compile_once");
+  REQUIRE(f.count("kernels"));
+  CHECK(f.at("kernels") >= 1);
+  CHECK(f.at("compiled_total") == f.at("kernels"));  // once on the machine, not once a rank
+  CHECK(f.at("compiled_total") + f.at("disk_hits_total") == 2 * f.at("kernels"));
+  CHECK(r.output.find("fork()") == std::string::npos);  // OpenMPI's fork warning
+}
+
+TEST_CASE("shard on 3 ranks: disjoint shares that cover every sample", "[process][mpi]") {
+  const ProgramRun r = run_ranks(3, "shard", {}, 120);
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(occurrences(r.output, "ok shard rank=") == 3);
+  CHECK(r.output.find("shard drop_last=0 share=4 total=12 distinct=11") != std::string::npos);
+  CHECK(r.output.find("shard drop_last=1 share=3 total=9 distinct=9") != std::string::npos);
+}
