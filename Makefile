@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 
-.PHONY: all deps bench-deps fuzz-deps test-deps build run test test-asan test-tsan fuzz bench bench-cuda bench-remote \
+.PHONY: all deps bench-deps fuzz-deps test-deps build run test test-asan test-tsan fuzz bench bench-cuda bench-remote bench-dist \
         install format clean
 
 all: build
@@ -58,6 +58,9 @@ ASAN_TESTS ?= -L '^(unit|slow|process|remote)$$' -E '^(test_autograd_random:|tes
 # kernels is compiled with the sanitizers; kernel compiles are most of the ASan run's time (20
 # until 2026-11-29, when the whole CI run reached 3650 s against its 60-minute goal).
 ASAN_DIFF_GRAPHS ?= 12
+# The distributed suite's mpirun cases under ASan, their ranks built with it too; OpenMPI's own
+# leaks of MPI_Init are suppressed (tests/mpi/lsan_openmpi.supp), nothing of metajit's.
+ASAN_MPI_TESTS ?= -L '^mpi$$'
 TSAN_TESTS ?= -R '^test_(jit|runtime|cache_store):'
 # Only the suites TSAN_TESTS runs are built (with the CLI and helper programs they start).
 TSAN_TARGETS ?= test_jit test_runtime test_cache_store
@@ -67,6 +70,9 @@ test-asan: deps
 	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1 METAJIT_DIFF_GRAPHS=$(ASAN_DIFF_GRAPHS) \
 	  ctest --output-on-failure -j $(JOBS) --timeout 1800 $(ASAN_TESTS)
+	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/mpi/lsan_openmpi.supp \
+	  UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) --timeout 1800 $(ASAN_MPI_TESTS)
 
 test-tsan: SAN_OPT = -O0
 test-tsan: deps
@@ -125,6 +131,13 @@ bench: deps bench-deps
 # GPU can be used.
 bench-cuda: build
 	./$(BUILD)/metajit_cuda_bench --json bench/cuda_results.json
+
+# `make bench-dist`: the distributed rows (metajit's all-reduce against MPI_Allreduce at 1, 16
+# and 64 MB, the digits MLP step on 1 and 2 ranks) in one run under mpirun (bench/dist_bench.sh).
+bench-dist: build
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DMETAJIT_BENCH=ON
+	cmake --build $(BUILD) -j $(JOBS) --target metajit_dist_bench train_digits
+	bash bench/dist_bench.sh $(BUILD)
 
 install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)

@@ -12,6 +12,7 @@
 #include "autograd/contraction_order.h"
 #include "autograd/scatter_as_gather.h"
 #include "base/check.h"
+#include "meta_ops/collective_nodes.h"
 #include "meta_ops/ops.h"
 
 namespace metajit {
@@ -292,6 +293,9 @@ std::vector<Var> backward(const NodePtr& y, const Var& g, const std::vector<bool
       break;
     case OpKind::ReindexReduce:
       out[0] = reindex_reduce_backward(y, g);
+      break;
+    case OpKind::Collective:
+      out[0] = collective_backward(y, g);
       break;
     default:
       break;  // leaves, scalars and iota have no inputs

@@ -12,7 +12,10 @@ std::string structural_text(const Graph& g, int id) {
   const GNode& n = g.nodes[id];
   std::string s = std::to_string(int(n.kind)) + "|" + std::to_string(int(n.dtype)) + "|" +
                   std::to_string(n.op) + "|" + shape_str(n.shape) + "|";
-  if (n.kind == OpKind::Scalar || n.kind == OpKind::Reindex) s += "#" + std::to_string(id);
+  // A collective is never merged either: each one the program issues runs (the ranks count
+  // them, distributed/collective_check.h).
+  if (n.kind == OpKind::Scalar || n.kind == OpKind::Reindex || n.kind == OpKind::Collective)
+    s += "#" + std::to_string(id);
   if (n.kind == OpKind::Leaf) s += "leaf" + std::to_string(uintptr_t(g.leaves[n.leaf].get()));
   for (int in : n.inputs) s += "," + std::to_string(in);
   s += "|";

@@ -6,6 +6,12 @@
 namespace metajit {
 namespace {
 
+// Whether a stored node is computed by a kernel of its own: leaves and stored scalars are
+// written before the kernels run, a collective's result by the runtime between them.
+bool has_kernel(const GNode& n) {
+  return n.kind != OpKind::Leaf && n.kind != OpKind::Scalar && n.kind != OpKind::Collective;
+}
+
 // The kernel of stored node `root` under `stored`: what it computes (sorted, ids are
 // topological, root last) and the stored nodes it reads (sorted).
 FusedGroup group_at(const Graph& g, const std::vector<bool>& stored, int root) {
@@ -83,7 +89,7 @@ void store_contractions_beside_reductions(const Graph& g, std::vector<bool>& sto
     changed = false;
     for (int root = 0; root < n; ++root) {
       const GNode& r = g.nodes[size_t(root)];
-      if (!stored[size_t(root)] || r.kind == OpKind::Leaf || r.kind == OpKind::Scalar) continue;
+      if (!stored[size_t(root)] || !has_kernel(r)) continue;
       const std::vector<int> members = group_at(g, stored, root).nodes;
       int reductions = 0;
       // A scatter counts: its kernel loops over the source, never a contraction's blocks
@@ -112,7 +118,7 @@ std::vector<int> kernels_computing(const Graph& g, const std::vector<bool>& stor
   std::vector<int> count(n, 0);
   for (size_t root = 0; root < n; ++root) {
     const GNode& r = g.nodes[root];
-    if (!stored[root] || r.kind == OpKind::Leaf || r.kind == OpKind::Scalar) continue;
+    if (!stored[root] || !has_kernel(r)) continue;
     for (int id : group_at(g, stored, int(root)).nodes) ++count[size_t(id)];
   }
   return count;
@@ -194,6 +200,8 @@ std::vector<bool> always_stored(const Graph& g, int opt_level,
   for (size_t i = 0; i < n; ++i) {
     const GNode& node = g.nodes[i];
     if (node.kind == OpKind::Leaf || node.kind == OpKind::ReindexReduce) stored[i] = true;
+    // A collective runs on its input's buffer between kernels, and its result is a buffer.
+    if (node.kind == OpKind::Collective) stored[i] = stored[size_t(node.inputs[0])] = true;
     if (node.kind == OpKind::Reindex || node.kind == OpKind::ReindexReduce)
       for (size_t k = 1; k < node.inputs.size(); ++k)
         if (g.nodes[size_t(node.inputs[k])].kind != OpKind::Scalar)
@@ -286,7 +294,7 @@ FusionPlan plan_fusion(const Graph& g, int opt_level) {
   plan.stored = choose_stored(g, opt_level, plan.decisions);
   for (int root = 0; root < int(g.nodes.size()); ++root) {
     const GNode& r = g.nodes[root];
-    if (!plan.stored[root] || r.kind == OpKind::Leaf || r.kind == OpKind::Scalar) continue;
+    if (!plan.stored[root] || !has_kernel(r)) continue;
     plan.groups.push_back(group_at(g, plan.stored, root));
   }
   return plan;
@@ -361,6 +369,15 @@ std::string dump_plan(const Graph& g, const FusionPlan& plan) {
       out += " %" + std::to_string(id) + " " + dtype_name(g.nodes[size_t(id)].dtype) +
              shape_str(g.nodes[size_t(id)].shape);
     out += "\n";
+  }
+  // Collectives run between the kernels (runtime/executor.h HostStep), never inside one.
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const GNode& c = g.nodes[i];
+    if (c.kind != OpKind::Collective) continue;
+    const int in = c.inputs[0], k = group_of(plan, in);
+    out += "between kernels: %" + std::to_string(i) + " " + dtype_name(c.dtype) +
+           shape_str(c.shape) + " = " + describe_op(c) + " of %" + std::to_string(in) +
+           (k >= 0 ? " (kernel " + std::to_string(k) + ")" : "") + "\n";
   }
   if (!plan.decisions.empty()) out += "decisions:\n";
   for (const FusionDecision& d : plan.decisions) out += "  " + describe_decision(g, plan, d) + "\n";

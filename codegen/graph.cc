@@ -130,6 +130,9 @@ void node_fingerprint(const std::vector<NodePtr>& outputs, std::string& s,
         put(s, int32_t(n.op));
         put(s, uint8_t(n.keepdims));
         put(s, uint8_t(n.fusion_barrier));
+        put(s, uint8_t(n.collective));
+        put(s, n.root);
+        put(s, n.rank);
         put(s, n.scalar);
         put(s, uint32_t(inputs.size()));
         for (int i : inputs) put(s, int32_t(i));
@@ -162,6 +165,12 @@ std::string describe_op(const GNode& n) {
       }
       return s;
     }
+    case OpKind::Collective:
+      s += std::string(".") + collective_kind_name(n.collective);
+      if (n.collective == CollectiveKind::AllReduce)
+        s += std::string("(") + reduce_op_name(ReduceOp(n.op)) + ")";
+      if (n.collective == CollectiveKind::Broadcast) s += "(root=" + std::to_string(n.root) + ")";
+      return s;
     default:
       return s;
   }

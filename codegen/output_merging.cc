@@ -61,6 +61,10 @@ bool mergeable(const Graph& g, const FusionPlan& plan, const std::vector<bool>& 
   const std::vector<int> moved = group_outputs(pg);
   for (int v : moved) {
     if (g.nodes[size_t(v)].fusion_barrier) return false;  // its readers read it from memory
+    // A collective's input stays where it is: its collective runs right after the kernel
+    // that writes it, before the kernels that read the collective's result.
+    for (int u : consumers[size_t(v)])
+      if (g.nodes[size_t(u)].kind == OpKind::Collective) return false;
     if (contains(cg.reads, v) && !read_elementwise(g, consumers, cg, v)) return false;
   }
   for (size_t q = p + 1; q < c; ++q) {
@@ -92,6 +96,8 @@ void drop_unread_extra_roots(const Graph& g, FusionPlan& plan) {
   for (int o : g.outputs) needed[size_t(o)] = true;
   for (const FusedGroup& grp : plan.groups)
     for (int r : grp.reads) needed[size_t(r)] = true;
+  for (const GNode& node : g.nodes)  // the runtime reads a collective's input between kernels
+    if (node.kind == OpKind::Collective) needed[size_t(node.inputs[0])] = true;
   for (FusedGroup& grp : plan.groups) {
     std::vector<int> kept;
     for (int e : grp.extra_roots) {

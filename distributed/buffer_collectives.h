@@ -1,7 +1,7 @@
 // Collectives on host memory: what dist::barrier() runs, and what the Var collectives
 // (all_reduce, broadcast, all_gather as graph nodes; issue 30, not built yet) will run between
 // kernels. Each first checks its signature across ranks (distributed/collective_check.h), then
-// moves the data with MPI's non-blocking collectives under the same deadline. In a world of one
+// moves the data with MPI's own collective (buffer_collectives.cc run_pieces). In a world of one
 // each is the identity (all_gather a copy).
 #pragma once
 #include <metajit/dtype.h>

@@ -32,6 +32,10 @@ uint64_t next_collective_number();
 // whole job with MPI_Abort when it exits, instead of finalising.
 void mark_world_broken();
 
+// Makes the executor run collective nodes through distributed/buffer_collectives.h
+// (distributed/graph_collectives.cc); init() calls it, in a world of one too.
+void install_collective_runner();
+
 // Throws Error("`what`: MPI error ...") when `code` is not MPI_SUCCESS.
 void check_mpi(int code, const std::string& what);
 

@@ -30,6 +30,22 @@ const char* op_kind_name(OpKind k) {
       return "reindex_reduce";
     case OpKind::Reduce:
       return "reduce";
+    case OpKind::Collective:
+      return "collective";
+  }
+  return "?";
+}
+
+const char* collective_kind_name(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::AllReduce:
+      return "all_reduce";
+    case CollectiveKind::Broadcast:
+      return "broadcast";
+    case CollectiveKind::AllGather:
+      return "all_gather";
+    case CollectiveKind::Barrier:
+      return "barrier";
   }
   return "?";
 }

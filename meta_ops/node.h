@@ -27,7 +27,16 @@ enum class OpKind : uint8_t {
   Reindex,        // indexes/conditions over the output indices; scalar = overflow value
   ReindexReduce,  // indexes/conditions over the input (y) indices; op = ReduceOp
   Reduce,         // axes = sorted reduced axes of the input; op = ReduceOp (never Mean)
+  // A collective over the ranks of an MPI world (include/metajit/distributed.h): never part of
+  // a kernel. Its input is stored by a kernel (or is a leaf), and the runtime runs the
+  // collective on that buffer between kernels (runtime/executor.h HostStep); collective says
+  // which, op is all_reduce's ReduceOp, root broadcast's root.
+  Collective,
 };
+
+// The collectives (OpKind::Collective); Barrier only in the distributed layer's checks.
+enum class CollectiveKind : uint8_t { AllReduce, Broadcast, AllGather, Barrier };
+const char* collective_kind_name(CollectiveKind k);
 
 enum class UnaryOp : uint8_t {
   Neg,
@@ -131,6 +140,11 @@ struct OpAttrs {
   // fusion_barrier(): the value is stored, never fused into its consumers (the planner's rule;
   // constant folding moves the mark onto the identity cast's input).
   bool fusion_barrier = false;
+  // Collective: which collective, broadcast's root and the rank that issued it (what the
+  // gradients of broadcast and all_gather keep; op: all_reduce's ReduceOp).
+  CollectiveKind collective = CollectiveKind::AllReduce;
+  int32_t root = 0;
+  int32_t rank = 0;
 
   int64_t numel() const { return numel_of(shape); }
 };

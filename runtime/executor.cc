@@ -46,6 +46,87 @@ std::mutex& cuda_launch_mutex() {
 // Scratch slots of one run; plans of up to this many stored values need no malloc for them.
 constexpr size_t kInlineSlots = 16;
 
+std::string shape_text(const GNode& n) {
+  std::string s = std::string(dtype_name(n.dtype)) + "[";
+  for (size_t k = 0; k < n.shape.size(); ++k) s += (k ? ", " : "") + std::to_string(n.shape[k]);
+  return s + "]";
+}
+
+// The host step of collective node `c`: it runs after the kernel that writes its input (or
+// first, for a leaf or a constant), in place when that input is a kernel's value nothing else
+// reads and nobody asked for.
+ExecProgram::HostStep host_step(const Graph& g, const std::vector<int32_t>& slot,
+                                const std::vector<int>& readers, const std::vector<bool>& is_output,
+                                int c, const std::vector<uint32_t>& after_input) {
+  const GNode& node = g.nodes[size_t(c)];
+  const int x = node.inputs[0];
+  const GNode& in = g.nodes[size_t(x)];
+  ExecProgram::HostStep h;
+  h.before_step = after_input[size_t(x)];
+  h.in_slot = slot[size_t(x)];
+  h.out_slot = slot[size_t(c)];
+  h.out_bytes = size_t(node.numel()) * dtype_size(node.dtype);
+  h.in_place = node.collective != CollectiveKind::AllGather && in.kind != OpKind::Leaf &&
+               in.kind != OpKind::Scalar && in.kind != OpKind::Collective &&
+               !is_output[size_t(x)] && readers[size_t(x)] == 1;
+  h.call.kind = node.collective;
+  h.call.op = ReduceOp(node.op);
+  h.call.root = node.root;
+  h.call.dtype = node.dtype;
+  h.call.count = in.numel();
+  h.call.what = shape_text(in);
+  return h;
+}
+
+// The collectives of `g` as host steps, in the order they run.
+std::vector<ExecProgram::HostStep> host_steps(const Graph& g,
+                                              const std::vector<LoweredKernel>& kernels,
+                                              const std::vector<int32_t>& slot,
+                                              const std::vector<bool>& is_output, Device device) {
+  std::vector<ExecProgram::HostStep> steps;
+  const size_t n = g.nodes.size();
+  std::vector<int> readers(n, 0);
+  std::vector<uint32_t> after_input(n, 0);  // the kernel step after which a value exists
+  for (size_t k = 0; k < kernels.size(); ++k) {
+    for (int in : kernels[k].input_nodes) ++readers[size_t(in)];
+    after_input[size_t(kernels[k].output_node)] = uint32_t(k + 1);
+    for (int e : kernels[k].extra_output_nodes) after_input[size_t(e)] = uint32_t(k + 1);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (g.nodes[i].kind != OpKind::Collective) continue;
+    ++readers[size_t(g.nodes[i].inputs[0])];
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (g.nodes[i].kind != OpKind::Collective) continue;
+    if (device == Device::CUDA)
+      throw CudaError("dist: collectives run on CPU buffers only; " + describe_op(g.nodes[i]) +
+                      " of " + shape_text(g.nodes[size_t(g.nodes[i].inputs[0])]) +
+                      " was to run on CUDA (not yet supported: use set_device(Device::CPU))");
+    steps.push_back(host_step(g, slot, readers, is_output, int(i), after_input));
+    after_input[i] = steps.back().before_step;  // a collective of a collective runs after it
+  }
+  std::stable_sort(steps.begin(), steps.end(),
+                   [](const auto& a, const auto& b) { return a.before_step < b.before_step; });
+  return steps;
+}
+
+// Runs host step `h` on the run's slots.
+void run_host_step(const ExecProgram::HostStep& h, void** ptr, BufferPtr* owned) {
+  const CollectiveRunner runner = collective_runner();
+  if (!runner)
+    throw InternalError("a collective is in the plan but no collective runner is installed");
+  if (h.in_place) {
+    owned[size_t(h.out_slot)] = std::move(owned[size_t(h.in_slot)]);
+    ptr[size_t(h.out_slot)] = ptr[size_t(h.in_slot)];
+    ptr[size_t(h.in_slot)] = nullptr;
+  } else {
+    owned[size_t(h.out_slot)] = allocate_buffer(h.out_bytes);
+    ptr[size_t(h.out_slot)] = owned[size_t(h.out_slot)]->data();
+  }
+  runner(h.call, h.in_place ? ptr[size_t(h.out_slot)] : ptr[size_t(h.in_slot)],
+         ptr[size_t(h.out_slot)]);
+}
+
 }  // namespace
 
 ExecProgram make_program(const Graph& g, const FusionPlan& plan,
@@ -72,6 +153,9 @@ ExecProgram make_program(const Graph& g, const FusionPlan& plan,
     slot[lk.output_node] = int32_t(p.num_slots++);
     for (int e : lk.extra_output_nodes) slot[e] = int32_t(p.num_slots++);
   }
+  for (size_t i = 0; i < n; ++i)
+    if (g.nodes[i].kind == OpKind::Collective) slot[i] = int32_t(p.num_slots++);
+  p.host_steps = host_steps(g, kernels, slot, is_output, device);
 
   // The step after which each slot is read no more.
   std::vector<int> last_reader(p.num_slots, -1);
@@ -140,7 +224,11 @@ void run_program(const ExecProgram& p, void* const* leaf_data, BufferPtr* output
   }
   uint64_t launched = 0;
   const bool profiled = profiling_enabled();  // one relaxed load when off
+  size_t next_host = 0;
   for (size_t step = 0; step < p.steps.size(); ++step) {
+    for (; next_host < p.host_steps.size() && p.host_steps[next_host].before_step <= step;
+         ++next_host)
+      run_host_step(p.host_steps[next_host], ptr.data(), owned.data());
     const ExecProgram::Step& s = p.steps[step];
     BufferPtr result = allocate_buffer(s.out_bytes, p.device);
     void* out = result->data();
@@ -181,6 +269,8 @@ void run_program(const ExecProgram& p, void* const* leaf_data, BufferPtr* output
       ptr[size_t(p.free_slots[j])] = nullptr;
     }
   }
+  for (; next_host < p.host_steps.size(); ++next_host)
+    run_host_step(p.host_steps[next_host], ptr.data(), owned.data());
   if (rt && launched) {
     // Freed intermediates went back to the allocator while kernels may still run; that is safe
     // because every later kernel is on the same (default) stream. A fault shows up here.

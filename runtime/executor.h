@@ -14,6 +14,7 @@
 #include "codegen/fusion_planner.h"
 #include "codegen/graph.h"
 #include "codegen/lowering.h"
+#include "runtime/collective_runner.h"
 #include "runtime/kernel_library.h"
 
 namespace metajit {
@@ -39,6 +40,17 @@ struct ExecProgram {
     int32_t slot = -1;
     size_t bytes = 0;
   };
+  // A collective (OpKind::Collective) the runtime runs between kernels, through the runner the
+  // distributed layer installs (runtime/collective_runner.h).
+  struct HostStep {
+    uint32_t before_step = 0;  // runs before kernel step `before_step` (at the end when == size)
+    int32_t in_slot = -1, out_slot = -1;
+    // The result takes over its input's buffer (no copy): the input is computed by a kernel for
+    // this collective alone and is not requested.
+    bool in_place = false;
+    size_t out_bytes = 0;
+    CollectiveCall call;
+  };
   struct Output {
     int32_t slot = -1;  // the value's slot
     int32_t leaf = -1;  // >= 0: the output is Graph::leaves[leaf] itself (nothing computed)
@@ -56,6 +68,7 @@ struct ExecProgram {
   std::vector<long long> params;              // every step's shape parameters, concatenated
   std::vector<double> scalars;                // every step's scalar arguments, concatenated
   std::vector<Output> outputs;                // one per Graph::outputs entry
+  std::vector<HostStep> host_steps;           // by before_step, then in graph order
   std::vector<KernelHandle> handles;          // per step: key, origin, compile time (profiler)
   std::vector<std::vector<std::string>> ops;  // per step: the fused ops (profiler)
 };

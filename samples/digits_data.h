@@ -4,6 +4,9 @@
 #pragma once
 #include <metajit/metajit.h>
 #include <zlib.h>
+#ifdef METAJIT_SAMPLE_DISTRIBUTED
+#include <metajit/distributed.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -160,6 +163,11 @@ struct TrainOptions {
   // float32's and the bytes a step allocates beyond its results at most kCompareBytes of
   // float32's (TrainResult).
   bool compare = false;
+  // --distributed: data-parallel over the ranks of an mpirun world (README "Distributed
+  // training"): each rank trains on its batch / world_size rows of every global batch of `batch`
+  // rows, the gradients averaged over the ranks; only rank 0 prints. The same global batches as
+  // one process, so the same accuracy up to rounding.
+  bool distributed = false;
 };
 constexpr double kCompareAccuracy = 0.01, kCompareBytes = 0.6;
 
@@ -169,7 +177,7 @@ inline TrainOptions parse_options(int argc, char** argv, int default_epochs) {
   auto usage = [&] {
     std::fprintf(stderr,
                  "usage: %s [--sgd|--adam] [--lr LR] [--epochs N] [--autocast bfloat16|float16] "
-                 "[--compare] [--check]\n",
+                 "[--compare] [--distributed] [--check]\n",
                  argv[0]);
     std::exit(2);
   };
@@ -184,6 +192,8 @@ inline TrainOptions parse_options(int argc, char** argv, int default_epochs) {
       o.check = true;
     } else if (a == "--compare") {
       o.compare = true;
+    } else if (a == "--distributed") {
+      o.distributed = true;
     } else if (a == "--epochs" && i + 1 < argc) {
       o.epochs = std::atoi(argv[++i]);
     } else if (a == "--lr" && i + 1 < argc) {
@@ -196,6 +206,12 @@ inline TrainOptions parse_options(int argc, char** argv, int default_epochs) {
     }
   }
   if (o.epochs < 1) o.epochs = 1;
+#ifndef METAJIT_SAMPLE_DISTRIBUTED
+  if (o.distributed) {
+    std::fprintf(stderr, "%s: --distributed: built without MPI (metajit::distributed)\n", argv[0]);
+    std::exit(2);
+  }
+#endif
   if (o.compare && !o.autocast) o.autocast = metajit::DType::BFloat16;
   return o;
 }
@@ -250,6 +266,21 @@ TrainResult train_once(const char* title, const Model& model, const TrainOptions
   using namespace metajit;
   using Clock = std::chrono::steady_clock;
   const std::unique_ptr<Optimizer> opt = make_optimizer(o, model.params());
+  // Data-parallel: this rank's share of every global batch (rows [rank * rows, ...) of it).
+  int64_t rows = o.batch, first_row = 0;
+#ifdef METAJIT_SAMPLE_DISTRIBUTED
+  if (o.distributed) {
+    if (o.batch % dist::world_size() != 0)
+      throw std::runtime_error("--distributed: the batch of " + std::to_string(o.batch) +
+                               " rows does not divide among " + std::to_string(dist::world_size()) +
+                               " ranks");
+    rows = o.batch / dist::world_size();
+    first_row = dist::rank() * rows;
+    opt->set_data_parallel();
+    std::printf("data-parallel on %d ranks: %lld rows each of every global batch of %lld\n",
+                dist::world_size(), (long long)rows, (long long)o.batch);
+  }
+#endif
   std::printf("%s: %lld training images, %lld held out (every fifth), batch %lld, %s lr %g, %s%s\n",
               title, (long long)data.train.n, (long long)data.held_out.n, (long long)o.batch,
               o.sgd ? "SGD momentum 0.9" : "Adam", opt->lr(), describe_device(device()).c_str(),
@@ -280,7 +311,7 @@ TrainResult train_once(const char* title, const Model& model, const TrainOptions
     double loss_sum = 0;
     std::vector<double> us;
     for (int64_t s = 0; s < steps_per_epoch; ++s) {
-      auto [x, y] = batch(data.train, order, s * o.batch, o.batch);
+      auto [x, y] = batch(data.train, order, s * o.batch + first_row, rows);
       eval({x, y});
       const auto t0 = Clock::now();
       Var loss = step(x, y);
@@ -296,7 +327,7 @@ TrainResult train_once(const char* title, const Model& model, const TrainOptions
                 (unsigned long long)compiled);
   }
   {  // one more step, its bytes measured (reset_stats: peak_bytes restarts from bytes_in_use)
-    auto [x, y] = batch(data.train, order, 0, o.batch);
+    auto [x, y] = batch(data.train, order, first_row, rows);
     eval({x, y});
     reset_stats();
     const uint64_t before = stats().bytes_in_use;
@@ -327,6 +358,10 @@ TrainResult train_once(const char* title, const Model& model, const TrainOptions
 // epoch 1 and the step traced once (and, comparing, TrainOptions::compare's bounds hold).
 template <class Model, class... Args>
 int train(const char* title, const TrainOptions& o, const Args&... args) {
+#ifdef METAJIT_SAMPLE_DISTRIBUTED
+  // Only rank 0 prints; every rank trains and checks.
+  if (o.distributed && metajit::dist::rank() != 0) std::freopen("/dev/null", "w", stdout);
+#endif
   const Data data = load();
   std::vector<TrainOptions> plans{o};
   if (o.compare) {

@@ -3,7 +3,8 @@
 // the held-out accuracy, microseconds per step, traces and compiles (README "Training").
 //
 //   ./train_digits [--sgd|--adam] [--lr LR] [--epochs N] [--autocast bfloat16|float16]
-//                  [--compare] [--check]
+//                  [--compare] [--distributed] [--check]
+//   mpirun --oversubscribe --bind-to none -np 2 ./train_digits --distributed --check
 //   ./train_digits --wrong-way   the same steps with the jit step created anew every step
 //
 // --check (the registered test): exit status 1 unless held-out accuracy >= 95% and nothing

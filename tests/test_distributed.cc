@@ -28,6 +28,11 @@ using namespace metajit;
 
 namespace {
 
+// A 1-d float32 Var of `v`.
+Var floats(const std::vector<float>& v) {
+  return array(v, {int64_t(v.size())});
+}
+
 std::string mpirun_path() {
   for (const char* p : {"/usr/bin/mpirun", "/usr/local/bin/mpirun"})
     if (fs::exists(p)) return p;
@@ -77,6 +82,86 @@ TEST_CASE("a plain start is a world of one: rank 0, collectives are the identity
   uint8_t b[1] = {1};
   CHECK_THROWS_AS(dist::all_reduce_buffer(b, 1, DType::Bool, ReduceOp::Mean, "bool[1]"),
                   DTypeError);
+}
+
+TEST_CASE("collectives on Vars are graph nodes: kernels before and after, never compiled",
+          "[dist]") {
+  const Var x = arange(8, DType::Float32);
+  const Var y = dist::all_reduce(x * 2.0 + 1.0);
+  const Var z = exp(y * 0.1) * 3.0;
+  // The kernel that writes the collective's input, then the one that reads its result.
+  const std::vector<KernelInfo> kernels = plan({z});
+  REQUIRE(kernels.size() == 2);
+  for (const KernelInfo& k : kernels) CHECK(k.source.find("collective") == std::string::npos);
+  CHECK(explain({z}).find("collective.all_reduce(add)") != std::string::npos);
+  reset_stats();
+  const std::vector<float> got = z.to_vector<float>();
+  CHECK(stats().kernels_launched == 2);
+  for (int i = 0; i < 8; ++i) CHECK(got[size_t(i)] == Approx(3 * std::exp(0.1 * (2 * i + 1))));
+  // Requested itself, and beside a value that reads its input too (not in place).
+  const Var a = arange(5, DType::Int64) * int64_t(3);
+  const Var b = dist::broadcast(a, 0), c = a + int64_t(1);
+  eval({b, c});
+  CHECK(b.to_vector<int64_t>() == std::vector<int64_t>{0, 3, 6, 9, 12});
+  CHECK(c.to_vector<int64_t>() == std::vector<int64_t>{1, 4, 7, 10, 13});
+  const Var g = dist::all_gather(reshape(arange(6, DType::Float32), {3, 2}));
+  CHECK(g.shape() == Shape{3, 2});
+  CHECK(g.to_vector<float>() == std::vector<float>{0, 1, 2, 3, 4, 5});
+  // Of a leaf: the collective works on a copy, the leaf keeps its value.
+  const Var leaf = floats({1, 2, 3});
+  CHECK(dist::all_reduce(leaf, ReduceOp::Max).to_vector<float>() == std::vector<float>{1, 2, 3});
+  CHECK(leaf.to_vector<float>() == std::vector<float>{1, 2, 3});
+}
+
+TEST_CASE("a jit function replays its collectives without tracing or compiling", "[dist]") {
+  auto f = jit([](const Var& v) { return dist::all_reduce(v * v, ReduceOp::Mean) + 1.0; },
+               "dist_mean_square");
+  CHECK(f(floats({1, 2})).to_vector<float>() == std::vector<float>{2, 5});
+  reset_stats();
+  CHECK(f(floats({3, -4})).to_vector<float>() == std::vector<float>{10, 17});
+  CHECK(stats().kernels_compiled == 0);
+  CHECK(stats().kernels_launched == 2);
+}
+
+TEST_CASE("gradients through the collectives (a world of one)", "[dist]") {
+  const Var w = floats({1, 2, 3});
+  const Var x = floats({0.5f, -1, 2});
+  const std::vector<Var> gs = grad(sum(dist::all_reduce(w * x)) + sum(dist::broadcast(w * w)) +
+                                       sum(dist::all_gather(reshape(w, {3, 1}))),
+                                   {w});
+  // x + 2w + 1, each collective passing the gradient on unchanged in a world of one.
+  CHECK(gs[0].to_vector<float>() == std::vector<float>{3.5f, 4, 9});
+  CHECK_THROWS_WITH(grad(sum(dist::all_reduce(w, ReduceOp::Max)), {w}),
+                    Catch::Matchers::Contains("all_reduce by max has no gradient"));
+}
+
+TEST_CASE("collectives on Vars refuse what they cannot do, naming it", "[dist]") {
+  const Var x = floats({1, 2});
+  CHECK_THROWS_WITH(dist::all_reduce(x, ReduceOp::Mul),
+                    Catch::Matchers::Contains("valid ops are Add, Mean, Max and Min"));
+  CHECK_THROWS_AS(dist::all_reduce(array<bool>(std::vector<bool>{true}, {1}), ReduceOp::Mean),
+                  DTypeError);
+  CHECK_THROWS_WITH(dist::broadcast(x, 1), Catch::Matchers::Contains("root 1 is not a rank"));
+  CHECK_THROWS_AS(dist::all_gather(scalar(1.0, DType::Float32)), ShapeError);
+  CHECK_THROWS_WITH(dist::all_reduce(Var()), Catch::Matchers::Contains("empty"));
+}
+
+TEST_CASE("set_data_parallel needs the distributed world, then averages in a world of one",
+          "[dist]") {
+  Var w = floats({1, 2}), w2 = floats({1, 2});
+  SGD opt({w}, 0.5), plain({w2}, 0.5);
+  CHECK_THROWS_WITH(opt.set_data_parallel(), Catch::Matchers::Contains("call dist::init() first"));
+  dist::init();
+  CHECK_THROWS_WITH(opt.set_data_parallel(true, 0), Catch::Matchers::Contains("bucket_bytes 0"));
+  opt.set_data_parallel(true, 4);  // one gradient a bucket
+  CHECK(opt.data_parallel());
+  const Var x = floats({3, -1});
+  for (int i = 0; i < 2; ++i) {
+    opt.step(sum(w * w * x));
+    plain.step(sum(w2 * w2 * x));
+  }
+  CHECK(w.to_vector<float>() == w2.to_vector<float>());
+  CHECK(explain({sum(w * x)}).find("all_reduce") == std::string::npos);  // only in steps
 }
 
 TEST_CASE("shard deals an epoch like DistributedSampler: seeded, every index once", "[dist]") {
@@ -161,6 +246,28 @@ TEST_CASE("ranks on one machine compile each kernel once, through the shared dis
   CHECK(f.at("compiled_total") == f.at("kernels"));  // once on the machine, not once a rank
   CHECK(f.at("compiled_total") + f.at("disk_hits_total") == 2 * f.at("kernels"));
   CHECK(r.output.find("fork()") == std::string::npos);  // OpenMPI's fork warning
+}
+
+TEST_CASE("collectives on Vars across 2 and 3 ranks: values, jit replays, gradients",
+          "[process][mpi]") {
+  for (int ranks : {2, 3}) {
+    const ProgramRun r = run_ranks(ranks, "graph", {}, 180);
+    INFO(r.output);
+    CHECK(r.exit_code == 0);
+    CHECK(occurrences(r.output, "ok graph rank=") == size_t(ranks));
+    CHECK(occurrences(r.output, "FAIL") == 0);
+  }
+}
+
+TEST_CASE("data-parallel training on 2 and 3 ranks equals one process with the whole batch",
+          "[process][mpi]") {
+  for (int ranks : {2, 3}) {
+    const ProgramRun r = run_ranks(ranks, "train", {}, 300);
+    INFO(r.output);
+    CHECK(r.exit_code == 0);
+    CHECK(occurrences(r.output, "ok train rank=") == size_t(ranks));
+    CHECK(occurrences(r.output, "FAIL") == 0);
+  }
 }
 
 TEST_CASE("shard on 3 ranks: disjoint shares that cover every sample", "[process][mpi]") {

@@ -102,6 +102,7 @@ std::shared_ptr<JitCore> make_train_jit(const std::shared_ptr<OptimizerCore>& co
     const Var& step = args[num_user_args + np + ns + 1];
     const Var& clip = args[num_user_args + np + ns + 2];
     const Var& scale = args[num_user_args + np + ns + 3];
+    const Var& data_parallel = args[num_user_args + np + ns + 4];
     Var loss;
     {
       // The model's parameter Vars (copies of opt->params) stand for the placeholders, so the
@@ -115,6 +116,7 @@ std::shared_ptr<JitCore> make_train_jit(const std::shared_ptr<OptimizerCore>& co
     const bool scaling = scale.ndim() == 0;
     ScaledGrads g =
         scaling ? scaled_grads(loss, params, scale) : ScaledGrads{grad(loss, params), Var()};
+    if (data_parallel.ndim() == 0) average_gradients(*opt, g);
     if (clip.ndim() == 0) g.grads = clip_grad_norm(g.grads, clip);
     OptimizerUpdate u = opt->update(params, g.grads, state, lr, step);
     if (scaling) u = unless_nonfinite(g.found_nonfinite, params, state, std::move(u));
@@ -136,11 +138,12 @@ std::shared_ptr<JitCore> make_train_jit(const std::shared_ptr<OptimizerCore>& co
     if (i < ns) return "state Var " + std::to_string(i) + " of the " + kind + " optimizer";
     if (i == ns) return "the learning rate";
     if (i == ns + 1) return "the step number";
-    return i == ns + 2
-               ? "the gradient clipping norm (0-d when set_max_grad_norm is on, [0] when off)"
-               : "the loss scale (0-d when set_loss_scaling is on, [0] when off)";
+    if (i == ns + 2)
+      return "the gradient clipping norm (0-d when set_max_grad_norm is on, [0] when off)";
+    return i == ns + 3 ? "the loss scale (0-d when set_loss_scaling is on, [0] when off)"
+                       : "data parallelism (0-d when set_data_parallel is on, [0] when off)";
   };
-  return make_jit_core(std::move(trace), num_user_args + np + ns + 4, std::move(name), nullptr,
+  return make_jit_core(std::move(trace), num_user_args + np + ns + 5, std::move(name), nullptr,
                        std::move(identity), {}, std::move(describe));
 }
 
@@ -157,8 +160,8 @@ Var call_train_jit(OptimizerCore& core, JitCore& jit, const Var* const* user_arg
   for (const Var& p : core.params) args.push_back(&p);
   for (const Var& s : core.state) args.push_back(&s);
   Var lr = scalar_arg(core.lr), step = scalar_arg(double(core.steps + 1)), clip = clip_arg(core),
-      scale = scale_arg(core);
-  for (const Var* v : {&lr, &step, &clip, &scale}) args.push_back(v);
+      scale = scale_arg(core), data_parallel = data_parallel_arg(core);
+  for (const Var* v : {&lr, &step, &clip, &scale, &data_parallel}) args.push_back(v);
   std::vector<Var> out = jit_call_many(jit, args.data());
   for (size_t i = 0; i < np; ++i) core.params[i].assign(out[1 + i]);
   for (size_t j = 0; j < ns; ++j) core.state[j].assign(out[1 + np + j]);
@@ -182,6 +185,7 @@ void Optimizer::step(const Var& loss) {
   detail::ScaledGrads g = c.scaling
                               ? detail::scaled_grads(loss, c.params, detail::scalar_arg(c.scale))
                               : detail::ScaledGrads{grad(loss, c.params), Var()};
+  if (c.data_parallel) detail::average_gradients(c, g);
   if (c.max_grad_norm > 0)
     g.grads = detail::clip_grad_norm(g.grads, detail::scalar_arg(c.max_grad_norm));
   OptimizerUpdate u = update(c.params, g.grads, c.state, detail::scalar_arg(c.lr),
@@ -221,6 +225,13 @@ void Optimizer::set_lr(double lr) {
 double Optimizer::lr() const {
   return core_->lr;
 }
+void Optimizer::set_data_parallel(bool on, int64_t bucket_bytes) {
+  detail::set_data_parallel(*core_, on, bucket_bytes);
+}
+bool Optimizer::data_parallel() const {
+  return core_->data_parallel;
+}
+
 void Optimizer::set_max_grad_norm(double max_norm) {
   detail::check_hyperparameter(core_->kind, "max_grad_norm", max_norm, 0);
   core_->max_grad_norm = max_norm;

@@ -4,14 +4,14 @@
 // Link the CMake target metajit::distributed: metajit::metajit alone never loads MPI, and
 // metajit.h does not include this header. A plain start (no launcher) is a world of one.
 //
-// Built so far (issue 30, in progress): the world, barrier() and shard(); the collectives on
-// host buffers that all_reduce / broadcast / all_gather on Vars will run
-// (distributed/buffer_collectives.h), each checked across ranks first and bounded by
-// METAJIT_DIST_TIMEOUT. The Var collectives as lazy graph nodes and
-// Optimizer::set_data_parallel are not built yet.
+// Built so far (issue 30, in progress): the world, the collectives on Vars (lazy graph nodes the
+// runtime runs between kernels), barrier() and shard(). Not yet: Optimizer::set_data_parallel.
 #pragma once
 #include <cstdint>
 #include <vector>
+
+#include "ops.h"
+#include "var.h"
 
 #pragma GCC visibility push(default)
 namespace metajit::dist {
@@ -23,6 +23,23 @@ namespace metajit::dist {
 void init();
 int rank();
 int world_size();
+
+// The collectives, lazy like any op: nothing moves until a value that needs them is evaluated.
+// The kernels before a collective write its input; the runtime then runs the collective on that
+// buffer (in place when nothing else reads it) and the kernels after it read the result. They
+// are never compiled or part of a kernel key, and a jit function's replays run them again.
+// Every rank must issue the same collectives in the same order: each checks that first, and a
+// mismatch is an Error on every rank naming both sides. CPU buffers only for now.
+//
+// all_reduce: element-wise over the ranks by Add, Mean (integers truncate like `/`), Max or Min
+// (Bool: Add and Max are "or", Min "and"); its gradient (Add, Mean) is the same all_reduce of the
+// result's gradient. broadcast: every rank gets rank `root`'s value; its gradient is the sum of
+// the ranks' gradients, on the root (zero elsewhere). all_gather: every rank's value concatenated
+// on axis 0 in rank order (equal shapes on every rank); its gradient is this rank's rows of the
+// sum of the ranks' gradients.
+Var all_reduce(const Var& x, ReduceOp op = ReduceOp::Add);
+Var broadcast(const Var& x, int root = 0);
+Var all_gather(const Var& x);
 
 // Waits until every rank has called it (checked like a collective: a rank that issues another
 // collective instead is an Error on every rank; one that never comes ends the others after

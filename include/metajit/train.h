@@ -130,6 +130,15 @@ class Optimizer {
   // off traces a jit step once more (its signature changes). update() does not clip.
   void set_max_grad_norm(double max_norm);
   double max_grad_norm() const;
+  // Data-parallel training over the ranks of the MPI world (include/metajit/distributed.h; link
+  // metajit::distributed and call dist::init() first, else an Error says so). Turning it on
+  // broadcasts the parameters from rank 0 now; from then on every step and jit step averages
+  // the gradients over the ranks before clipping and the update, by one all_reduce (Mean) per
+  // bucket of about `bucket_bytes` of gradients of one dtype (PyTorch DDP's default: 25 MiB),
+  // never one per parameter. With loss scaling, a step is skipped on every rank when any rank
+  // found an inf or NaN. Turning it on or off traces a jit step once more.
+  void set_data_parallel(bool on = true, int64_t bucket_bytes = int64_t(25) << 20);
+  bool data_parallel() const;
   // Dynamic loss scaling for float16 training (GradScaler's semantics), in every step and jit
   // step; nullopt turns it off (the default), a value turns it on and starts at its init_scale.
   // The gradients are taken of loss * scale and multiplied by 1 / scale; when any of them holds

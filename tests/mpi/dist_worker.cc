@@ -25,6 +25,11 @@
 using namespace metajit;
 namespace {
 
+// A 1-d float32 Var of `v`.
+Var floats(const std::vector<float>& v) {
+  return array(v, {int64_t(v.size())});
+}
+
 int failures = 0;
 void expect(bool ok, const std::string& what) {
   if (ok) return;
@@ -176,6 +181,120 @@ int case_compile_once() {
   return 0;
 }
 
+// Collectives on Vars: values, a jit function's replays (nothing compiled), gradients.
+int case_graph() {
+  const int me = dist::rank(), ranks = dist::world_size();
+  const double sum_ranks = ranks * (ranks + 1) / 2.0;  // of (rank + 1)
+  const Var x = full({4, 3}, me + 1.0);
+  const double total = sum(dist::all_reduce(x * 2.0)).item<float>();
+  expect(total == 2 * sum_ranks * 12, "all_reduce then sum: " + std::to_string(total));
+  const Var b = dist::broadcast(arange(5, DType::Int32) + me, ranks - 1);
+  expect(b.to_vector<int32_t>() ==
+             std::vector<int32_t>{ranks - 1, ranks, ranks + 1, ranks + 2, ranks + 3},
+         "broadcast from the last rank");
+  const std::vector<float> g = dist::all_gather(full({2}, double(me))).to_vector<float>();
+  for (int r = 0; r < ranks; ++r)
+    expect(g.size() == size_t(2 * ranks) && g[size_t(2 * r)] == r && g[size_t(2 * r + 1)] == r,
+           "all_gather part of rank " + std::to_string(r));
+  auto f = jit([](const Var& v) { return dist::all_reduce(v * v, ReduceOp::Mean); }, "mean_square");
+  for (int call = 0; call < 3; ++call) {
+    reset_stats();
+    const std::vector<float> y = f(full({3}, me + call + 0.0)).to_vector<float>();
+    double want = 0;
+    for (int r = 0; r < ranks; ++r) want += double(r + call) * (r + call);
+    want /= ranks;
+    expect(y.size() == 3 && y[0] == float(want),
+           "jit call " + std::to_string(call) + ": " + std::to_string(y.empty() ? -1.0 : y[0]));
+    if (call > 0) expect(stats().kernels_compiled == 0, "a jit replay compiled");
+  }
+  // L = sum(all_reduce(w * x)) on every rank: dL/dw on rank r is world_size * x_r.
+  const Var w = floats({1, 2}), xr = floats({float(me + 1), -1.0f});
+  const std::vector<float> dw = grad(sum(dist::all_reduce(w * xr)), {w})[0].to_vector<float>();
+  expect(dw == std::vector<float>{float(ranks * (me + 1)), float(-ranks)}, "all_reduce gradient");
+  if (failures) return 1;
+  std::printf("ok graph rank=%d\n", me);
+  return 0;
+}
+
+// Data-parallel training equals one process with the whole batch: each rank trains on its rows
+// of a global batch with set_data_parallel; beside it, the same model trained here on all the
+// rows without it. Parameters start different on each rank: rank 0's are broadcast.
+struct Model {
+  Var w, b;
+};
+Model make_model(double start) {
+  std::vector<float> w(4 * 2);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = float(start + 0.1 * double(i));
+  return {array(w, {4, 2}), array(std::vector<float>{float(start), -float(start)}, {2})};
+}
+// Row r of the global batch: inputs and targets, the same on every rank.
+Var batch_x(int64_t first, int64_t rows) {
+  return reshape(sin(cast(arange(rows * 4, DType::Int64) + first * 4, DType::Float32) * 0.37),
+                 {rows, 4});
+}
+Var batch_y(int64_t first, int64_t rows) {
+  return reshape(cos(cast(arange(rows * 2, DType::Int64) + first * 2, DType::Float32) * 0.21),
+                 {rows, 2});
+}
+Var loss_of(const Model& m, const Var& x, const Var& y) {
+  const Var d = matmul(x, m.w) + m.b - y;
+  return mean(d * d);
+}
+
+bool close(const Var& a, const Var& b, const std::string& what) {
+  const std::vector<float> u = a.to_vector<float>(), v = b.to_vector<float>();
+  for (size_t i = 0; i < u.size(); ++i)
+    if (std::fabs(u[i] - v[i]) > 2e-5f * (1 + std::fabs(v[i]))) {
+      expect(false, what + " element " + std::to_string(i) + ": " + std::to_string(u[i]) +
+                        " data-parallel, " + std::to_string(v[i]) + " whole batch");
+      return false;
+    }
+  return true;
+}
+
+template <class Opt>
+void train_both(const char* name, bool jit_steps, int64_t bucket_bytes,
+                const std::function<Opt(std::vector<Var>)>& make) {
+  const int me = dist::rank(), ranks = dist::world_size();
+  const int64_t per_rank = 3;
+  Model dp = make_model(1.0 + me), whole = make_model(1.0);
+  Opt dp_opt = make({dp.w, dp.b}), whole_opt = make({whole.w, whole.b});
+  dp_opt.set_data_parallel(true, bucket_bytes);
+  expect(dp.w.to_vector<float>() == whole.w.to_vector<float>(), "parameters broadcast from rank 0");
+  auto dp_step = dp_opt.jit_step([&](const Var& x, const Var& y) { return loss_of(dp, x, y); });
+  auto whole_step =
+      whole_opt.jit_step([&](const Var& x, const Var& y) { return loss_of(whole, x, y); });
+  for (int step = 0; step < 4; ++step) {
+    const int64_t first = step * per_rank * ranks;
+    const Var x = batch_x(first + me * per_rank, per_rank),
+              y = batch_y(first + me * per_rank, per_rank);
+    const Var gx = batch_x(first, per_rank * ranks), gy = batch_y(first, per_rank * ranks);
+    if (jit_steps) {
+      dp_step(x, y);
+      whole_step(gx, gy);
+    } else {
+      dp_opt.step(loss_of(dp, x, y));
+      whole_opt.step(loss_of(whole, gx, gy));
+    }
+  }
+  const std::string what = std::string(name) + (jit_steps ? " jit_step" : " step") + " bucket " +
+                           std::to_string(bucket_bytes);
+  close(dp.w, whole.w, what + " w");
+  close(dp.b, whole.b, what + " b");
+}
+
+int case_train() {
+  for (bool jit_steps : {false, true})
+    for (int64_t bucket : {int64_t(16), int64_t(25) << 20}) {
+      train_both<SGD>("SGD", jit_steps, bucket,
+                      [](std::vector<Var> p) { return SGD(p, 0.1, 0.9); });
+      train_both<Adam>("Adam", jit_steps, bucket, [](std::vector<Var> p) { return Adam(p, 0.05); });
+    }
+  if (failures) return 1;
+  std::printf("ok train rank=%d\n", dist::rank());
+  return 0;
+}
+
 // dist::shard: every rank's share gathered; rank 0 checks they cover 0..n-1.
 int case_shard() {
   for (bool drop_last : {false, true}) {
@@ -203,8 +322,9 @@ int case_shard() {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr,
-                 "usage: dist_worker collectives|mismatch|hang|throw|kill|compile_once|shard\n");
+    std::fprintf(
+        stderr,
+        "usage: dist_worker collectives|graph|train|mismatch|hang|throw|kill|compile_once|shard\n");
     return 2;
   }
   const std::string c = argv[1];
@@ -225,6 +345,10 @@ int main(int argc, char** argv) {
       rc = case_compile_once();
     else if (c == "shard")
       rc = case_shard();
+    else if (c == "graph")
+      rc = case_graph();
+    else if (c == "train")
+      rc = case_train();
     std::fflush(stdout);
     return rc;
   } catch (const metajit::Error& e) {

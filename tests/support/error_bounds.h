@@ -164,6 +164,7 @@ inline void ErrorBounds::bound_node(size_t i) {
       break;
     case OpKind::BroadcastTo:
     case OpKind::Reindex:
+    case OpKind::Collective:  // a world of one: the identity
       e = in(n, 0).error;
       break;
     case OpKind::Reduce:

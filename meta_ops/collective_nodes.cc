@@ -1,0 +1,46 @@
+#include "meta_ops/collective_nodes.h"
+
+#include <metajit/composite.h>
+#include <metajit/error.h>
+
+namespace metajit {
+
+Var collective_node(CollectiveKind kind, const Var& x, ReduceOp op, int32_t root, int32_t rank,
+                    int32_t world_size) {
+  Shape shape = x.shape();
+  if (kind == CollectiveKind::AllGather) shape[0] *= world_size;
+  NodePtr n = new_node(OpKind::Collective, x.dtype(), shape, {x.node()});
+  n->collective = kind;
+  n->op = int(op);
+  n->root = root;
+  n->rank = rank;
+  return Var(n);
+}
+
+Var collective_backward(const NodePtr& y, const Var& g) {
+  const Node& n = *y;
+  const Var x(n.inputs[0]);
+  switch (n.collective) {
+    case CollectiveKind::AllReduce:
+      if (ReduceOp(n.op) != ReduceOp::Add && ReduceOp(n.op) != ReduceOp::Mean)
+        throw Error(std::string("grad: dist::all_reduce by ") + reduce_op_name(ReduceOp(n.op)) +
+                    " has no gradient here; Add and Mean do");
+      return collective_node(CollectiveKind::AllReduce, g, ReduceOp(n.op), 0, n.rank, 1);
+    case CollectiveKind::Broadcast: {
+      const Var sum = collective_node(CollectiveKind::AllReduce, g, ReduceOp::Add, 0, n.rank, 1);
+      // Kept on the root, zero elsewhere: the rank is a kernel argument, never in a key.
+      return sum * scalar(n.rank == n.root ? 1.0 : 0.0, g.dtype());
+    }
+    case CollectiveKind::AllGather: {
+      const Var sum = collective_node(CollectiveKind::AllReduce, g, ReduceOp::Add, 0, n.rank, 1);
+      const int64_t rows = x.shape()[0];
+      const Var mine = arange(rows, DType::Int64) + scalar(double(n.rank * rows), DType::Int64);
+      return index_select(sum, 0, mine);
+    }
+    case CollectiveKind::Barrier:
+      break;
+  }
+  throw InternalError("collective_backward: not a collective with a gradient");
+}
+
+}  // namespace metajit

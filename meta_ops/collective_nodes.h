@@ -1,0 +1,23 @@
+// Collective nodes (OpKind::Collective): what dist::all_reduce, broadcast and all_gather build
+// (distributed/graph_collectives.cc) and what their gradients are made of
+// (autograd/backward_rules.cc). Checked by their callers: this builds the node.
+#pragma once
+#include <metajit/ops.h>
+#include <metajit/var.h>
+
+#include "meta_ops/node.h"
+
+namespace metajit {
+
+// `kind` of `x` issued by `rank`; all_gather's result has world_size times x's rows; `op` is
+// all_reduce's, `root` broadcast's.
+Var collective_node(CollectiveKind kind, const Var& x, ReduceOp op, int32_t root, int32_t rank,
+                    int32_t world_size);
+
+// The gradient of collective node `y` from the gradient `g` of its result (Error for an
+// all_reduce by Max or Min, which has none here): all_reduce's is the same all_reduce of g,
+// broadcast's the sum of g over the ranks kept on the root, all_gather's this rank's rows of
+// that sum.
+Var collective_backward(const NodePtr& y, const Var& g);
+
+}  // namespace metajit
