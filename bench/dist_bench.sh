@@ -14,3 +14,4 @@ step_us() { awk '$1 ~ /^[0-9]+$/ && NF == 6 { us = $4 } END { print us }'; }
 one=$("$build/samples/train_digits" --epochs 5 | step_us)
 two=$("${mpi[@]}" -np 2 "$build/samples/train_digits" --distributed --epochs 5 | step_us)
 echo "digits MLP step (global batch 64): 1 rank ${one} us, 2 ranks ${two} us (32 rows each)"
+if command -v python3 >/dev/null 2>&1; then python3 bench/peers_ddp.py --ranks 1 2; fi

@@ -9,8 +9,13 @@
 //
 //   ./train_gpt [--steps N] [--layers L] [--d-model D] [--heads H] [--context T] [--batch B]
 //               [--lr LR] [--dropout P] [--save FILE] [--resume FILE]
-//               [--autocast bfloat16|float16] [--compare] [--check]
+//               [--autocast bfloat16|float16] [--compare] [--distributed] [--check]
+//   mpirun --oversubscribe --bind-to none -np 2 ./train_gpt --distributed --check
 //
+// --distributed: data-parallel over the ranks of an mpirun world (README "Distributed
+// training"): every step draws the same global batch of B windows on every rank, and each rank
+// trains on its B / world_size of them, the gradients averaged over the ranks; dropout draws
+// from a stream seeded by (step, rank). Only rank 0 prints; every rank checks.
 // --autocast: the step, the held-out loss and sampling under metajit::autocast (float16 with
 // loss scaling). --compare: trains the model twice from the same initial weights, in float32
 // and under --autocast (bfloat16 unless given), and reports both held-out losses and the bytes
@@ -31,6 +36,9 @@
 // nothing while sampling after the first character.
 #include <metajit/metajit.h>
 #include <unistd.h>
+#ifdef METAJIT_SAMPLE_DISTRIBUTED
+#include <metajit/distributed.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -62,8 +70,9 @@ struct Options : gpt::GPTConfig {
   int64_t steps = 600, batch = 16;
   double lr = 3e-3, weight_decay = 0.1, clip = 1.0;
   std::string save, resume;
-  bool check = false, compare = false;
+  bool check = false, compare = false, distributed = false;
   std::optional<DType> autocast;  // --autocast
+  int rank = 0, ranks = 1;        // --distributed: this rank, and the world's size
 };
 
 // For its lifetime, an autocast of o's dtype when o has one.
@@ -81,7 +90,7 @@ class AutocastOf {
   std::fprintf(stderr,
                "usage: %s [--steps N] [--layers L] [--d-model D] [--heads H] [--context T] "
                "[--batch B] [--lr LR] [--dropout P] [--save FILE] [--resume FILE] "
-               "[--autocast bfloat16|float16] [--compare] [--check]\n",
+               "[--autocast bfloat16|float16] [--compare] [--distributed] [--check]\n",
                argv0);
   std::exit(2);
 }
@@ -118,6 +127,8 @@ Options parse_options(int argc, char** argv) {
       o.resume = argv[++i];
     } else if (a == "--compare") {
       o.compare = true;
+    } else if (a == "--distributed") {
+      o.distributed = true;
     } else if (a == "--autocast" && has_value &&
                (argv[i + 1] == std::string("bfloat16") || argv[i + 1] == std::string("float16"))) {
       o.autocast = argv[++i] == std::string("bfloat16") ? DType::BFloat16 : DType::Float16;
@@ -129,21 +140,41 @@ Options parse_options(int argc, char** argv) {
       o.context < 2 || o.batch < 1)
     usage(argv[0]);
   if (o.compare && !o.autocast) o.autocast = DType::BFloat16;
+  if (o.distributed) {
+#ifdef METAJIT_SAMPLE_DISTRIBUTED
+    o.rank = dist::rank();
+    o.ranks = dist::world_size();
+    if (o.batch % o.ranks != 0 || o.compare) {
+      std::fprintf(stderr,
+                   "%s: --distributed needs a batch (%lld) that divides among the %d ranks, "
+                   "and no --compare\n",
+                   argv[0], (long long)o.batch, o.ranks);
+      std::exit(2);
+    }
+#else
+    std::fprintf(stderr, "%s: --distributed: built without MPI (metajit::distributed)\n", argv[0]);
+    std::exit(2);
+#endif
+  }
   return o;
 }
 
 // B windows of T + 1 characters of `ids` starting where `rng` says: inputs [B, T] and the
 // characters that follow each position [B, T].
+// Only windows [first, first + rows) are kept (every window is drawn, so that they are the same
+// windows whatever part a rank keeps).
 std::pair<Var, Var> batch(const std::vector<int32_t>& ids, int64_t b, int64_t t,
-                          std::mt19937_64& rng) {
+                          std::mt19937_64& rng, int64_t first = 0, int64_t rows = -1) {
+  if (rows < 0) rows = b;
   std::uniform_int_distribution<int64_t> pick(0, int64_t(ids.size()) - t - 1);
-  std::vector<int32_t> x(size_t(b * t)), y(size_t(b * t));
+  std::vector<int32_t> x(size_t(rows * t)), y(size_t(rows * t));
   for (int64_t r = 0; r < b; ++r) {
     const int64_t p = pick(rng);
-    std::copy(ids.begin() + p, ids.begin() + p + t, x.begin() + r * t);
-    std::copy(ids.begin() + p + 1, ids.begin() + p + t + 1, y.begin() + r * t);
+    if (r < first || r >= first + rows) continue;
+    std::copy(ids.begin() + p, ids.begin() + p + t, x.begin() + (r - first) * t);
+    std::copy(ids.begin() + p + 1, ids.begin() + p + t + 1, y.begin() + (r - first) * t);
   }
-  return {array(x, {b, t}), array(y, {b, t})};
+  return {array(x, {rows, t}), array(y, {rows, t})};
 }
 
 // A model, its optimizer and its train step, created once.
@@ -164,12 +195,15 @@ struct Trainer {
             "gpt_step")) {
     opt.set_max_grad_norm(options.clip);
     if (options.autocast == DType::Float16) opt.set_loss_scaling(LossScaling{});
+    if (options.distributed) opt.set_data_parallel();  // rank 0's weights on every rank
   }
-  // Step s (1-based): its batch, its dropout masks and its learning rate depend on s alone.
+  // Step s (1-based): its batch, its dropout masks and its learning rate depend on s alone (and
+  // on the rank, distributed).
   double train_step(int64_t s, const std::vector<int32_t>& ids) {
     std::mt19937_64 rng{uint64_t(s)};
-    auto [x, y] = batch(ids, o.batch, o.context, rng);
-    manual_seed(uint64_t(s));
+    const int64_t rows = o.batch / o.ranks;
+    auto [x, y] = batch(ids, o.batch, o.context, rng, o.rank * rows, rows);
+    manual_seed(uint64_t(s) * uint64_t(o.ranks) + uint64_t(o.rank));
     opt.set_lr(cosine_lr(s - 1, o.lr, o.steps / 10, o.steps, o.lr / 10));
     return step(x, y).item<float>();
   }
@@ -338,6 +372,7 @@ int main(int argc, char** argv) {
   try {
     const auto t_start = Clock::now();
     const Options o = parse_options(argc, argv);
+    if (o.rank != 0) std::freopen("/dev/null", "w", stdout);  // only rank 0 prints
     const std::string text = text::read_gz(METAJIT_KJV_TEXT);
     const text::Vocab vocab(text);
     // Held out: the last tenth of the text, one stretch the model never sees.
@@ -362,6 +397,9 @@ int main(int argc, char** argv) {
     manual_seed(1);  // the initial weights
     Trainer run(vocab.size(), o);
     std::printf("parameters: %zu tensors\n", run.model.parameters().size());
+    if (o.distributed)
+      std::printf("data-parallel on %d ranks: %lld windows each of every global batch of %lld\n",
+                  o.ranks, (long long)(o.batch / o.ranks), (long long)o.batch);
     int64_t first = 1;
     if (!o.resume.empty()) {
       load_checkpoint(o.resume, run);
