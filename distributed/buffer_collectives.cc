@@ -12,28 +12,13 @@
 #include "distributed/collective_check.h"
 #include "distributed/mpi_types.h"
 #include "distributed/mpi_world.h"
+#include "meta_ops/node.h"
 
 namespace metajit::dist {
 namespace {
 
 // MPI counts are int: larger buffers go in pieces of at most this many elements.
 constexpr int64_t kMaxPiece = int64_t(1) << 30;
-
-const char* op_text(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Add:
-      return "add";
-    case ReduceOp::Mul:
-      return "mul";
-    case ReduceOp::Max:
-      return "max";
-    case ReduceOp::Min:
-      return "min";
-    case ReduceOp::Mean:
-      return "mean";
-  }
-  return "?";
-}
 
 // Runs one MPI collective per piece of `count` elements (`run(offset, n)`), once the check has
 // seen every rank arrive. These are MPI's blocking collectives: every rank is known to be about
@@ -100,7 +85,7 @@ void all_reduce_buffer(void* data, int64_t count, DType dtype, ReduceOp op,
                        const std::string& what) {
   const MPI_Op mpi = world().size > 1 || dtype == DType::Bool ? mpi_op(dtype, op) : MPI_OP_NULL;
   const World& w = world();
-  const std::string text = std::string("all_reduce(") + op_text(op) + ") " + what;
+  const std::string text = std::string("all_reduce(") + reduce_op_name(op) + ") " + what;
   const CollectiveSignature s =
       make_signature(CollectiveKind::AllReduce, int32_t(dtype), int32_t(op), 0, count, text);
   if (w.size == 1) return;
