@@ -58,8 +58,10 @@ ASAN_TESTS ?= -L '^(unit|slow|process|remote)$$' -E '^(test_autograd_random:|tes
 # kernels is compiled with the sanitizers; kernel compiles are most of the ASan run's time (20
 # until 2026-11-29, when the whole CI run reached 3650 s against its 60-minute goal).
 ASAN_DIFF_GRAPHS ?= 12
-# The distributed suite's mpirun cases under ASan, their ranks built with it too; OpenMPI's own
-# leaks of MPI_Init are suppressed (tests/mpi/lsan_openmpi.supp), nothing of metajit's.
+# The distributed suite's mpirun cases under ASan and UBSan, their ranks built with them too, but
+# without LeakSanitizer: OpenMPI 4.1 leaks what MPI_Init allocates (8 reports for a two-line
+# MPI_Init/MPI_Finalize program), from plugins it has unloaded by then, so no suppression can
+# name them. The in-process cases of the suite run with leak checks in the run above.
 ASAN_MPI_TESTS ?= -L '^mpi$$'
 TSAN_TESTS ?= -R '^test_(jit|runtime|cache_store):'
 # Only the suites TSAN_TESTS runs are built (with the CLI and helper programs they start).
@@ -70,8 +72,7 @@ test-asan: deps
 	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1 METAJIT_DIFF_GRAPHS=$(ASAN_DIFF_GRAPHS) \
 	  ctest --output-on-failure -j $(JOBS) --timeout 1800 $(ASAN_TESTS)
-	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1 \
-	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/mpi/lsan_openmpi.supp \
+	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=0:detect_stack_use_after_return=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) --timeout 1800 $(ASAN_MPI_TESTS)
 
 test-tsan: SAN_OPT = -O0
