@@ -83,12 +83,13 @@ char* bytes(void* p, int64_t elements, DType t) {
 
 void all_reduce_buffer(void* data, int64_t count, DType dtype, ReduceOp op,
                        const std::string& what) {
-  const MPI_Op mpi = world().size > 1 || dtype == DType::Bool ? mpi_op(dtype, op) : MPI_OP_NULL;
+  check_reducible(dtype, op);
   const World& w = world();
   const std::string text = std::string("all_reduce(") + reduce_op_name(op) + ") " + what;
   const CollectiveSignature s =
       make_signature(CollectiveKind::AllReduce, int32_t(dtype), int32_t(op), 0, count, text);
   if (w.size == 1) return;
+  const MPI_Op mpi = mpi_op(dtype, op);
   check_collective(s);
   run_pieces(s, count, [&](int64_t at, int n) {
     return MPI_Allreduce(MPI_IN_PLACE, bytes(data, at, dtype), n, mpi_type(dtype), mpi, w.comm);

@@ -8,21 +8,20 @@
 #include <string>
 
 #include "distributed/deadline_wait.h"
+#include "meta_ops/node.h"
 
 namespace metajit::dist {
 
 // What one rank is about to do; sent as bytes, so fixed-size and trivially copyable.
 struct CollectiveSignature {
   uint64_t number = 0;  // this rank's collective count (mpi_world.h)
-  int32_t kind = 0;     // CollectiveKind
+  int32_t kind = 0;     // CollectiveKind (meta_ops/node.h)
   int32_t dtype = 0;
   int32_t op = 0;    // ReduceOp for all_reduce, else 0
   int32_t root = 0;  // broadcast's root, else 0
   int64_t count = 0;
   char text[96] = {};  // e.g. "all_reduce(add) float32[4, 3]", what messages name
 };
-
-enum class CollectiveKind : int32_t { Barrier = 1, AllReduce, Broadcast, AllGather };
 
 // A signature for this rank's next collective; `text` is cut to fit.
 CollectiveSignature make_signature(CollectiveKind kind, int32_t dtype, int32_t op, int32_t root,

@@ -32,9 +32,7 @@ void run_collective(const CollectiveCall& call, const void* in, void* out) {
 }
 
 std::string shape_text(const Var& x) {
-  std::string s = std::string(dtype_name(x.dtype())) + "[";
-  for (size_t k = 0; k < x.shape().size(); ++k) s += (k ? ", " : "") + std::to_string(x.shape()[k]);
-  return s + "]";
+  return std::string(dtype_name(x.dtype())) + shape_str(x.shape());
 }
 
 void check_defined(const Var& x, const char* op) {

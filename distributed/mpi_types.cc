@@ -79,16 +79,18 @@ MPI_Datatype mpi_type(DType t) {
   throw InternalError("mpi_type: unknown dtype");
 }
 
+void check_reducible(DType t, ReduceOp op) {
+  if (t == DType::Bool && op == ReduceOp::Mean)
+    throw DTypeError(
+        "dist::all_reduce: Mean of a bool value is not defined; valid ops for "
+        "bool are Add and Max (or), Mul and Min (and)");
+}
+
 MPI_Op mpi_op(DType t, ReduceOp op) {
+  check_reducible(t, op);
   if (t == DType::Float16) return half_op<float16>(op);
   if (t == DType::BFloat16) return half_op<bfloat16>(op);
-  if (t == DType::Bool) {
-    if (op == ReduceOp::Mean)
-      throw DTypeError(
-          "dist::all_reduce: Mean of a bool value is not defined; valid ops for "
-          "bool are Add and Max (or), Mul and Min (and)");
-    return op == ReduceOp::Add || op == ReduceOp::Max ? MPI_MAX : MPI_MIN;
-  }
+  if (t == DType::Bool) return op == ReduceOp::Add || op == ReduceOp::Max ? MPI_MAX : MPI_MIN;
   switch (op) {
     case ReduceOp::Mul:
       return MPI_PROD;

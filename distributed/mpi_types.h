@@ -14,4 +14,8 @@ MPI_Datatype mpi_type(DType t);
 // MPI_MIN ("and"). Throws DTypeError for Mean on Bool.
 MPI_Op mpi_op(DType t, ReduceOp op);
 
+// Throws the DTypeError of mpi_op for a reduction no dtype-op pair allows (Mean on Bool), in a
+// world of one too; needs no MPI.
+void check_reducible(DType t, ReduceOp op);
+
 }  // namespace metajit::dist

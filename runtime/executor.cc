@@ -47,9 +47,7 @@ std::mutex& cuda_launch_mutex() {
 constexpr size_t kInlineSlots = 16;
 
 std::string shape_text(const GNode& n) {
-  std::string s = std::string(dtype_name(n.dtype)) + "[";
-  for (size_t k = 0; k < n.shape.size(); ++k) s += (k ? ", " : "") + std::to_string(n.shape[k]);
-  return s + "]";
+  return std::string(dtype_name(n.dtype)) + shape_str(n.shape);
 }
 
 // The host step of collective node `c`: it runs after the kernel that writes its input (or
