@@ -134,10 +134,11 @@ bench-cuda: build
 	./$(BUILD)/metajit_cuda_bench --json bench/cuda_results.json
 
 # `make bench-dist`: the distributed rows (metajit's all-reduce against MPI_Allreduce at 1, 16
-# and 64 MB, the digits MLP step on 1 and 2 ranks) in one run under mpirun (bench/dist_bench.sh).
+# and 64 MB, the digits MLP and GPT steps on 1 and 2 ranks, PyTorch DDP's) in one run under
+# mpirun (bench/dist_bench.sh).
 bench-dist: build
 	cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DMETAJIT_BENCH=ON
-	cmake --build $(BUILD) -j $(JOBS) --target metajit_dist_bench train_digits
+	cmake --build $(BUILD) -j $(JOBS) --target metajit_dist_bench train_digits train_gpt
 	bash bench/dist_bench.sh $(BUILD)
 
 install: build

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make bench-dist BUILD=build`: the distributed rows in one run (README "Distributed training"):
 # metajit's all-reduce against MPI_Allreduce on 2 ranks (bench/dist_bench.cc), then the digits
-# MLP's median step time on 1 rank and on 2 ranks sharing this machine's cores.
+# MLP's and the GPT's median step times on 1 rank and on 2 ranks sharing this machine's cores,
+# then PyTorch DDP's (bench/peers_ddp.py) on the same models and per-rank batches.
 set -euo pipefail
 build=${1:-build}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -14,4 +15,16 @@ step_us() { awk '$1 ~ /^[0-9]+$/ && NF == 6 { us = $4 } END { print us }'; }
 one=$("$build/samples/train_digits" --epochs 5 | step_us)
 two=$("${mpi[@]}" -np 2 "$build/samples/train_digits" --distributed --epochs 5 | step_us)
 echo "digits MLP step (global batch 64): 1 rank ${one} us, 2 ranks ${two} us (32 rows each)"
-if command -v python3 >/dev/null 2>&1; then python3 bench/peers_ddp.py --ranks 1 2; fi
+# train_gpt's default model without dropout, 80 steps: the median of steps 41-80 (its ms/step).
+gpt=("$build/samples/train_gpt" --steps 80 --dropout 0)
+one_log=$("${gpt[@]}")
+two_log=$("${mpi[@]}" -np 2 "${gpt[@]}" --distributed)
+vocab=$(sed -n 's/.*vocabulary \([0-9]*\),.*/\1/p' <<<"$one_log")
+read -r layers d_model heads context batch < <(sed -n \
+  's/^model: \([0-9]*\) layers, d_model \([0-9]*\), \([0-9]*\) heads, context \([0-9]*\), batch \([0-9]*\).*/\1 \2 \3 \4 \5/p' \
+  <<<"$one_log")
+echo "GPT step (L$layers D$d_model H$heads T$context, global batch $batch):" \
+  "1 rank $(step_us <<<"$one_log") ms, 2 ranks $(step_us <<<"$two_log") ms ($((batch / 2)) windows each)"
+if command -v python3 >/dev/null 2>&1; then
+  python3 bench/peers_ddp.py --ranks 1 2 --gpt "$vocab" "$layers" "$d_model" "$heads" "$context" "$batch"
+fi

@@ -1,5 +1,5 @@
 // Collectives on host memory: what dist::barrier() runs, and what the Var collectives
-// (all_reduce, broadcast, all_gather as graph nodes; issue 30, not built yet) will run between
+// (all_reduce, broadcast, all_gather as graph nodes, distributed/graph_collectives.cc) run between
 // kernels. Each first checks its signature across ranks (distributed/collective_check.h), then
 // moves the data with MPI's own collective (buffer_collectives.cc run_pieces). In a world of one
 // each is the identity (all_gather a copy).
@@ -18,6 +18,10 @@ namespace metajit::dist {
 // Half types combine in float and round each partial result to the type. `what` names the
 // value in messages (e.g. "float32[4, 3]").
 void all_reduce_buffer(void* data, int64_t count, DType dtype, ReduceOp op,
+                       const std::string& what);
+// The same from `in` into `out` (count elements each; the same buffer is in place): `in` is
+// read, never written.
+void all_reduce_buffer(const void* in, void* out, int64_t count, DType dtype, ReduceOp op,
                        const std::string& what);
 
 // Every rank's `data` becomes rank `root`'s.

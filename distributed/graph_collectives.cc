@@ -18,8 +18,7 @@ void run_collective(const CollectiveCall& call, const void* in, void* out) {
   const size_t bytes = size_t(call.count) * dtype_size(call.dtype);
   switch (call.kind) {
     case CollectiveKind::AllReduce:
-      if (in != out && bytes > 0) std::memcpy(out, in, bytes);
-      return all_reduce_buffer(out, call.count, call.dtype, call.op, call.what);
+      return all_reduce_buffer(in, out, call.count, call.dtype, call.op, call.what);
     case CollectiveKind::Broadcast:
       if (in != out && bytes > 0) std::memcpy(out, in, bytes);
       return broadcast_buffer(out, call.count, call.dtype, call.root, call.what);
@@ -56,6 +55,7 @@ Var all_reduce(const Var& x, ReduceOp op) {
     throw DTypeError("dist::all_reduce of " + shape_text(x) +
                      ": Mean of a bool value is not defined; valid ops for bool are Add and "
                      "Max (or), Min (and)");
+  if (op == ReduceOp::Mean) return mean_over_ranks(x, rank(), world_size());
   return collective_node(CollectiveKind::AllReduce, x, op, 0, rank(), world_size());
 }
 

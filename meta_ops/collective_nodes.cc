@@ -17,6 +17,13 @@ Var collective_node(CollectiveKind kind, const Var& x, ReduceOp op, int32_t root
   return Var(n);
 }
 
+Var mean_over_ranks(const Var& x, int32_t rank, int32_t world_size) {
+  if (!is_float(x.dtype()))
+    return collective_node(CollectiveKind::AllReduce, x, ReduceOp::Mean, 0, rank, world_size);
+  const Var sum = collective_node(CollectiveKind::AllReduce, x, ReduceOp::Add, 0, rank, world_size);
+  return sum / scalar(double(world_size), x.dtype());  // an argument: world_size is in no key
+}
+
 Var collective_backward(const NodePtr& y, const Var& g) {
   const Node& n = *y;
   const Var x(n.inputs[0]);

@@ -14,6 +14,12 @@ namespace metajit {
 Var collective_node(CollectiveKind kind, const Var& x, ReduceOp op, int32_t root, int32_t rank,
                     int32_t world_size);
 
+// all_reduce by Mean of `x` issued by `rank`: for a float type the all_reduce by Add divided by
+// world_size in the graph, so that the division fuses into the kernel that reads the result (as
+// the runner's own pass over the buffer it cost a 64 MB float32 average a tenth of its time,
+// bench/dist_bench.cc); other types keep the node's division, which truncates like `/`.
+Var mean_over_ranks(const Var& x, int32_t rank, int32_t world_size);
+
 // The gradient of collective node `y` from the gradient `g` of its result (Error for an
 // all_reduce by Max or Min, which has none here): all_reduce's is the same all_reduce of g,
 // broadcast's the sum of g over the ranks kept on the root, all_gather's this rank's rows of

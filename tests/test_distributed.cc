@@ -107,7 +107,14 @@ TEST_CASE("collectives on Vars are graph nodes: kernels before and after, never 
   const Var g = dist::all_gather(reshape(arange(6, DType::Float32), {3, 2}));
   CHECK(g.shape() == Shape{3, 2});
   CHECK(g.to_vector<float>() == std::vector<float>{0, 1, 2, 3, 4, 5});
-  // Of a leaf: the collective works on a copy, the leaf keeps its value.
+  // Mean of a float value: the all_reduce by Add, its division by world_size in the kernel
+  // that reads the result, which is still the second of two kernels.
+  const Var m = exp(dist::all_reduce(x * 2.0 + 1.0, ReduceOp::Mean) * 0.1);
+  CHECK(plan({m}).size() == 2);
+  CHECK(explain({m}).find("collective.all_reduce(add)") != std::string::npos);
+  CHECK(explain({m}).find("collective.all_reduce(mean)") == std::string::npos);
+  CHECK(m.to_vector<float>()[3] == Approx(std::exp(0.7)));
+  // Of a leaf: out of place, the leaf keeps its value.
   const Var leaf = floats({1, 2, 3});
   CHECK(dist::all_reduce(leaf, ReduceOp::Max).to_vector<float>() == std::vector<float>{1, 2, 3});
   CHECK(leaf.to_vector<float>() == std::vector<float>{1, 2, 3});

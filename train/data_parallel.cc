@@ -33,8 +33,7 @@ void average_bucket(const std::vector<Var>& grads, const std::vector<size_t>& bu
     sizes.push_back(grads[i].numel());
   }
   const Var joined = flat.size() == 1 ? flat[0] : concat(flat, 0);
-  const Var mean =
-      collective_node(CollectiveKind::AllReduce, joined, ReduceOp::Mean, 0, w.rank, w.size);
+  const Var mean = mean_over_ranks(joined, w.rank, w.size);
   const std::vector<Var> parts =
       bucket.size() == 1 ? std::vector<Var>{mean} : split(mean, sizes, 0);
   for (size_t k = 0; k < bucket.size(); ++k)

@@ -196,6 +196,18 @@ int case_graph() {
   for (int r = 0; r < ranks; ++r)
     expect(g.size() == size_t(2 * ranks) && g[size_t(2 * r)] == r && g[size_t(2 * r + 1)] == r,
            "all_gather part of rank " + std::to_string(r));
+  // A leaf is reduced out of place: the result is the sum, the leaf keeps its values.
+  const Var leaf = array(std::vector<float>(5, float(me + 1)), {5});
+  expect(dist::all_reduce(leaf).to_vector<float>() == std::vector<float>(5, float(sum_ranks)),
+         "all_reduce of a leaf");
+  expect(leaf.to_vector<float>() == std::vector<float>(5, float(me + 1)),
+         "the all_reduce wrote into the leaf it read");
+  // Mean of an integer type divides in the node, truncating like `/`; of a float type in the
+  // kernel after it (meta_ops/collective_nodes.h mean_over_ranks).
+  const int32_t isum = int32_t(3 * sum_ranks - 2 * ranks);  // of 3 * rank + 1
+  expect(dist::all_reduce(array(std::vector<int32_t>{3 * me + 1}, {1}), ReduceOp::Mean)
+                 .item<int32_t>() == isum / ranks,
+         "all_reduce Mean of an int32 value");
   auto f = jit([](const Var& v) { return dist::all_reduce(v * v, ReduceOp::Mean); }, "mean_square");
   for (int call = 0; call < 3; ++call) {
     reset_stats();
