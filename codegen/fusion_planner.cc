@@ -200,8 +200,11 @@ std::vector<bool> always_stored(const Graph& g, int opt_level,
   for (size_t i = 0; i < n; ++i) {
     const GNode& node = g.nodes[i];
     if (node.kind == OpKind::Leaf || node.kind == OpKind::ReindexReduce) stored[i] = true;
-    // A collective runs on its input's buffer between kernels, and its result is a buffer.
-    if (node.kind == OpKind::Collective) stored[i] = stored[size_t(node.inputs[0])] = true;
+    // A collective runs on its inputs' buffers between kernels, and its result is a buffer.
+    if (node.kind == OpKind::Collective) {
+      stored[i] = true;
+      for (int in : node.inputs) stored[size_t(in)] = true;
+    }
     if (node.kind == OpKind::Reindex || node.kind == OpKind::ReindexReduce)
       for (size_t k = 1; k < node.inputs.size(); ++k)
         if (g.nodes[size_t(node.inputs[k])].kind != OpKind::Scalar)
@@ -374,10 +377,14 @@ std::string dump_plan(const Graph& g, const FusionPlan& plan) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const GNode& c = g.nodes[i];
     if (c.kind != OpKind::Collective) continue;
-    const int in = c.inputs[0], k = group_of(plan, in);
     out += "between kernels: %" + std::to_string(i) + " " + dtype_name(c.dtype) +
-           shape_str(c.shape) + " = " + describe_op(c) + " of %" + std::to_string(in) +
-           (k >= 0 ? " (kernel " + std::to_string(k) + ")" : "") + "\n";
+           shape_str(c.shape) + " = " + describe_op(c) + " of";
+    for (size_t j = 0; j < c.inputs.size(); ++j) {
+      const int in = c.inputs[j], k = group_of(plan, in);
+      out += std::string(j ? ", %" : " %") + std::to_string(in) +
+             (k >= 0 ? " (kernel " + std::to_string(k) + ")" : "");
+    }
+    out += "\n";
   }
   if (!plan.decisions.empty()) out += "decisions:\n";
   for (const FusionDecision& d : plan.decisions) out += "  " + describe_decision(g, plan, d) + "\n";

@@ -97,7 +97,8 @@ void drop_unread_extra_roots(const Graph& g, FusionPlan& plan) {
   for (const FusedGroup& grp : plan.groups)
     for (int r : grp.reads) needed[size_t(r)] = true;
   for (const GNode& node : g.nodes)  // the runtime reads a collective's input between kernels
-    if (node.kind == OpKind::Collective) needed[size_t(node.inputs[0])] = true;
+    if (node.kind == OpKind::Collective)
+      for (int in : node.inputs) needed[size_t(in)] = true;
   for (FusedGroup& grp : plan.groups) {
     std::vector<int> kept;
     for (int e : grp.extra_roots) {

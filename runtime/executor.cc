@@ -50,8 +50,8 @@ std::string shape_text(const GNode& n) {
   return std::string(dtype_name(n.dtype)) + shape_str(n.shape);
 }
 
-// The host step of collective node `c`: it runs after the kernel that writes its input (or
-// first, for a leaf or a constant), in place when that input is a kernel's value nothing else
+// The host step of collective node `c`: it runs after the kernels that write its inputs (or
+// first, for leaves and constants), in place when its one input is a kernel's value nothing else
 // reads and nobody asked for.
 ExecProgram::HostStep host_step(const Graph& g, const std::vector<int32_t>& slot,
                                 const std::vector<int>& readers, const std::vector<bool>& is_output,
@@ -60,20 +60,46 @@ ExecProgram::HostStep host_step(const Graph& g, const std::vector<int32_t>& slot
   const int x = node.inputs[0];
   const GNode& in = g.nodes[size_t(x)];
   ExecProgram::HostStep h;
-  h.before_step = after_input[size_t(x)];
-  h.in_slot = slot[size_t(x)];
+  for (int v : node.inputs) {
+    h.before_step = std::max(h.before_step, after_input[size_t(v)]);
+    h.in_slots.push_back(slot[size_t(v)]);
+    h.in_bytes.push_back(size_t(g.nodes[size_t(v)].numel()) * dtype_size(g.nodes[size_t(v)].dtype));
+  }
   h.out_slot = slot[size_t(c)];
   h.out_bytes = size_t(node.numel()) * dtype_size(node.dtype);
-  h.in_place = node.collective != CollectiveKind::AllGather && in.kind != OpKind::Leaf &&
-               in.kind != OpKind::Scalar && in.kind != OpKind::Collective &&
-               !is_output[size_t(x)] && readers[size_t(x)] == 1;
+  h.in_place = node.inputs.size() == 1 && node.collective != CollectiveKind::AllGather &&
+               in.kind != OpKind::Leaf && in.kind != OpKind::Scalar &&
+               in.kind != OpKind::Collective && !is_output[size_t(x)] && readers[size_t(x)] == 1;
   h.call.kind = node.collective;
   h.call.op = ReduceOp(node.op);
   h.call.root = node.root;
   h.call.dtype = node.dtype;
-  h.call.count = in.numel();
-  h.call.what = shape_text(in);
+  const bool bucket = node.inputs.size() > 1;
+  h.call.count = bucket ? node.numel() : in.numel();
+  h.call.what = bucket ? shape_text(node) + " (" + std::to_string(node.inputs.size()) +
+                             " values end to end)"
+                       : shape_text(in);
   return h;
+}
+
+// Which host step frees each input: the last one that reads it, when no kernel reads it from
+// that step on. A kernel that read it before then no longer frees it (`last_reader` -1).
+void assign_host_frees(const Graph& g, const std::vector<int32_t>& slot,
+                       const std::vector<bool>& is_output, std::vector<int>& last_reader,
+                       std::vector<ExecProgram::HostStep>& steps) {
+  std::vector<int> last_host(last_reader.size(), -1);
+  for (size_t k = 0; k < steps.size(); ++k)
+    if (!steps[k].in_place)
+      for (int32_t s : steps[k].in_slots) last_host[size_t(s)] = int(k);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const int32_t s = slot[i];
+    if (s < 0 || last_host[size_t(s)] < 0 || is_output[i] || g.nodes[i].kind == OpKind::Leaf)
+      continue;
+    ExecProgram::HostStep& h = steps[size_t(last_host[size_t(s)])];
+    if (last_reader[size_t(s)] >= int(h.before_step)) continue;  // a later kernel frees it
+    last_reader[size_t(s)] = -1;
+    h.frees.push_back(s);
+  }
 }
 
 // The collectives of `g` as host steps, in the order they run.
@@ -92,7 +118,7 @@ std::vector<ExecProgram::HostStep> host_steps(const Graph& g,
   }
   for (size_t i = 0; i < n; ++i) {
     if (g.nodes[i].kind != OpKind::Collective) continue;
-    ++readers[size_t(g.nodes[i].inputs[0])];
+    for (int in : g.nodes[i].inputs) ++readers[size_t(in)];
   }
   for (size_t i = 0; i < n; ++i) {
     if (g.nodes[i].kind != OpKind::Collective) continue;
@@ -113,16 +139,29 @@ void run_host_step(const ExecProgram::HostStep& h, void** ptr, BufferPtr* owned)
   const CollectiveRunner runner = collective_runner();
   if (!runner)
     throw InternalError("a collective is in the plan but no collective runner is installed");
+  const size_t out = size_t(h.out_slot);
   if (h.in_place) {
-    owned[size_t(h.out_slot)] = std::move(owned[size_t(h.in_slot)]);
-    ptr[size_t(h.out_slot)] = ptr[size_t(h.in_slot)];
-    ptr[size_t(h.in_slot)] = nullptr;
+    owned[out] = std::move(owned[size_t(h.in_slots[0])]);
+    ptr[out] = ptr[size_t(h.in_slots[0])];
+    ptr[size_t(h.in_slots[0])] = nullptr;
   } else {
-    owned[size_t(h.out_slot)] = allocate_buffer(h.out_bytes);
-    ptr[size_t(h.out_slot)] = owned[size_t(h.out_slot)]->data();
+    owned[out] = allocate_buffer(h.out_bytes);
+    ptr[out] = owned[out]->data();
   }
-  runner(h.call, h.in_place ? ptr[size_t(h.out_slot)] : ptr[size_t(h.in_slot)],
-         ptr[size_t(h.out_slot)]);
+  const void* in = h.in_place ? ptr[out] : ptr[size_t(h.in_slots[0])];
+  if (h.in_slots.size() > 1) {  // a bucket: its values end to end, then reduced in place
+    char* at = static_cast<char*>(ptr[out]);
+    for (size_t k = 0; k < h.in_slots.size(); ++k) {
+      if (h.in_bytes[k] > 0) std::memcpy(at, ptr[size_t(h.in_slots[k])], h.in_bytes[k]);
+      at += h.in_bytes[k];
+    }
+    in = ptr[out];
+  }
+  runner(h.call, in, ptr[out]);
+  for (int32_t s : h.frees) {
+    owned[size_t(s)].reset();
+    ptr[size_t(s)] = nullptr;
+  }
 }
 
 }  // namespace
@@ -159,6 +198,7 @@ ExecProgram make_program(const Graph& g, const FusionPlan& plan,
   std::vector<int> last_reader(p.num_slots, -1);
   for (size_t k = 0; k < kernels.size(); ++k)
     for (int in : kernels[k].input_nodes) last_reader[slot[in]] = int(k);
+  assign_host_frees(g, slot, is_output, last_reader, p.host_steps);
 
   for (size_t k = 0; k < kernels.size(); ++k) {
     const LoweredKernel& lk = kernels[k];

@@ -44,11 +44,17 @@ struct ExecProgram {
   // distributed layer installs (runtime/collective_runner.h).
   struct HostStep {
     uint32_t before_step = 0;  // runs before kernel step `before_step` (at the end when == size)
-    int32_t in_slot = -1, out_slot = -1;
+    // Its input, or the values of a bucket (meta_ops/collective_nodes.h all_reduce_flat), which
+    // are copied end to end into the result's buffer and reduced there.
+    std::vector<int32_t> in_slots;
+    std::vector<size_t> in_bytes;
+    int32_t out_slot = -1;
     // The result takes over its input's buffer (no copy): the input is computed by a kernel for
     // this collective alone and is not requested.
     bool in_place = false;
     size_t out_bytes = 0;
+    // Inputs that no kernel reads after this step: back to the allocator once it ran.
+    std::vector<int32_t> frees;
     CollectiveCall call;
   };
   struct Output {

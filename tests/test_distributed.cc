@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "distributed/buffer_collectives.h"
+#include "meta_ops/collective_nodes.h"
 #include "support/files.h"
 #include "support/processes.h"
 #include "support/remote_runs.h"
@@ -151,6 +152,33 @@ TEST_CASE("collectives on Vars refuse what they cannot do, naming it", "[dist]")
   CHECK_THROWS_WITH(dist::broadcast(x, 1), Catch::Matchers::Contains("root 1 is not a rank"));
   CHECK_THROWS_AS(dist::all_gather(scalar(1.0, DType::Float32)), ShapeError);
   CHECK_THROWS_WITH(dist::all_reduce(Var()), Catch::Matchers::Contains("empty"));
+}
+
+TEST_CASE("a bucket's values are reduced as one buffer, laid end to end between kernels",
+          "[dist]") {
+  dist::init();
+  const Var a = arange(6, DType::Float32) * 2.0;
+  const Var b = reshape(arange(4, DType::Float32), {2, 2}) + 1.0, c = floats({7});
+  const Var mean = all_reduce_flat({a, b, c}, ReduceOp::Mean, dist::rank(), dist::world_size());
+  CHECK(mean.shape() == Shape{11});
+  const Var after = mean * 3.0;
+  // One collective of the three values; no kernel reads all three to join them: a's, b's and
+  // the one after the collective (which also divides by world_size).
+  const std::string e = explain({after});
+  INFO(e);
+  CHECK(occurrences(e, "between kernels") == 1);
+  CHECK(e.find("collective.all_reduce(add) of %") != std::string::npos);
+  CHECK(plan({after}).size() == 3);
+  const std::vector<float> want = {0, 6, 12, 18, 24, 30, 3, 6, 9, 12, 21};
+  CHECK(after.to_vector<float>() == want);
+  // A value of the bucket that a kernel reads after the collective too (b), and one that only
+  // the collective reads (a's kernel value): every result as computed one by one.
+  const Var joined = all_reduce_flat({a, b}, ReduceOp::Add, dist::rank(), dist::world_size());
+  const Var later = sum(b * 2.0);
+  eval({joined, later});
+  CHECK(joined.to_vector<float>() == std::vector<float>{0, 2, 4, 6, 8, 10, 1, 2, 3, 4});
+  CHECK(later.item<float>() == 20.0f);
+  CHECK_THROWS_WITH(grad(sum(mean), {c}), Catch::Matchers::Contains("no gradient here"));
 }
 
 TEST_CASE("set_data_parallel needs the distributed world, then averages in a world of one",

@@ -23,17 +23,17 @@ CollectiveWorld joined_world(const std::string& kind) {
   return w;
 }
 
-// One bucket's gradients flattened into one buffer, averaged, and cut back into their shapes.
+// One bucket's gradients averaged as one buffer (laid end to end), and cut back into their
+// shapes: slices of that buffer, which the update's kernels read.
 void average_bucket(const std::vector<Var>& grads, const std::vector<size_t>& bucket,
                     const CollectiveWorld& w, std::vector<Var>& out) {
-  std::vector<Var> flat;
+  std::vector<Var> values;
   std::vector<int64_t> sizes;
   for (size_t i : bucket) {
-    flat.push_back(reshape(grads[i], {grads[i].numel()}));
+    values.push_back(grads[i]);
     sizes.push_back(grads[i].numel());
   }
-  const Var joined = flat.size() == 1 ? flat[0] : concat(flat, 0);
-  const Var mean = mean_over_ranks(joined, w.rank, w.size);
+  const Var mean = all_reduce_flat(values, ReduceOp::Mean, w.rank, w.size);
   const std::vector<Var> parts =
       bucket.size() == 1 ? std::vector<Var>{mean} : split(mean, sizes, 0);
   for (size_t k = 0; k < bucket.size(); ++k)
