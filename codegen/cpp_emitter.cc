@@ -108,6 +108,11 @@ void CppEmitter::stmt(const KStmt& st, int depth) {
                     std::to_string(row_reuse_->inner_var) + "];");
     return;
   }
+  if (auto w = widened_loads_.find(st.id); w != widened_loads_.end()) {
+    dtypes_[st.id] = st.dtype;
+    line(depth, "const float " + v(st.id) + " = " + w->second + ";");
+    return;
+  }
   if (const KStmt* load = speculative_load(st)) {
     // A data-dependent gather: load unconditionally (at offset 0 where the guard fails) and
     // select, so that the SIMD loop is one gather instruction and a blend. The branch kept

@@ -4,6 +4,7 @@
 //   cpp_reductions.cc     Reduce statements
 //   cpp_map_kernel.cc     map kernels' loop nests
 //   cpp_chunked_loops.cc  an innermost loop in division chunks or guard sub-ranges
+//   cpp_half_strips.cc    an innermost loop in float16 strips
 //   cpp_contraction.cc    the blocked contraction
 //   cpp_packing.cc        a contraction's operands packed into panels
 //   cpp_scatter.cc        scatter kernels
@@ -96,6 +97,11 @@ class CppEmitter : public CFamilyEmitter {
   void flat_window_strip(const KStmt& st, const std::set<int>& lanes, int d);
   void strip_outputs(const std::set<size_t>& done, int d);
   std::string strip_accumulators(const KStmt& st, int d);
+  // cpp_half_strips.cc: the innermost loop in float16 strips (MapNest::half).
+  void half_strip_inner(const KernelIR& ir, const HalfStrips& h, int d);
+  std::string half_strip_store(const HalfStrips& h, const std::vector<IndexExprPtr>& out_idx) const;
+  // Float16 loads widened for the strip being printed: load id -> the float array's element.
+  std::map<int, std::string> widened_loads_;
   // Guard id -> its hoisted test's local and the rest of its test (null: nothing left).
   std::map<int, std::pair<std::string, IndexExprPtr>> guard_tests_;
   // Widest strip: 2048 floats (8 KiB) per row keeps the reads streaming; narrower strips

@@ -139,7 +139,7 @@ void CppEmitter::generic_map(const MapNest& n, const std::string& store, int bas
     line(base, "const i64 mj_jw = mj_w0 < 16 ? 16 : mj_w0 > " + K + " ? " + K + " : mj_w0;");
   }
   line(base,
-       "#pragma omp parallel for" + std::string(n.single_simd ? " simd" : "") +
+       "#pragma omp parallel for" + std::string(n.single_simd && !n.half ? " simd" : "") +
            (n.collapse > 1 ? " collapse(" + std::to_string(n.collapse) + ")" : std::string()) +
            " schedule(static) if(" + w + " > 32768)");
   int d = base;
@@ -153,6 +153,10 @@ void CppEmitter::generic_map(const MapNest& n, const std::string& store, int bas
       for (int o = 0; o < lv; ++o) outer.insert(ir.loops[size_t(o)].var);
       hoist_extra_reads(ir.body, {}, outer, d);
       hoist_guard_tests(ir.body, outer, d);
+    }
+    if (innermost && n.half) {
+      half_strip_inner(ir, *n.half, d);
+      break;
     }
     if (innermost && strips) {
       strip_mined_inner(ir, n, d, store);

@@ -8,12 +8,14 @@
 //
 // Half values are stored in 16 bits and computed in float (docs/design.md §3): a buffer element
 // is an mj_f16 / mj_bf16, which widens exactly when read and rounds to nearest even when
-// written, and the result of every op of a half dtype is rounded to it (mj_round_f16 /
-// mj_round_bf16), so that a fused kernel gives the values of the same ops run one by one. The
-// conversions are integer arithmetic and selects, written so that g++ vectorises them: g++ 12
-// has no vector type for _Float16 without AVX512-FP16, so F16C's conversions would run one
-// element at a time. The bit patterns are those of include/metajit/dtype.h's float16 and
-// bfloat16 (tests/test_precision.cc compares them for every half and many floats).
+// written; inside the kernel a half value keeps its float value, rounded to its type only where
+// it is stored or cast (mj_round_f16 / mj_round_bf16). The element conversions are integer
+// arithmetic and selects, written so that g++ vectorises them: g++ 12 has no vector type for
+// _Float16 without AVX512-FP16, so F16C's conversions would run one element at a time. Where the
+// schedule strip-mines a loop over float16 buffers (codegen/half_strips.h), mj_widen_f16 and
+// mj_narrow_f16 below convert whole strips with F16C's vector instructions instead. The bit
+// patterns are those of include/metajit/dtype.h's float16 and bfloat16
+// (tests/test_precision.cc compares them for every half and many floats).
 
 // float16 bits -> float, exact: Inf and NaN keep their payload, subnormals are a x 2^-24.
 // Everything stays 32 bits wide until the store: g++ narrowed the selects to 16-bit lanes
@@ -96,3 +98,55 @@ struct mj_bf16 {
     return *this;
   }
 };
+
+// A strip of n float16 values widened to floats, and n floats rounded to float16 values: what
+// the element conversions above give, eight or sixteen at a time with F16C's vcvtph2ps /
+// vcvtps2ph (AVX-512's forms where the target has it), the rest one by one. GCC's builtins,
+// since this text includes no header; other compilers take the element loop. vcvtph2ps quiets a
+// signalling NaN (sets its payload's top bit), which the element conversion and numpy keep: a
+// vector with a NaN lane is converted again one element at a time.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__F16C__)
+typedef short mj_w8h __attribute__((vector_size(16), aligned(2), may_alias));
+typedef float mj_w8f __attribute__((vector_size(32), aligned(4), may_alias));
+#if defined(__AVX512F__)
+typedef short mj_w16h __attribute__((vector_size(32), aligned(2), may_alias));
+typedef float mj_w16f __attribute__((vector_size(64), aligned(4), may_alias));
+#endif
+#define MJ_F16C_STRIPS 1
+#endif
+
+static inline void mj_widen_f16(const mj_f16* __restrict__ src, float* __restrict__ dst, i64 n) {
+  i64 k = 0;
+#if defined(MJ_F16C_STRIPS) && defined(__AVX512F__)
+  for (; k + 16 <= n; k += 16) {
+    const mj_w16f f = __builtin_ia32_vcvtph2ps512_mask(*(const mj_w16h*)(src + k), mj_w16f{},
+                                                       (unsigned short)0xffff, 4);
+    *(mj_w16f*)(dst + k) = f;
+    if (__builtin_ia32_cmpps512_mask(f, f, 3, (unsigned short)0xffff, 4))  // 3: unordered
+      for (i64 t = k; t < k + 16; ++t) dst[t] = src[t];
+  }
+#endif
+#if defined(MJ_F16C_STRIPS)
+  for (; k + 8 <= n; k += 8) {
+    const mj_w8f f = __builtin_ia32_vcvtph2ps256(*(const mj_w8h*)(src + k));
+    *(mj_w8f*)(dst + k) = f;
+    if (__builtin_ia32_movmskps256(__builtin_ia32_cmpps256(f, f, 3)))
+      for (i64 t = k; t < k + 8; ++t) dst[t] = src[t];
+  }
+#endif
+  for (; k < n; ++k) dst[k] = src[k];
+}
+
+static inline void mj_narrow_f16(const float* __restrict__ src, mj_f16* __restrict__ dst, i64 n) {
+  i64 k = 0;
+#if defined(MJ_F16C_STRIPS) && defined(__AVX512F__)
+  for (; k + 16 <= n; k += 16)  // 0: to nearest even
+    *(mj_w16h*)(dst + k) = __builtin_ia32_vcvtps2ph512_mask(*(const mj_w16f*)(src + k), 0,
+                                                            mj_w16h{}, (unsigned short)0xffff);
+#endif
+#if defined(MJ_F16C_STRIPS)
+  for (; k + 8 <= n; k += 8)
+    *(mj_w8h*)(dst + k) = __builtin_ia32_vcvtps2ph256(*(const mj_w8f*)(src + k), 0);
+#endif
+  for (; k < n; ++k) dst[k] = src[k];
+}

@@ -225,6 +225,10 @@ CpuSchedule schedule_cpu_kernel(const KernelIR& ir, const CpuTarget& target) {
     s.reuse_nest = schedule_map_nest(s.ir, s.levels, s.level_of_value, true);
     return s;
   }
+  // Float16 strips in a plain SIMD innermost loop on the vector targets (F16C's conversions).
+  if (target.isa != CpuIsa::Portable && s.nest.strips.empty() && !s.nest.chunks &&
+      (s.nest.single_simd || s.nest.inner_simd))
+    s.nest.half = find_half_strips(s.ir, s.levels);
   MapNest plain = schedule_map_nest(s.ir, s.levels, s.level_of_value, false, false);
   if (plain.strips != s.nest.strips) {
     s.narrow_nest = std::move(plain);

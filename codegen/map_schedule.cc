@@ -176,6 +176,14 @@ std::string describe_map_nest(const KernelIR& ir, const MapNest& n) {
       out += " v" + std::to_string(ir.body.stmts[s].id) +
              (std::count(n.window_strips.begin(), n.window_strips.end(), s) ? " (window)" : "");
   }
+  if (n.half) {
+    out += ", innermost loop in float16 strips of " + std::to_string(kHalfStrip) + " (" +
+           std::to_string(n.half->loads.size()) + " reads widened";
+    if (n.half->output || !n.half->extra_outputs.empty())
+      out += ", " + std::to_string(int(n.half->output) + int(n.half->extra_outputs.size())) +
+             " outputs narrowed";
+    out += ")";
+  }
   if (!n.simd_reductions) out += ", reductions without SIMD";
   if (n.chunks)
     out += ", innermost loop in division chunks of " + std::to_string(n.chunks->divisor) +

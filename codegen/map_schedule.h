@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "codegen/division_chunks.h"
+#include "codegen/half_strips.h"
 #include "codegen/kernel_ir.h"
 
 namespace metajit {
@@ -59,6 +60,9 @@ struct MapNest {
   // Every loop after the first walked as one strip, its variables read from tables filled once
   // per launch, the window reductions accumulating the whole strip (CpuSchedule::flat_nest).
   bool flat = false;
+  // The innermost SIMD loop in strips whose float16 reads and outputs are converted a strip at
+  // a time (codegen/half_strips.h); set by the schedule pass on vector targets only.
+  std::optional<HalfStrips> half;
 };
 
 // Window reductions (kernel_patterns.h is_window_reduction: pooling) are strip-mined like
