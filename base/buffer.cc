@@ -43,8 +43,13 @@ State& state(Device d) {
 // Published once and never freed: buffers may be released during static teardown.
 std::atomic<const DeviceMemorySource*> cuda_source{nullptr};
 
+// Bytes readable after every host buffer's capacity: a kernel may read a 32-bit word at the
+// address of a buffer's last 16-bit element (codegen/cpp_narrow_prelude.h mj_half_word). 64 keeps
+// aligned_alloc's size a multiple of its alignment.
+constexpr size_t kHostReadSlack = 64;
+
 void* system_alloc(size_t cap, Device d) {
-  if (d == Device::CPU) return std::aligned_alloc(64, cap);
+  if (d == Device::CPU) return std::aligned_alloc(64, cap + kHostReadSlack);
   const DeviceMemorySource* src = cuda_source.load(std::memory_order_acquire);
   if (!src)
     throw Error("allocating " + std::to_string(cap) +

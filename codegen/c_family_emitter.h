@@ -77,11 +77,16 @@ class CFamilyEmitter {
   // Row-major strides of a buffer: name_s<k> = product of dims after k; the last is 1.
   void strides(const std::string& name, const KBuffer& b, int depth = 1);
   std::string offset(const std::string& name, const std::vector<IndexExprPtr>& idx) const;
+  // offset()'s two parts while int_lanes_ is set: the i64 part no lane indexes (`wide`, empty
+  // for none) and the int part the lanes index (`lanes`); false where no index reads a lane.
+  bool lane_offset(const std::string& name, const std::vector<IndexExprPtr>& idx, std::string& wide,
+                   std::string& lanes) const;
 
   std::string identity(ReduceOp op, DType t) const;
   // acc <- op(acc, x), NaN-propagating for float max/min like numpy.
   std::string combine(ReduceOp op, DType t, const std::string& acc, const std::string& x) const;
   std::string narrow_ix(const IndexExpr& e) const;
+  std::string load_expr(const KStmt& st) const;
   std::string float_extremum(bool max, DType t, const std::string& a, const std::string& b) const;
   std::string unary(UnaryOp op, DType t, const std::string& x) const;
   std::string binary(BinaryOp op, DType operand, const std::string& a, const std::string& b) const;
@@ -131,6 +136,10 @@ class CFamilyEmitter {
   // in int: the lanes of a flat strip, gathered (codegen/cpp_flat_strips.cc; g++ 12 vectorises
   // no gather whose lanes' index is i64 arithmetic of values loaded from a table).
   std::set<int> int_lanes_;
+  // While set (>= 0), the variable of the SIMD loop being printed (CppEmitter::generic_map's
+  // innermost loop): a half element read across its lanes other than contiguously is gathered
+  // as a 32-bit word (load_expr).
+  int simd_var_ = -1;
   int next_hoisted_extra_ = 0;
 };
 

@@ -45,8 +45,10 @@ void CppEmitter::half_strip_inner(const KernelIR& ir, const HalfStrips& h, int d
   line(d + 1, "#pragma omp simd");
   line(d + 1, "for (i64 t = 0; t < jn; ++t) {");
   line(d + 2, "const i64 " + i + " = jb + t;");
+  simd_var_ = l.var;
   for (size_t s = 0; s < ir.body.stmts.size(); ++s)
     if (sched_.levels[s] == k - 1) stmt(ir.body.stmts[s], d + 2);
+  simd_var_ = -1;
   line(d + 2, half_strip_store(h, out_idx));
   line(d + 1, "}");
   const std::string at = offset("out", out_idx);

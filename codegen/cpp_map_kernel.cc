@@ -172,6 +172,7 @@ void CppEmitter::generic_map(const MapNest& n, const std::string& store, int bas
     if (innermost && n.inner_simd) line(d, "#pragma omp simd");
     line(d, "for (i64 " + i + " = 0; " + i + " < " + ix(*l.extent) + "; ++" + i + ") {");
     ++d;
+    if (innermost && (n.inner_simd || n.single_simd)) simd_var_ = l.var;
     for (size_t s = 0; s < ir.body.stmts.size(); ++s) {
       if (levels[s] != lv) continue;
       if (row_reuse_ && row_reuse_->reduce_id == ir.body.stmts[s].id)
@@ -187,6 +188,7 @@ void CppEmitter::generic_map(const MapNest& n, const std::string& store, int bas
     if (innermost) line(d, store);
   }
   for (; d > base; --d) line(d - 1, "}");
+  simd_var_ = -1;
   forget_hoisted_extras();
   guard_tests_.clear();
   simd_reductions_ = true;

@@ -99,6 +99,17 @@ struct mj_bf16 {
   }
 };
 
+// The bits of the half element `element` places after `base`, read as the low half of the 32-bit
+// word at its address: where lanes gather half elements (a flat strip's,
+// codegen/cpp_flat_strips.cc) g++ vectorises this as a 32-bit gather (vpgatherdd), a 16-bit
+// element load not at all. The
+// word's top half is the next element or, past a buffer's end, the slack every host buffer has
+// after its bytes (base/buffer.cc kHostReadSlack).
+typedef unsigned mj_u32_any __attribute__((aligned(1), may_alias));
+static inline unsigned mj_half_word(const void* base, i64 element) {
+  return *(const mj_u32_any*)((const char*)base + 2 * element) & 0xffffu;
+}
+
 // A strip of n float16 values widened to floats, and n floats rounded to float16 values: what
 // the element conversions above give, eight or sixteen at a time with F16C's vcvtph2ps /
 // vcvtps2ph (AVX-512's forms where the target has it), the rest one by one. GCC's builtins,

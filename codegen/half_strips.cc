@@ -11,15 +11,14 @@ bool steps_by_one(const IndexExpr& e, int var) {
          (steps_by_one(*e.b, var) && !ix_reads_var(*e.a, var));
 }
 
-// A load whose offset steps by one with `var` (row-major strides: only the last index may read it).
+}  // namespace
+
 bool contiguous_along(const KStmt& load, int var) {
   if (load.index.empty()) return false;
   for (size_t d = 0; d + 1 < load.index.size(); ++d)
     if (ix_reads_var(*load.index[d], var)) return false;
   return steps_by_one(*load.index.back(), var);
 }
-
-}  // namespace
 
 std::optional<HalfStrips> find_half_strips(const KernelIR& ir, const std::vector<int>& levels) {
   const int k = int(ir.loops.size());

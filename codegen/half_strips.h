@@ -28,6 +28,10 @@ struct HalfStrips {
   std::vector<size_t> extra_outputs;  // ir.extra_outputs entries that are float16, likewise
 };
 
+// A load whose offset steps by one with loop variable `var` (row-major strides: `var` added to
+// the last index, which no other index reads).
+bool contiguous_along(const KStmt& load, int var);
+
 // The float16 strips of `ir`'s innermost loop (`levels`: statement_levels), or none: none when
 // no load or output qualifies. The caller decides that the loop is a plain SIMD loop (no column
 // strips, division chunks or row reuse) on a vector target.

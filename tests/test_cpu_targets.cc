@@ -621,11 +621,12 @@ TEST_CASE(
 // Graphs added change only the digest: the half and 8-bit ones came with those dtypes, whose
 // kernels no cache held before (cpp-60; the other graphs' output did not change); so do targets
 // added: AVX-512 with AVX512_BF16 and VNNI, a target id no key held before (cpp-62). Float16
-// strips (codegen/half_strips.h) changed the vector targets' float16 kernels (cpp-63).
+// strips (codegen/half_strips.h) changed the vector targets' float16 kernels (cpp-63); half
+// elements gathered by a flat strip's lanes as 32-bit words, pooling's (cpp-64).
 TEST_CASE("the C++ emitter's output is pinned to the codegen version", "[targets]") {
   ScopedEnv fused("METAJIT_OPT_LEVEL", "1"), generic("METAJIT_SPECIALIZE_SHAPES", "0");
-  const char* kRecordedVersion = "cpp-63";
-  const char* kRecordedDigest = "ffa938590eadf03c8cacf1337bb81539";
+  const char* kRecordedVersion = "cpp-64";
+  const char* kRecordedDigest = "d5bb8e4e1a65a8283b24273a2c38f4c9";
   Var a = rand({5, 7}, 1), b = rand({7, 3}, 2), x = rand({2, 3, 9, 9}, 3),
       w = rand({4, 3, 3, 3}, 4);
   Var ids = array(std::vector<int32_t>{4, 0, 2, 4}, {4}), rows = rand({4, 7}, 5),
@@ -671,6 +672,9 @@ TEST_CASE("the C++ emitter's output is pinned to the codegen version", "[targets
       // bfloat16 pairs and byte quads where AVX-512 has AVX512_BF16 and VNNI, int16 pairs
       // elsewhere (cpp-62)
       matmul(hb, cast(b, DType::BFloat16)),
+      // half elements gathered across SIMD lanes as 32-bit words: a pooling in a flat strip and
+      // its gradient's i / 2 reads (cpp-64)
+      grad(sum(max_pool2d(relu(cast(x, DType::Float16)), 2, 2) * 3.0), {x})[0],
       matmul(cast(a * 100.0, DType::Int8), cast(b * 100.0, DType::Int8)) + 1.0};
   std::string all;
   for (const Var& g : graphs) {

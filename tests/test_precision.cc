@@ -493,6 +493,31 @@ TEST_CASE("float16 strips: broadcast, transposed and shifted reads, row tails, m
   }
 }
 
+// Half elements read across SIMD lanes other than contiguously (a flat strip's pooling windows,
+// a pooling gradient's i / 2) are gathered as 32-bit words (codegen/cpp_narrow_prelude.h
+// mj_half_word), the word's top half the next element or the buffer's slack: values against the
+// reference on every width, rows of 4 and 8 columns ending at the buffer's end.
+TEST_CASE("half elements gathered across SIMD lanes as 32-bit words match the reference",
+          "[precision]") {
+  for (const Width& w : widths()) {
+    if (!w.runs) continue;
+    ScopedEnv flags("METAJIT_CXXFLAGS", w.flags);
+    for (DType t : {DType::Float16, DType::BFloat16}) {
+      INFO(w.flags << " " << dtype_name(t));
+      Var small = cast(randn({3, 5, 8, 8}, 5), t), odd = cast(randn({2, 3, 9, 17}, 6), t);
+      eval({small, odd});
+      const std::vector<Var> outs = {
+          max_pool2d(relu(small), 2, 2), grad(sum(max_pool2d(relu(small), 2, 2) * 3.0), {small})[0],
+          max_pool2d(odd, 3, 2, 1), grad(sum(max_pool2d(odd, 2, 2) * 3.0), {odd})[0]};
+      bool gathered = false;
+      for (const KernelInfo& ki : plan({outs[0], outs[1]}))
+        gathered = gathered || ki.source.find("(mj_half_word(in") != std::string::npos;
+      CHECK(gathered == (device() == Device::CPU));
+      check_against_reference(outs);
+    }
+  }
+}
+
 TEST_CASE("gradients with respect to half values come back in their dtype", "[precision]") {
   Var x = array(std::vector<float16>{float16(1.5f), float16(-2.0f), float16(0.25f)}, {3});
   Var g = grad(sum(x * x), {x})[0];
