@@ -120,6 +120,19 @@ std::vector<Width> widths() {
           {"-march=x86-64-v4", __builtin_cpu_supports("avx512f") != 0}};
 }
 
+// Runs `body(t)` for both half types on every C++ width this CPU runs, under the width's flags.
+template <class Body>
+void for_widths_and_halves(Body body) {
+  for (const Width& w : widths()) {
+    if (!w.runs) continue;
+    ScopedEnv flags("METAJIT_CXXFLAGS", w.flags);
+    for (DType t : {DType::Float16, DType::BFloat16}) {
+      INFO(w.flags << " " << dtype_name(t));
+      body(t);
+    }
+  }
+}
+
 std::vector<float16> all_float16() {
   std::vector<float16> v;
   for (uint32_t b = 0; b < 0x10000u; ++b) v.push_back(float16::from_bits(uint16_t(b)));
@@ -404,25 +417,20 @@ TEST_CASE("meta-ops and composites on the new dtypes match the reference", "[pre
 
 TEST_CASE("half contractions take the blocked schedules on every width, float32 sums",
           "[precision]") {
-  for (const Width& w : widths()) {
-    if (!w.runs) continue;
-    ScopedEnv flags("METAJIT_CXXFLAGS", w.flags);
-    for (DType t : {DType::Float16, DType::BFloat16}) {
-      INFO(w.flags << " " << dtype_name(t));
-      uint64_t seed = 1;
-      auto r = [&](Shape s) { return cast(rand(s, seed++) - 0.5, t); };
-      Var a = r({65, 129}), b = r({129, 70}), x = r({2, 5, 17, 17}), k = r({7, 5, 3, 3});
-      eval({a, b, x, k});
-      const std::vector<Var> outs = {relu(matmul(a, b) + 0.25),
-                                     matmul(r({3, 17, 9}), r({3, 9, 33})), conv2d(x, k, 1, 1),
-                                     conv2d(x, k, 2, 1), grad(sum(conv2d(x, k, 1, 1)), {k})[0]};
-      // The C++ packed schedule, or CUDA's shared-memory tiles (codegen/cuda_contraction.cc).
-      const char* schedule =
-          device() == Device::CUDA ? "mj_mm_body<128, 128" : "// schedule: contraction";
-      for (const KernelInfo& ki : plan({outs[0]})) CHECK_THAT(ki.source, Contains(schedule));
-      check_against_reference(outs);
-    }
-  }
+  for_widths_and_halves([&](DType t) {
+    uint64_t seed = 1;
+    auto r = [&](Shape s) { return cast(rand(s, seed++) - 0.5, t); };
+    Var a = r({65, 129}), b = r({129, 70}), x = r({2, 5, 17, 17}), k = r({7, 5, 3, 3});
+    eval({a, b, x, k});
+    const std::vector<Var> outs = {relu(matmul(a, b) + 0.25), matmul(r({3, 17, 9}), r({3, 9, 33})),
+                                   conv2d(x, k, 1, 1), conv2d(x, k, 2, 1),
+                                   grad(sum(conv2d(x, k, 1, 1)), {k})[0]};
+    // The C++ packed schedule, or CUDA's shared-memory tiles (codegen/cuda_contraction.cc).
+    const char* schedule =
+        device() == Device::CUDA ? "mj_mm_body<128, 128" : "// schedule: contraction";
+    for (const KernelInfo& ki : plan({outs[0]})) CHECK_THAT(ki.source, Contains(schedule));
+    check_against_reference(outs);
+  });
 }
 
 TEST_CASE("matmul of 8-bit integers sums in int32", "[precision]") {
@@ -499,23 +507,18 @@ TEST_CASE("float16 strips: broadcast, transposed and shifted reads, row tails, m
 // reference on every width, rows of 4 and 8 columns ending at the buffer's end.
 TEST_CASE("half elements gathered across SIMD lanes as 32-bit words match the reference",
           "[precision]") {
-  for (const Width& w : widths()) {
-    if (!w.runs) continue;
-    ScopedEnv flags("METAJIT_CXXFLAGS", w.flags);
-    for (DType t : {DType::Float16, DType::BFloat16}) {
-      INFO(w.flags << " " << dtype_name(t));
-      Var small = cast(randn({3, 5, 8, 8}, 5), t), odd = cast(randn({2, 3, 9, 17}, 6), t);
-      eval({small, odd});
-      const std::vector<Var> outs = {
-          max_pool2d(relu(small), 2, 2), grad(sum(max_pool2d(relu(small), 2, 2) * 3.0), {small})[0],
-          max_pool2d(odd, 3, 2, 1), grad(sum(max_pool2d(odd, 2, 2) * 3.0), {odd})[0]};
-      bool gathered = false;
-      for (const KernelInfo& ki : plan({outs[0], outs[1]}))
-        gathered = gathered || ki.source.find("(mj_half_word(in") != std::string::npos;
-      CHECK(gathered == (device() == Device::CPU));
-      check_against_reference(outs);
-    }
-  }
+  for_widths_and_halves([&](DType t) {
+    Var small = cast(randn({3, 5, 8, 8}, 5), t), odd = cast(randn({2, 3, 9, 17}, 6), t);
+    eval({small, odd});
+    const std::vector<Var> outs = {
+        max_pool2d(relu(small), 2, 2), grad(sum(max_pool2d(relu(small), 2, 2) * 3.0), {small})[0],
+        max_pool2d(odd, 3, 2, 1), grad(sum(max_pool2d(odd, 2, 2) * 3.0), {odd})[0]};
+    bool gathered = false;
+    for (const KernelInfo& ki : plan({outs[0], outs[1]}))
+      gathered = gathered || ki.source.find("(mj_half_word(in") != std::string::npos;
+    CHECK(gathered == (device() == Device::CPU));
+    check_against_reference(outs);
+  });
 }
 
 TEST_CASE("gradients with respect to half values come back in their dtype", "[precision]") {
