@@ -3,6 +3,7 @@
 // files share (codegen/cpp_emitter_internal.h).
 #include "codegen/cpp_emitter.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
@@ -161,12 +162,22 @@ std::string CppEmitter::work(const std::vector<KLoop>& loops) {
   return s;
 }
 
-// The statement storing a map's output element at `idx`, and its extra outputs' there.
-std::string CppEmitter::map_store(const std::vector<IndexExprPtr>& idx, int result) const {
+// The statement storing a map's output element at `idx`, and its extra outputs' there; in a
+// float16 strip (`half`), the outputs it narrows go to element t of their float arrays
+// (mj_n0 the output's, mj_n<k> extra output k-1's: codegen/cpp_half_strips.cc).
+std::string CppEmitter::map_store(const std::vector<IndexExprPtr>& idx, int result,
+                                  const HalfStrips* half) const {
   const std::string at = offset("out", idx);
-  std::string s = "out[" + at + "] = " + v(result) + ";";
-  for (size_t k = 0; k < ir_.extra_outputs.size(); ++k)
-    s += " out" + std::to_string(k + 1) + "[" + at + "] = " + v(ir_.extra_outputs[k].value) + ";";
+  auto store = [&](const std::string& k, bool narrowed, int value) {
+    return narrowed ? "mj_n" + k + "[t] = " + v(value) + ";"
+                    : "out" + (k == "0" ? std::string() : k) + "[" + at + "] = " + v(value) + ";";
+  };
+  std::string s = store("0", half && half->output, result);
+  for (size_t e = 0; e < ir_.extra_outputs.size(); ++e) {
+    const bool narrowed = half && std::find(half->extra_outputs.begin(), half->extra_outputs.end(),
+                                            e) != half->extra_outputs.end();
+    s += " " + store(std::to_string(e + 1), narrowed, ir_.extra_outputs[e].value);
+  }
   return s;
 }
 

@@ -44,7 +44,8 @@ class CppEmitter : public CFamilyEmitter {
   static const KStmt* speculative_load(const KStmt& st);
   static void speculative_buffers(const KBlock& b, std::set<int>& out);
   std::string work(const std::vector<KLoop>& loops);
-  std::string map_store(const std::vector<IndexExprPtr>& idx, int result) const;
+  std::string map_store(const std::vector<IndexExprPtr>& idx, int result,
+                        const HalfStrips* half = nullptr) const;
   static void collect_vars(const IndexExpr& e, std::set<int>& out);
   static IndexExprPtr conjunction(const std::vector<IndexExprPtr>& terms);
   static void split_conjuncts(const IndexExprPtr& cond, const std::set<int>& vars,
@@ -99,7 +100,6 @@ class CppEmitter : public CFamilyEmitter {
   std::string strip_accumulators(const KStmt& st, int d);
   // cpp_half_strips.cc: the innermost loop in float16 strips (MapNest::half).
   void half_strip_inner(const KernelIR& ir, const HalfStrips& h, int d);
-  std::string half_strip_store(const HalfStrips& h, const std::vector<IndexExprPtr>& out_idx) const;
   // Float16 loads widened for the strip being printed: load id -> the float array's element.
   std::map<int, std::string> widened_loads_;
   // Guard id -> its hoisted test's local and the rest of its test (null: nothing left).

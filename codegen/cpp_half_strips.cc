@@ -2,7 +2,6 @@
 // strip by strip, each strip's float16 reads widened into float arrays before its SIMD loop and
 // its float16 outputs narrowed from float arrays after it (codegen/cpp_narrow_prelude.h
 // mj_widen_f16 / mj_narrow_f16).
-#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -49,7 +48,7 @@ void CppEmitter::half_strip_inner(const KernelIR& ir, const HalfStrips& h, int d
   for (size_t s = 0; s < ir.body.stmts.size(); ++s)
     if (sched_.levels[s] == k - 1) stmt(ir.body.stmts[s], d + 2);
   simd_var_ = -1;
-  line(d + 2, half_strip_store(h, out_idx));
+  line(d + 2, map_store(out_idx, ir.body.result, &h));
   line(d + 1, "}");
   const std::string at = offset("out", out_idx);
   if (h.output) at_strip_start("mj_narrow_f16(mj_n0, out + (" + at + "), jn);");
@@ -59,23 +58,6 @@ void CppEmitter::half_strip_inner(const KernelIR& ir, const HalfStrips& h, int d
   }
   line(d, "}");
   widened_loads_.clear();
-}
-
-// map_store's statement for element t of a strip: float16 outputs go to their float arrays.
-std::string CppEmitter::half_strip_store(const HalfStrips& h,
-                                         const std::vector<IndexExprPtr>& out_idx) const {
-  const std::string at = offset("out", out_idx);
-  const int result = ir_.body.result;
-  std::string s =
-      h.output ? "mj_n0[t] = " + v(result) + ";" : "out[" + at + "] = " + v(result) + ";";
-  for (size_t e = 0; e < ir_.extra_outputs.size(); ++e) {
-    const std::string n = std::to_string(e + 1), value = v(ir_.extra_outputs[e].value);
-    const bool narrowed =
-        std::find(h.extra_outputs.begin(), h.extra_outputs.end(), e) != h.extra_outputs.end();
-    s += narrowed ? " mj_n" + n + "[t] = " + value + ";"
-                  : " out" + n + "[" + at + "] = " + value + ";";
-  }
-  return s;
 }
 
 }  // namespace metajit
