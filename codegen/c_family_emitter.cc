@@ -96,6 +96,12 @@ std::string CFamilyEmitter::cast_expr(DType to, DType from, const std::string& x
     const auto [lo, hi] = truncating_interval(to, from == DType::Float64);
     return "mj_float_to_int<" + ctype(to) + ">(" + x + ", " + lo + ", " + hi + ")";
   }
+  // Bool, Int8 and UInt8 values and a half of the same type are exact in either half type:
+  // no rounding (the digits CNN's float16 pooling gradient counts window maxima as float16
+  // ones, and rounded each bool in a scalar loop, 408 us a call).
+  const bool exact = from == DType::Bool || from == DType::Int8 || from == DType::UInt8 ||
+                     from == to;
+  if (is_half(to) && exact) return "(float)" + x;
   if (is_half(to)) {
     const std::string r = to == DType::Float16 ? "mj_round_f16" : "mj_round_bf16";
     if (from == DType::Float64 || from == DType::Int32 || from == DType::Int64)

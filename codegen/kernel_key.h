@@ -85,7 +85,7 @@ namespace metajit {
 // 62: Int32 sums of 8-bit products (matmul of Int8 / UInt8) are contractions on AVX2 and
 // AVX-512 (int16 pairs by vpmaddwd; byte quads by vpdpbusd with VNNI), not plain loops; the
 // bfloat16 pairs (vdpbf16ps) came with the AVX512_BF16 target id, which no key held before
-inline constexpr const char* kCodegenVersion = "cpp-64";
+inline constexpr const char* kCodegenVersion = "cpp-65";
 
 class KernelKeyBuilder {
  public:

@@ -467,6 +467,29 @@ TEST_CASE("half values keep float32 inside a kernel and round where stored or ca
   CHECK(float(sum(full({4096}, 1.0, DType::Float16)).item<float16>()) == 4096.0f);
 }
 
+// A cast whose value every half type holds exactly (from Bool, Int8 and UInt8) is a plain
+// conversion in a kernel, with no rounding call (CFamilyEmitter::cast_expr); one from Float32
+// still rounds. Values against the reference.
+TEST_CASE("casts exact in a half type are not rounded in kernels", "[precision]") {
+  Var x = randn({300}, 8);
+  Var i8 = cast(x * 60.0, DType::Int8), u8 = cast(abs(x) * 90.0, DType::UInt8);
+  eval({x, i8, u8});
+  for (DType t : {DType::Float16, DType::BFloat16}) {
+    INFO(dtype_name(t));
+    const std::string rounds = t == DType::Float16 ? "mj_round_f16((float)" : "mj_round_bf16((float)";
+    for (const Var& exact : {cast(x > 0.5, t), cast(i8, t), cast(u8, t)}) {
+      const std::vector<Var> outs = {exact * 2.0 + 1.0};
+      for (const KernelInfo& ki : plan(outs)) CHECK(ki.source.find(rounds) == std::string::npos);
+      check_against_reference(outs);
+    }
+    const std::vector<Var> rounded = {cast(x * 3.0, t) + 1.0};
+    bool found = false;
+    for (const KernelInfo& ki : plan(rounded)) found = found || ki.source.find(rounds) != std::string::npos;
+    CHECK(found);
+    check_against_reference(rounded);
+  }
+}
+
 // Float16 strips (codegen/half_strips.h): on the vector widths a float16 kernel's contiguous
 // reads are widened and its float16 outputs narrowed a strip at a time by F16C; broadcast,
 // transposed and shifted reads, rows that end mid-vector and mid-strip, a float32 output beside
