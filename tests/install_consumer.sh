@@ -56,6 +56,32 @@ losses=$("$work/build/readme_train")
 echo "README training snippet: $losses"
 awk '$1 == "loss" && $4 + 0 < $2 + 0 {ok=1} END {exit !ok}' <<<"$losses" ||
   { echo "README training snippet: the loss did not fall: $losses" >&2; exit 1; }
+# metajit::distributed, where it was installed: its program as a world of one, then on 2 ranks
+# under mpirun (as root too: the two OMPI_ALLOW_RUN_AS_ROOT variables), and MPI loaded only by
+# the programs that link it.
+if compgen -G "$work/prefix/lib*/cmake/metajit/metajitDistributedTargets.cmake" >/dev/null; then
+  [ -x "$work/build/consumer_distributed" ] ||
+    { echo "metajit::distributed is installed but consumer_distributed was not built" >&2; exit 1; }
+  "$work/build/consumer_distributed"
+  mpirun=$(command -v mpirun || true)
+  [ -n "$mpirun" ] || { echo "metajit::distributed is installed but mpirun is not found" >&2; exit 1; }
+  out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+        OMPI_MCA_btl_vader_single_copy_mechanism=none \
+        timeout 120 "$mpirun" --oversubscribe --bind-to none -np 2 "$work/build/consumer_distributed")
+  echo "$out"
+  [ "$(grep -c 'all_reduce sum 3 (expected 3)' <<<"$out")" -eq 2 ] ||
+    { echo "consumer_distributed on 2 ranks: not both ranks summed to 3" >&2; exit 1; }
+  loaded=$(ldd "$work/build/consumer")
+  if grep -q "libmpi" <<<"$loaded"; then
+    echo "consumer (metajit::metajit alone) loads MPI:" >&2
+    grep libmpi <<<"$loaded" >&2
+    exit 1
+  fi
+  loaded=$(ldd "$work/build/consumer_distributed")
+  grep -q "libmpi" <<<"$loaded" ||
+    { echo "consumer_distributed does not load libmpi" >&2; exit 1; }
+  echo "metajit::distributed: consumer_distributed ran on 1 and 2 ranks; consumer loads no MPI"
+fi
 # Outside CMake: the tour built with g++ and pkg-config alone (metajit.pc).
 pc=$(find "$work/prefix" -name metajit.pc)
 [ -n "$pc" ] || { echo "no metajit.pc installed under $work/prefix" >&2; exit 1; }

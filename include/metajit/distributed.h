@@ -3,9 +3,7 @@
 //
 // Link the CMake target metajit::distributed: metajit::metajit alone never loads MPI, and
 // metajit.h does not include this header. A plain start (no launcher) is a world of one.
-//
-// Built so far (issue 30, in progress): the world, the collectives on Vars (lazy graph nodes the
-// runtime runs between kernels), barrier() and shard(). Not yet: Optimizer::set_data_parallel.
+// Data-parallel training is Optimizer::set_data_parallel (train.h), after dist::init().
 #pragma once
 #include <cstdint>
 #include <vector>
