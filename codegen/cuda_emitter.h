@@ -45,7 +45,7 @@ enum class CudaTarget { Gpu, HostEmulation };
 // codegen/cuda_narrow_prelude.h), half scalars rounded to their type, sub-word atomics.
 // tests/test_cuda_codegen.cc pins the output to the version
 // (a digest of every_pattern()'s kernels on both targets): a change without a bump fails there.
-inline constexpr const char* kCudaCodegenVersion = "cuda-9";
+inline constexpr const char* kCudaCodegenVersion = "cuda-10";
 
 std::string emit_cuda(const KernelIR& ir, CudaTarget target = CudaTarget::Gpu);
 
