@@ -84,7 +84,10 @@ namespace metajit {
 // as the reference; a C++ conversion was undefined there), which every kernel's prelude carries;
 // 62: Int32 sums of 8-bit products (matmul of Int8 / UInt8) are contractions on AVX2 and
 // AVX-512 (int16 pairs by vpmaddwd; byte quads by vpdpbusd with VNNI), not plain loops; the
-// bfloat16 pairs (vdpbf16ps) came with the AVX512_BF16 target id, which no key held before
+// bfloat16 pairs (vdpbf16ps) came with the AVX512_BF16 target id, which no key held before;
+// 63: float16 strips widened and narrowed by F16C (codegen/half_strips.h); 64: half elements
+// read across SIMD lanes as 32-bit words (mj_half_word); 65: casts to a half type from Bool,
+// Int8 and UInt8 are plain conversions, exact there (CFamilyEmitter::cast_expr)
 inline constexpr const char* kCodegenVersion = "cpp-65";
 
 class KernelKeyBuilder {
