@@ -6,6 +6,8 @@ namespace {
 // `e` is `var` plus terms that do not read it (`var`, `var + x`, `x + var`).
 bool steps_by_one(const IndexExpr& e, int var) {
   if (e.kind == IxKind::Var) return int(e.value) == var;
+  // A shifted read (a padded window's i - 1) steps by one too: it was read as a gather.
+  if (e.kind == IxKind::Sub) return steps_by_one(*e.a, var) && !ix_reads_var(*e.b, var);
   if (e.kind != IxKind::Add) return false;
   return (steps_by_one(*e.a, var) && !ix_reads_var(*e.b, var)) ||
          (steps_by_one(*e.b, var) && !ix_reads_var(*e.a, var));

@@ -87,8 +87,9 @@ namespace metajit {
 // bfloat16 pairs (vdpbf16ps) came with the AVX512_BF16 target id, which no key held before;
 // 63: float16 strips widened and narrowed by F16C (codegen/half_strips.h); 64: half elements
 // read across SIMD lanes as 32-bit words (mj_half_word); 65: casts to a half type from Bool,
-// Int8 and UInt8 are plain conversions, exact there (CFamilyEmitter::cast_expr)
-inline constexpr const char* kCodegenVersion = "cpp-65";
+// Int8 and UInt8 are plain conversions, exact there (CFamilyEmitter::cast_expr); 66: a shifted
+// half read (i - 1) is contiguous (codegen/half_strips.cc contiguous_along), not a gather
+inline constexpr const char* kCodegenVersion = "cpp-66";
 
 class KernelKeyBuilder {
  public:

@@ -239,8 +239,15 @@ std::vector<std::string> base_kernel_flags() {
   // -pipe: the compiler hands its assembly to the assembler through a pipe, not a file in
   // /tmp: an element-wise kernel's compile and link 58 -> 52 ms, a matmul's 559 -> 538 ms
   // (medians of 25 interleaved runs, g++ 12, 2026-11-30).
-  return {"-std=c++17",      "-O3",     "-march=native",   "-fPIC", "-shared", "-fopenmp",
-          "-fno-math-errno", "-fwrapv", "-fno-exceptions", "-pipe"};
+  // -fno-trapping-math: no kernel reads the floating-point exception flags, so g++ may
+  // evaluate a floating-point operation under a guard in every lane and select: a float16 read
+  // under a convolution's padding test widens through a multiply (a subnormal's value,
+  // codegen/cpp_narrow_prelude.h mj_f16_to_float), which with trapping math kept the whole
+  // packing loop scalar. Values are unchanged (rounding stays to nearest: no -frounding-math
+  // change, no reassociation).
+  return {"-std=c++17",      "-O3",     "-march=native",       "-fPIC",
+          "-shared",         "-fopenmp", "-fno-math-errno",    "-fno-trapping-math",
+          "-fwrapv",         "-fno-exceptions", "-pipe"};
 }
 
 // The kernel flags for a compiler whose --version says `version_output`, resolving

@@ -21,7 +21,8 @@ struct Toolchain {
       resolved_target;  // e.g. "-march=znver4 -mavx512f ..." as the compiler resolves native
   std::vector<std::string>
       flags;         // -std=c++17 -O3 -march=native -fPIC -shared -fopenmp -fno-math-errno
-                     // -fwrapv -fno-exceptions [-fno-tree-sink -nodefaultlibs with GCC]
+                     // -fno-trapping-math -fwrapv -fno-exceptions -pipe
+                     // [-fno-tree-sink -nodefaultlibs with GCC]
                      // [-mprefer-vector-width=512 with AVX-512] + METAJIT_CXXFLAGS
   // After the source: -lmvec, and with -nodefaultlibs the C libraries (-lm -lc -lgcc).
   std::vector<std::string> link_libraries;

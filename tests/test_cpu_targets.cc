@@ -557,6 +557,56 @@ TEST_CASE("half-precision conversions are vector code on every vector width",
   }
 }
 
+// `source` compiled with the current toolchain, disassembled by objdump ("" where objdump fails).
+std::string object_code(const std::string& source) {
+  TempDir dir;
+  const std::filesystem::path src = dir.path() / "k.cc", so = dir.path() / "k.so";
+  FILE* f = std::fopen(src.c_str(), "w");
+  REQUIRE(f);
+  std::fputs(source.c_str(), f);
+  std::fclose(f);
+  REQUIRE(run_compiler(host_toolchain().compile_command(src, so), 300).ok);
+  const metajit_test::ProcessResult d = metajit_test::run_command("objdump -d " + so.string());
+  return d.exit_code == 0 ? d.output : "";
+}
+
+// A float16 element read under a guard (a padded window: the padding is the fill value) widens
+// through integer arithmetic and one float multiply (a subnormal's value, mj_f16_to_float in
+// codegen/cpp_narrow_prelude.h). With g++'s default -ftrapping-math the multiply may not run in
+// the lanes the guard excludes, so the loop stayed scalar: a float16 convolution's packing of its
+// padded 7x7 images ran one element at a time (the digits CNN, 252 against bfloat16's 128 us a
+// call). The kernels are compiled with -fno-trapping-math (runtime/toolchain.cc): on AVX-512
+// the padded read's widening is vector code (the int -> float of the subnormal path, vcvtdq2ps
+// on zmm registers, where the scalar loop had vcvtsi2ss alone). Not on AVX2: it has no masked
+// 16-bit load (vpmaskmov moves 32- and 64-bit lanes), and that loop stays scalar.
+TEST_CASE("a float16 read under a padding guard is vector code on AVX-512",
+          "[targets][precision]") {
+  if (metajit_test::run_command("objdump --version").exit_code != 0)
+    metajit_test::skip_test("objdump (binutils) not found: the object code cannot be inspected");
+  for (const Width& w : widths()) {
+    if (w.isa != CpuIsa::Avx512) continue;
+    ScopedEnv flags("METAJIT_CXXFLAGS", w.flags);
+    INFO(w.flags);
+    Var x = cast(randn({3, 50, 70}, 5), DType::Float16);
+    eval({x});
+    Var y = reindex(x, {3, 52, 72}, {"i0", "i1-1", "i2-1"}, 0.5) * 3.0;
+    const std::vector<KernelInfo> k = plan({y});
+    REQUIRE(k.size() == 1);
+    INFO(k[0].source);
+    if (w.runs) check_against_reference({y});
+    const std::string d = object_code(k[0].source);
+    REQUIRE(!d.empty());
+    const std::string reg = w.isa == CpuIsa::Avx512 ? "%zmm" : "%ymm";
+    int vector_converts = 0;
+    std::istringstream lines(d);
+    for (std::string l; std::getline(lines, l);)
+      if (l.find("vcvtdq2ps") != std::string::npos && l.find(reg) != std::string::npos)
+        ++vector_converts;
+    INFO(d);
+    CHECK(vector_converts >= 1);
+  }
+}
+
 // The step-grouped micro-kernels' object code (codegen/cpp_step_groups.cc), compiled for
 // AVX-512 with AVX512_BF16 and AVX512-VNNI whatever this CPU is: a bfloat16 matmul multiplies
 // with vdpbf16ps and an Int8 one with vpdpbusd, on zmm registers, at least a 6x64 tile's 24 per
@@ -623,11 +673,12 @@ TEST_CASE(
 // added: AVX-512 with AVX512_BF16 and VNNI, a target id no key held before (cpp-62). Float16
 // strips (codegen/half_strips.h) changed the vector targets' float16 kernels (cpp-63); half
 // elements gathered by a flat strip's lanes as 32-bit words, pooling's (cpp-64); Bool, Int8 and
-// UInt8 values cast to a half type without a rounding call, exact there (cpp-65).
+// UInt8 values cast to a half type without a rounding call, exact there (cpp-65); a shifted half
+// read (i - 1) read contiguously, not gathered (cpp-66).
 TEST_CASE("the C++ emitter's output is pinned to the codegen version", "[targets]") {
   ScopedEnv fused("METAJIT_OPT_LEVEL", "1"), generic("METAJIT_SPECIALIZE_SHAPES", "0");
-  const char* kRecordedVersion = "cpp-65";
-  const char* kRecordedDigest = "9c9f6ae2fec1cba461eb07446a68797d";
+  const char* kRecordedVersion = "cpp-66";
+  const char* kRecordedDigest = "682008f716abd9e98eb44ed00c695491";
   Var a = rand({5, 7}, 1), b = rand({7, 3}, 2), x = rand({2, 3, 9, 9}, 3),
       w = rand({4, 3, 3, 3}, 4);
   Var ids = array(std::vector<int32_t>{4, 0, 2, 4}, {4}), rows = rand({4, 7}, 5),
@@ -676,6 +727,8 @@ TEST_CASE("the C++ emitter's output is pinned to the codegen version", "[targets
       // half elements gathered across SIMD lanes as 32-bit words: a pooling in a flat strip and
       // its gradient's i / 2 reads (cpp-64)
       grad(sum(max_pool2d(relu(cast(x, DType::Float16)), 2, 2) * 3.0), {x})[0],
+      // a shifted float16 read under its padding test: contiguous, not a gather (cpp-66)
+      reindex(h, {5, 9}, {"i0", "i1-1"}, 0.5) * 3.0,
       matmul(cast(a * 100.0, DType::Int8), cast(b * 100.0, DType::Int8)) + 1.0};
   std::string all;
   for (const Var& g : graphs) {
