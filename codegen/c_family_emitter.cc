@@ -618,6 +618,8 @@ std::string CFamilyEmitter::load_expr(const KStmt& st) const {
   const std::string name = "in" + std::to_string(st.buffer);
   if (dialect_ != Dialect::Cpp || !is_half(st.dtype))
     return name + "[" + offset(name, st.index) + "]";
+  if (scalar_halves_ && st.dtype == DType::Float16)
+    return "mj_f16_one(" + name + "[" + offset(name, st.index) + "])";
   const std::string widen = st.dtype == DType::Float16 ? "mj_f16_to_float(mj_half_word("
                                                        : "mj_bf16_to_float(mj_half_word(";
   if (std::string wide, lanes; lane_offset(name, st.index, wide, lanes))
@@ -672,9 +674,14 @@ void CFamilyEmitter::stmt(const KStmt& st, int depth) {
       line(depth, "}");
       return;
     }
-    case KOp::Reduce:
+    case KOp::Reduce: {
+      // A reduction's own loops may be SIMD ones: its reads keep the lanes' conversions.
+      const bool scalar = scalar_halves_;
+      scalar_halves_ = false;
       reduce_stmt(st, depth);
+      scalar_halves_ = scalar;
       return;
+    }
   }
   line(depth, "const " + T + " " + v(st.id) + " = " + expr + ";");
 }

@@ -140,6 +140,10 @@ class CFamilyEmitter {
   // innermost loop): a half element read across its lanes other than contiguously is gathered
   // as a 32-bit word (load_expr).
   int simd_var_ = -1;
+  // While set, float16 elements are read one at a time with F16C (mj_f16_one,
+  // codegen/cpp_narrow_prelude.h): the statements of a map nest whose innermost loop is not
+  // SIMD (CppEmitter::generic_map), outside their reductions' loops.
+  bool scalar_halves_ = false;
   int next_hoisted_extra_ = 0;
 };
 

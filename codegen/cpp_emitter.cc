@@ -165,18 +165,25 @@ std::string CppEmitter::work(const std::vector<KLoop>& loops) {
 // The statement storing a map's output element at `idx`, and its extra outputs' there; in a
 // float16 strip (`half`), the outputs it narrows go to element t of their float arrays
 // (mj_n0 the output's, mj_n<k> extra output k-1's: codegen/cpp_half_strips.cc).
+// The store of a map kernel's outputs at `idx`: into a strip's narrowing arrays where `half`
+// says, or with `one_at_a_time` a float16 output rounded by F16C one element at a time
+// (mj_f16_set_one: a loop that is not SIMD, CFamilyEmitter::scalar_halves_).
 std::string CppEmitter::map_store(const std::vector<IndexExprPtr>& idx, int result,
-                                  const HalfStrips* half) const {
+                                  const HalfStrips* half, bool one_at_a_time) const {
   const std::string at = offset("out", idx);
-  auto store = [&](const std::string& k, bool narrowed, int value) {
-    return narrowed ? "mj_n" + k + "[t] = " + v(value) + ";"
-                    : "out" + (k == "0" ? std::string() : k) + "[" + at + "] = " + v(value) + ";";
+  auto store = [&](const std::string& k, bool narrowed, int value, DType t) {
+    const std::string element = "out" + (k == "0" ? std::string() : k) + "[" + at + "]";
+    if (narrowed) return "mj_n" + k + "[t] = " + v(value) + ";";
+    if (one_at_a_time && t == DType::Float16)
+      return "mj_f16_set_one(" + element + ", " + v(value) + ");";
+    return element + " = " + v(value) + ";";
   };
-  std::string s = store("0", half && half->output, result);
+  std::string s = store("0", half && half->output, result, ir_.output.dtype);
   for (size_t e = 0; e < ir_.extra_outputs.size(); ++e) {
     const bool narrowed = half && std::find(half->extra_outputs.begin(), half->extra_outputs.end(),
                                             e) != half->extra_outputs.end();
-    s += " " + store(std::to_string(e + 1), narrowed, ir_.extra_outputs[e].value);
+    s += " " + store(std::to_string(e + 1), narrowed, ir_.extra_outputs[e].value,
+                     ir_.extra_outputs[e].buffer.dtype);
   }
   return s;
 }

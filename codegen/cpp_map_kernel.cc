@@ -20,6 +20,7 @@ void CppEmitter::map_kernel() {
   std::vector<IndexExprPtr> out_idx;
   for (const KLoop& l : ir.loops) out_idx.push_back(ix_var(l.var));
   const std::string store = map_store(out_idx, ir.body.result);
+  one_store_ = map_store(out_idx, ir.body.result, nullptr, /*one_at_a_time=*/true);
 
   // Level -1: once per launch, before any parallel loop (a Reduce here is itself parallel).
   for (size_t s = 0; s < ir.body.stmts.size(); ++s)
@@ -124,6 +125,16 @@ void CppEmitter::generic_map(const MapNest& n, const std::string& store, int bas
   const std::vector<int>& levels = sched_.levels;
   const int k = int(ir.loops.size());
   const bool strips = !n.strips.empty();
+  // Statements outside the innermost loop run once per its run, and so do the innermost one's
+  // where that loop holds a reduction's loops and is not SIMD (g++ vectorises no loop with a
+  // loop inside): there a float16 element converts one at a time by F16C (scalar_halves_).
+  bool scalar_innermost = false;
+  for (size_t s = 0; s < ir.body.stmts.size(); ++s)
+    scalar_innermost = scalar_innermost || (levels[s] == k - 1 &&
+                                            ir.body.stmts[s].kind == KOp::Reduce &&
+                                            !ir.body.stmts[s].loops.empty());
+  scalar_innermost = scalar_innermost && !n.inner_simd && !n.single_simd && !n.half && !strips &&
+                     !n.chunks;
   std::string w = work(ir.loops);
   for (const KStmt& st : ir.body.stmts)
     if (st.kind == KOp::Reduce) w += " * " + work(st.loops);
@@ -147,6 +158,7 @@ void CppEmitter::generic_map(const MapNest& n, const std::string& store, int bas
     const KLoop& l = ir.loops[size_t(lv)];
     const std::string i = "i" + std::to_string(l.var);
     const bool innermost = lv == k - 1;
+    scalar_halves_ = !innermost || scalar_innermost;
     // Not between a parallel pragma and the loops it takes (the loop itself, or collapsed).
     if (innermost && lv >= n.collapse) {
       std::set<int> outer;
@@ -185,10 +197,11 @@ void CppEmitter::generic_map(const MapNest& n, const std::string& store, int bas
                     ";");
       stmt(ir.body.stmts[s], d);
     }
-    if (innermost) line(d, store);
+    if (innermost) line(d, scalar_innermost ? one_store_ : store);
   }
   for (; d > base; --d) line(d - 1, "}");
   simd_var_ = -1;
+  scalar_halves_ = false;
   forget_hoisted_extras();
   guard_tests_.clear();
   simd_reductions_ = true;

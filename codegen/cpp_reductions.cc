@@ -71,7 +71,11 @@ bool CppEmitter::partitioned_reduce(const KStmt& st, const std::string& simd, in
   const std::string extent = ix(*inner.extent);
   const std::string a = "mj_ra" + std::to_string(st.id), b = "mj_rb" + std::to_string(st.id);
   line(d, "if (" + extent + " < " + std::to_string(kMinSimdReduceExtent) + ") {");
+  // A window this short runs one element at a time: float16 reads by F16C (scalar_halves_).
+  const bool scalar = scalar_halves_;
+  scalar_halves_ = true;
   reduce_loop(st, st.body->stmts, "0", extent, "", d + 1);
+  scalar_halves_ = scalar;
   line(d, "} else {");
   const SubRange r = open_sub_ranges(gs, inner.var, "0", extent, a, b, reduce_split_var_, d + 1);
   sub_range_reduce(st, gs, r, simd, a, b, extent, d + 2);

@@ -88,8 +88,9 @@ namespace metajit {
 // 63: float16 strips widened and narrowed by F16C (codegen/half_strips.h); 64: half elements
 // read across SIMD lanes as 32-bit words (mj_half_word); 65: casts to a half type from Bool,
 // Int8 and UInt8 are plain conversions, exact there (CFamilyEmitter::cast_expr); 66: a shifted
-// half read (i - 1) is contiguous (codegen/half_strips.cc contiguous_along), not a gather
-inline constexpr const char* kCodegenVersion = "cpp-66";
+// half read (i - 1) is contiguous (codegen/half_strips.cc contiguous_along), not a gather; 67:
+// float16 elements outside SIMD loops convert one at a time by F16C (mj_f16_one / mj_f16_set_one)
+inline constexpr const char* kCodegenVersion = "cpp-67";
 
 class KernelKeyBuilder {
  public:

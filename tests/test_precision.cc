@@ -19,6 +19,7 @@
 #include "base/dtype.h"
 #include "support/reference_check.h"
 #include "support/scoped_env.h"
+#include "support/skip.h"
 #include "support/typed_arrays.h"
 
 using namespace metajit;
@@ -231,6 +232,47 @@ TEST_CASE("kernels convert every half value and many floats bit-exactly on every
       const bool nan = std::isnan(floats[k]) && canonical_nan;
       REQUIRE(narrowed[k].bits == (nan ? 0x7fffu : float16(floats[k]).bits));
       REQUIRE(bnarrowed[k].bits == (nan ? 0x7fffu : bfloat16(floats[k]).bits));
+    }
+  }
+}
+
+// Where a loop runs one element at a time (a nest whose innermost loop holds a reduction's
+// loops: CppEmitter::generic_map), float16 elements are read and written by F16C's conversion
+// of one lane (mj_f16_one / mj_f16_set_one, codegen/cpp_narrow_prelude.h), not the element
+// conversions written for vector lanes: every half value and the probe floats still convert
+// bit-exactly, a signalling NaN's payload included (converted again: vcvtph2ps quiets it).
+TEST_CASE("float16 elements converted one at a time are bit-exact", "[precision]") {
+  if (device() != Device::CPU)
+    metajit_test::skip_test("F16C's one-lane conversions are the CPU emitter's");
+  const std::vector<float16> halves = all_float16();
+  const std::vector<float> floats = probe_floats();
+  const int64_t n = int64_t(halves.size()), m = int64_t(floats.size());
+  for (const Width& w : widths()) {
+    if (!w.runs) continue;
+    ScopedEnv flags("METAJIT_CXXFLAGS", w.flags);
+    INFO(w.flags);
+    // sum(r, 1) >= 0 holds for every row, but only the kernel knows: the select is per element,
+    // in the nest of the reduction, and moves the value without arithmetic.
+    Var r = rand({n, 3}, 1), q = rand({m, 3}, 2);
+    eval({r, q});
+    const Var widened = where(sum(r, {1}) >= 0.0, cast(array(halves, {n}), DType::Float32),
+                              full({n}, 7.0));
+    const Var narrowed =
+        cast(where(sum(q, {1}) >= 0.0, array(floats, {m}), full({m}, 7.0)), DType::Float16);
+    for (const Var& v : {widened, narrowed}) {
+      std::string src;
+      for (const KernelInfo& k : plan({v})) src += k.source;
+      CHECK_THAT(src, Contains(v.dtype() == DType::Float32 ? "mj_f16_one(" : "mj_f16_set_one("));
+    }
+    const std::vector<float> wide = widened.to_vector<float>();
+    for (int64_t k = 0; k < n; ++k) {
+      INFO("bits " << k);
+      REQUIRE(bits_of(wide[size_t(k)]) == bits_of(float(halves[size_t(k)])));
+    }
+    const std::vector<float16> narrow = narrowed.to_vector<float16>();
+    for (int64_t k = 0; k < m; ++k) {
+      INFO("float bits " << bits_of(floats[size_t(k)]));
+      REQUIRE(narrow[size_t(k)].bits == float16(floats[size_t(k)]).bits);
     }
   }
 }
