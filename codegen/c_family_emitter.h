@@ -141,8 +141,10 @@ class CFamilyEmitter {
   // as a 32-bit word (load_expr).
   int simd_var_ = -1;
   // While set, float16 elements are read one at a time with F16C (mj_f16_one,
-  // codegen/cpp_narrow_prelude.h): the statements of a map nest whose innermost loop is not
-  // SIMD (CppEmitter::generic_map), outside their reductions' loops.
+  // codegen/cpp_narrow_prelude.h): statements outside a map nest's innermost loop, the innermost
+  // ones where that loop is not SIMD (CppEmitter::generic_map, which also writes such a nest's
+  // float16 outputs with mj_f16_set_one), and reduction windows too short for SIMD
+  // (CppEmitter::partitioned_reduce); not the loops of other reductions.
   bool scalar_halves_ = false;
   int next_hoisted_extra_ = 0;
 };

@@ -164,10 +164,9 @@ std::string CppEmitter::work(const std::vector<KLoop>& loops) {
 
 // The statement storing a map's output element at `idx`, and its extra outputs' there; in a
 // float16 strip (`half`), the outputs it narrows go to element t of their float arrays
-// (mj_n0 the output's, mj_n<k> extra output k-1's: codegen/cpp_half_strips.cc).
-// The store of a map kernel's outputs at `idx`: into a strip's narrowing arrays where `half`
-// says, or with `one_at_a_time` a float16 output rounded by F16C one element at a time
-// (mj_f16_set_one: a loop that is not SIMD, CFamilyEmitter::scalar_halves_).
+// (mj_n0 the output's, mj_n<k> extra output k-1's: codegen/cpp_half_strips.cc). With
+// `one_at_a_time`, a float16 output is rounded by F16C one element at a time (mj_f16_set_one:
+// a loop that is not SIMD, CFamilyEmitter::scalar_halves_).
 std::string CppEmitter::map_store(const std::vector<IndexExprPtr>& idx, int result,
                                   const HalfStrips* half, bool one_at_a_time) const {
   const std::string at = offset("out", idx);
