@@ -356,9 +356,6 @@ class CppEmitter : public CFamilyEmitter {
   CpuSchedule sched_;  // the schedule printed (schedule_cpu_kernel)
   // Whether the nest being printed runs its reductions under `omp simd` (MapNest).
   bool simd_reductions_ = true;
-  // map_kernel's store with float16 outputs rounded one at a time (map_store's one_at_a_time),
-  // for a nest whose innermost loop is not SIMD (generic_map).
-  std::string one_store_;
   // Set while printing the nest that reads a reused row back; the row's address when it is
   // the output row (empty: the thread's scratch row).
   const RowReuse* row_reuse_ = nullptr;

@@ -20,7 +20,6 @@ void CppEmitter::map_kernel() {
   std::vector<IndexExprPtr> out_idx;
   for (const KLoop& l : ir.loops) out_idx.push_back(ix_var(l.var));
   const std::string store = map_store(out_idx, ir.body.result);
-  one_store_ = map_store(out_idx, ir.body.result, nullptr, /*one_at_a_time=*/true);
 
   // Level -1: once per launch, before any parallel loop (a Reduce here is itself parallel).
   for (size_t s = 0; s < ir.body.stmts.size(); ++s)
@@ -197,7 +196,13 @@ void CppEmitter::generic_map(const MapNest& n, const std::string& store, int bas
                     ";");
       stmt(ir.body.stmts[s], d);
     }
-    if (innermost) line(d, scalar_innermost ? one_store_ : store);
+    if (innermost && scalar_innermost) {
+      std::vector<IndexExprPtr> out_idx;
+      for (const KLoop& o : ir.loops) out_idx.push_back(ix_var(o.var));
+      line(d, map_store(out_idx, ir.body.result, nullptr, /*one_at_a_time=*/true));
+    } else if (innermost) {
+      line(d, store);
+    }
   }
   for (; d > base; --d) line(d - 1, "}");
   simd_var_ = -1;
