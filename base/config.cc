@@ -135,6 +135,7 @@ Config read_config() {
       !v.empty() && (!parse_duration(v, c.dist_timeout_seconds) || c.dist_timeout_seconds <= 0))
     throw Error("METAJIT_DIST_TIMEOUT=" + v +
                 " is not a positive duration; expected e.g. 300, 90s, 5m");
+  c.dist_overlap = env("METAJIT_DIST_OVERLAP").empty() || env_flag("METAJIT_DIST_OVERLAP");
   c.dump_dot_dir = env("METAJIT_DUMP_DOT");
   read_remote_config(c);
   return c;

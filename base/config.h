@@ -30,6 +30,7 @@ struct Config {
   std::vector<std::string> extra_nvccflags;     // METAJIT_NVCCFLAGS, split on whitespace
   double compile_timeout_seconds = 300;         // METAJIT_COMPILE_TIMEOUT
   double dist_timeout_seconds = 300;  // METAJIT_DIST_TIMEOUT: longest wait in a collective
+  bool dist_overlap = true;  // METAJIT_DIST_OVERLAP=0: collectives where they are in the plan
   std::string dump_dot_dir;                     // METAJIT_DUMP_DOT: a DOT file per eval() there
   // The remote kernel cache (README "Sharing kernels across machines"; remote_cache/).
   std::string remote_url;             // METAJIT_REMOTE: redis://... or redis+unix:///path

@@ -23,8 +23,11 @@ vocab=$(sed -n 's/.*vocabulary \([0-9]*\),.*/\1/p' <<<"$one_log")
 read -r layers d_model heads context batch < <(sed -n \
   's/^model: \([0-9]*\) layers, d_model \([0-9]*\), \([0-9]*\) heads, context \([0-9]*\), batch \([0-9]*\).*/\1 \2 \3 \4 \5/p' \
   <<<"$one_log")
+# The same 2 ranks with each collective run where it is in the plan (no overlap with the kernels).
+in_order_log=$(METAJIT_DIST_OVERLAP=0 "${mpi[@]}" -np 2 "${gpt[@]}" --distributed)
 echo "GPT step (L$layers D$d_model H$heads T$context, global batch $batch):" \
-  "1 rank $(step_us <<<"$one_log") ms, 2 ranks $(step_us <<<"$two_log") ms ($((batch / 2)) windows each)"
+  "1 rank $(step_us <<<"$one_log") ms, 2 ranks $(step_us <<<"$two_log") ms ($((batch / 2)) windows each;" \
+  "$(step_us <<<"$in_order_log") ms with METAJIT_DIST_OVERLAP=0)"
 if command -v python3 >/dev/null 2>&1; then
   python3 bench/peers_ddp.py --ranks 1 2 --gpt "$vocab" "$layers" "$d_model" "$heads" "$context" "$batch"
 fi

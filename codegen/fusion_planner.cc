@@ -384,6 +384,12 @@ std::string dump_plan(const Graph& g, const FusionPlan& plan) {
       out += std::string(j ? ", %" : " %") + std::to_string(in) +
              (k >= 0 ? " (kernel " + std::to_string(k) + ")" : "");
     }
+    // The kernels in between run while it travels (codegen/collective_order.h).
+    for (size_t k = 0; k < plan.groups.size(); ++k)
+      if (std::binary_search(plan.groups[k].reads.begin(), plan.groups[k].reads.end(), int(i))) {
+        out += "; read first by kernel " + std::to_string(k);
+        break;
+      }
     out += "\n";
   }
   if (!plan.decisions.empty()) out += "decisions:\n";

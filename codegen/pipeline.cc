@@ -3,6 +3,7 @@
 #include "base/check.h"
 #include "base/config.h"
 #include "base/log.h"
+#include "codegen/collective_order.h"
 #include "codegen/graph_passes.h"
 #include "codegen/output_merging.h"
 #include "codegen/verify_kernel_ir.h"
@@ -40,6 +41,7 @@ PipelinePlan build_pipeline(Graph captured) {
   }
   p.fusion = plan_fusion(p.graph, cfg.opt_level);
   if (cfg.opt_level > 0) merge_kernel_outputs(p.graph, p.fusion);
+  order_kernels_for_collectives(p.graph, p.fusion);
   if (log_enabled(LogLevel::Debug))
     log_message(LogLevel::Debug, "fusion plan (O" + std::to_string(cfg.opt_level) + "):\n" +
                                      dump_plan(p.graph, p.fusion));

@@ -1,7 +1,8 @@
 // The driver: the whole path from lazy nodes to lowered kernels, one stage after another:
 //   capture -> fold_constants -> eliminate_common_subexpressions -> eliminate_dead_code
 //           -> softmax_statistic_for_contractions (O1) -> plan_fusion
-//           -> merge_kernel_outputs (O1) -> lower_group (per group)
+//           -> merge_kernel_outputs (O1) -> order_kernels_for_collectives
+//           -> lower_group (per group)
 // With METAJIT_LOG=debug it prints the graph after every pass, the fusion plan and each
 // kernel's IR.
 #pragma once

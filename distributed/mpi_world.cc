@@ -13,6 +13,7 @@
 #include <exception>
 #include <thread>
 
+#include "base/config.h"
 #include "runtime/collective_runner.h"
 
 namespace metajit::dist {
@@ -79,14 +80,22 @@ void share_cores_with_local_ranks() {
   omp_set_num_threads(threads);
 }
 
+// Collectives overlap the kernels (runtime/collective_runner.h) when MPI may be called from the
+// collective thread, one call at a time (every call of this layer holds mpi_mutex), and there is
+// someone to talk to; METAJIT_DIST_OVERLAP=0 runs each where it is in the plan instead.
+bool overlap_collectives(int thread_level, int ranks) {
+  return config().dist_overlap && ranks > 1 && thread_level >= MPI_THREAD_SERIALIZED;
+}
+
 void join_world() {
-  int already = 0;
+  int already = 0, provided = MPI_THREAD_SINGLE;
   MPI_Initialized(&already);
   if (!already) {
-    int provided = 0;
     check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided),
               "MPI_Init_thread");
     initialised_here = true;
+  } else {
+    MPI_Query_thread(&provided);
   }
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &the_world.comm), "MPI_Comm_dup");
   MPI_Comm_set_errhandler(the_world.comm, MPI_ERRORS_RETURN);
@@ -94,6 +103,7 @@ void join_world() {
   MPI_Comm_size(the_world.comm, &the_world.size);
   the_world.mpi = true;
   share_cores_with_local_ranks();
+  set_collective_overlap(overlap_collectives(provided, the_world.size));
   std::set_terminate(abort_job_on_terminate);
   std::atexit(leave_world);
 }

@@ -6,6 +6,7 @@
 namespace metajit {
 namespace {
 std::atomic<CollectiveRunner> installed{nullptr};
+std::atomic<bool> overlap{false};
 CollectiveWorld the_world;  // written once by dist::init, before any collective is built
 std::mutex world_mutex;
 }  // namespace
@@ -16,6 +17,14 @@ void set_collective_runner(CollectiveRunner runner) {
 
 CollectiveRunner collective_runner() {
   return installed.load();
+}
+
+void set_collective_overlap(bool on) {
+  overlap.store(on);
+}
+
+bool collective_overlap() {
+  return overlap.load();
 }
 
 }  // namespace metajit

@@ -31,6 +31,14 @@ void set_collective_runner(CollectiveRunner runner);
 // The runner installed, or nullptr.
 CollectiveRunner collective_runner();
 
+// Whether the executor runs collectives on its collective thread (runtime/collective_queue.h)
+// while the kernels that do not need their results run, instead of between kernels on the
+// calling thread. The distributed layer turns it on when it joins a world of more than one rank
+// whose MPI accepts calls from another thread (MPI_THREAD_SERIALIZED: one at a time, under its
+// mpi_mutex), unless METAJIT_DIST_OVERLAP=0.
+void set_collective_overlap(bool on);
+bool collective_overlap();
+
 // This process's place in its world, as the distributed layer found it (dist::init): what the
 // layers below it need to build collectives (Optimizer::set_data_parallel). `joined` is false
 // until dist::init() has run.

@@ -9,6 +9,7 @@
 
 #include "base/dtype.h"
 #include "runtime/cuda_runtime.h"
+#include "runtime/host_steps.h"
 #include "runtime/profiler.h"
 #include "runtime/residency.h"
 #include "runtime/runtime_stats.h"
@@ -46,124 +47,6 @@ std::mutex& cuda_launch_mutex() {
 // Scratch slots of one run; plans of up to this many stored values need no malloc for them.
 constexpr size_t kInlineSlots = 16;
 
-std::string shape_text(const GNode& n) {
-  return std::string(dtype_name(n.dtype)) + shape_str(n.shape);
-}
-
-// The host step of collective node `c`: it runs after the kernels that write its inputs (or
-// first, for leaves and constants), in place when its one input is a kernel's value nothing else
-// reads and nobody asked for.
-ExecProgram::HostStep host_step(const Graph& g, const std::vector<int32_t>& slot,
-                                const std::vector<int>& readers, const std::vector<bool>& is_output,
-                                int c, const std::vector<uint32_t>& after_input) {
-  const GNode& node = g.nodes[size_t(c)];
-  const int x = node.inputs[0];
-  const GNode& in = g.nodes[size_t(x)];
-  ExecProgram::HostStep h;
-  for (int v : node.inputs) {
-    h.before_step = std::max(h.before_step, after_input[size_t(v)]);
-    h.in_slots.push_back(slot[size_t(v)]);
-    h.in_bytes.push_back(size_t(g.nodes[size_t(v)].numel()) * dtype_size(g.nodes[size_t(v)].dtype));
-  }
-  h.out_slot = slot[size_t(c)];
-  h.out_bytes = size_t(node.numel()) * dtype_size(node.dtype);
-  h.in_place = node.inputs.size() == 1 && node.collective != CollectiveKind::AllGather &&
-               in.kind != OpKind::Leaf && in.kind != OpKind::Scalar &&
-               in.kind != OpKind::Collective && !is_output[size_t(x)] && readers[size_t(x)] == 1;
-  h.call.kind = node.collective;
-  h.call.op = ReduceOp(node.op);
-  h.call.root = node.root;
-  h.call.dtype = node.dtype;
-  const bool bucket = node.inputs.size() > 1;
-  h.call.count = bucket ? node.numel() : in.numel();
-  h.call.what = bucket ? shape_text(node) + " (" + std::to_string(node.inputs.size()) +
-                             " values end to end)"
-                       : shape_text(in);
-  return h;
-}
-
-// Which host step frees each input: the last one that reads it, when no kernel reads it from
-// that step on. A kernel that read it before then no longer frees it (`last_reader` -1).
-void assign_host_frees(const Graph& g, const std::vector<int32_t>& slot,
-                       const std::vector<bool>& is_output, std::vector<int>& last_reader,
-                       std::vector<ExecProgram::HostStep>& steps) {
-  std::vector<int> last_host(last_reader.size(), -1);
-  for (size_t k = 0; k < steps.size(); ++k)
-    if (!steps[k].in_place)
-      for (int32_t s : steps[k].in_slots) last_host[size_t(s)] = int(k);
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const int32_t s = slot[i];
-    if (s < 0 || last_host[size_t(s)] < 0 || is_output[i] || g.nodes[i].kind == OpKind::Leaf)
-      continue;
-    ExecProgram::HostStep& h = steps[size_t(last_host[size_t(s)])];
-    if (last_reader[size_t(s)] >= int(h.before_step)) continue;  // a later kernel frees it
-    last_reader[size_t(s)] = -1;
-    h.frees.push_back(s);
-  }
-}
-
-// The collectives of `g` as host steps, in the order they run.
-std::vector<ExecProgram::HostStep> host_steps(const Graph& g,
-                                              const std::vector<LoweredKernel>& kernels,
-                                              const std::vector<int32_t>& slot,
-                                              const std::vector<bool>& is_output, Device device) {
-  std::vector<ExecProgram::HostStep> steps;
-  const size_t n = g.nodes.size();
-  std::vector<int> readers(n, 0);
-  std::vector<uint32_t> after_input(n, 0);  // the kernel step after which a value exists
-  for (size_t k = 0; k < kernels.size(); ++k) {
-    for (int in : kernels[k].input_nodes) ++readers[size_t(in)];
-    after_input[size_t(kernels[k].output_node)] = uint32_t(k + 1);
-    for (int e : kernels[k].extra_output_nodes) after_input[size_t(e)] = uint32_t(k + 1);
-  }
-  for (size_t i = 0; i < n; ++i) {
-    if (g.nodes[i].kind != OpKind::Collective) continue;
-    for (int in : g.nodes[i].inputs) ++readers[size_t(in)];
-  }
-  for (size_t i = 0; i < n; ++i) {
-    if (g.nodes[i].kind != OpKind::Collective) continue;
-    if (device == Device::CUDA)
-      throw CudaError("dist: collectives run on CPU buffers only; " + describe_op(g.nodes[i]) +
-                      " of " + shape_text(g.nodes[size_t(g.nodes[i].inputs[0])]) +
-                      " was to run on CUDA (not yet supported: use set_device(Device::CPU))");
-    steps.push_back(host_step(g, slot, readers, is_output, int(i), after_input));
-    after_input[i] = steps.back().before_step;  // a collective of a collective runs after it
-  }
-  std::stable_sort(steps.begin(), steps.end(),
-                   [](const auto& a, const auto& b) { return a.before_step < b.before_step; });
-  return steps;
-}
-
-// Runs host step `h` on the run's slots.
-void run_host_step(const ExecProgram::HostStep& h, void** ptr, BufferPtr* owned) {
-  const CollectiveRunner runner = collective_runner();
-  if (!runner)
-    throw InternalError("a collective is in the plan but no collective runner is installed");
-  const size_t out = size_t(h.out_slot);
-  if (h.in_place) {
-    owned[out] = std::move(owned[size_t(h.in_slots[0])]);
-    ptr[out] = ptr[size_t(h.in_slots[0])];
-    ptr[size_t(h.in_slots[0])] = nullptr;
-  } else {
-    owned[out] = allocate_buffer(h.out_bytes);
-    ptr[out] = owned[out]->data();
-  }
-  const void* in = h.in_place ? ptr[out] : ptr[size_t(h.in_slots[0])];
-  if (h.in_slots.size() > 1) {  // a bucket: its values end to end, then reduced in place
-    char* at = static_cast<char*>(ptr[out]);
-    for (size_t k = 0; k < h.in_slots.size(); ++k) {
-      if (h.in_bytes[k] > 0) std::memcpy(at, ptr[size_t(h.in_slots[k])], h.in_bytes[k]);
-      at += h.in_bytes[k];
-    }
-    in = ptr[out];
-  }
-  runner(h.call, in, ptr[out]);
-  for (int32_t s : h.frees) {
-    owned[size_t(s)].reset();
-    ptr[size_t(s)] = nullptr;
-  }
-}
-
 }  // namespace
 
 ExecProgram make_program(const Graph& g, const FusionPlan& plan,
@@ -192,13 +75,11 @@ ExecProgram make_program(const Graph& g, const FusionPlan& plan,
   }
   for (size_t i = 0; i < n; ++i)
     if (g.nodes[i].kind == OpKind::Collective) slot[i] = int32_t(p.num_slots++);
-  p.host_steps = host_steps(g, kernels, slot, is_output, device);
-
   // The step after which each slot is read no more.
   std::vector<int> last_reader(p.num_slots, -1);
   for (size_t k = 0; k < kernels.size(); ++k)
     for (int in : kernels[k].input_nodes) last_reader[slot[in]] = int(k);
-  assign_host_frees(g, slot, is_output, last_reader, p.host_steps);
+  p.host_steps = plan_host_steps(g, kernels, slot, is_output, device, last_reader);
 
   for (size_t k = 0; k < kernels.size(); ++k) {
     const LoweredKernel& lk = kernels[k];
@@ -260,13 +141,11 @@ void run_program(const ExecProgram& p, void* const* leaf_data, BufferPtr* output
     if (rt) owned[size_t(s.slot)] = copy_buffer(*owned[size_t(s.slot)], Device::CUDA);
     ptr[size_t(s.slot)] = owned[size_t(s.slot)]->data();
   }
-  uint64_t launched = 0;
+  uint64_t launched = 0, beside_collectives = 0;
   const bool profiled = profiling_enabled();  // one relaxed load when off
-  size_t next_host = 0;
+  HostStepRunner host(p, ptr.data(), owned.data());  // after `owned`: gone before it
   for (size_t step = 0; step < p.steps.size(); ++step) {
-    for (; next_host < p.host_steps.size() && p.host_steps[next_host].before_step <= step;
-         ++next_host)
-      run_host_step(p.host_steps[next_host], ptr.data(), owned.data());
+    host.before_kernel(step);
     const ExecProgram::Step& s = p.steps[step];
     BufferPtr result = allocate_buffer(s.out_bytes, p.device);
     void* out = result->data();
@@ -299,6 +178,7 @@ void run_program(const ExecProgram& p, void* const* leaf_data, BufferPtr* output
       }
       if (profiled) profile_launch(p.handles[step], p.ops[step], s.bytes_moved, start_ns);
       ++launched;
+      beside_collectives += host.outstanding();
     }
     ptr[size_t(s.out_slot)] = out;
     owned[size_t(s.out_slot)] = std::move(result);
@@ -307,8 +187,7 @@ void run_program(const ExecProgram& p, void* const* leaf_data, BufferPtr* output
       ptr[size_t(p.free_slots[j])] = nullptr;
     }
   }
-  for (; next_host < p.host_steps.size(); ++next_host)
-    run_host_step(p.host_steps[next_host], ptr.data(), owned.data());
+  host.finish();
   if (rt && launched) {
     // Freed intermediates went back to the allocator while kernels may still run; that is safe
     // because every later kernel is on the same (default) stream. A fault shows up here.
@@ -317,6 +196,9 @@ void run_program(const ExecProgram& p, void* const* leaf_data, BufferPtr* output
     runtime_counters().cuda_kernels_launched.fetch_add(launched, std::memory_order_relaxed);
   }
   if (launched) runtime_counters().kernels_launched.fetch_add(launched, std::memory_order_relaxed);
+  if (beside_collectives)
+    runtime_counters().kernels_during_collectives.fetch_add(beside_collectives,
+                                                            std::memory_order_relaxed);
   for (size_t k = 0; k < p.outputs.size(); ++k)
     if (p.outputs[k].leaf < 0) outputs[k] = owned[size_t(p.outputs[k].slot)];
 }

@@ -42,8 +42,13 @@ struct ExecProgram {
   };
   // A collective (OpKind::Collective) the runtime runs between kernels, through the runner the
   // distributed layer installs (runtime/collective_runner.h).
+  // Started before kernel step `before_step` (at the end when == size), and complete before
+  // step `wait_before_step`: the first kernel that reads its result, or a later host step's
+  // wait point (they complete in order). In between, with collective_overlap(), it runs on the
+  // collective thread (runtime/collective_queue.h) while the kernels run; without, at once.
   struct HostStep {
-    uint32_t before_step = 0;  // runs before kernel step `before_step` (at the end when == size)
+    uint32_t before_step = 0;
+    uint32_t wait_before_step = 0;
     // Its input, or the values of a bucket (meta_ops/collective_nodes.h all_reduce_flat), which
     // are copied end to end into the result's buffer and reduced there.
     std::vector<int32_t> in_slots;
@@ -53,7 +58,7 @@ struct ExecProgram {
     // this collective alone and is not requested.
     bool in_place = false;
     size_t out_bytes = 0;
-    // Inputs that no kernel reads after this step: back to the allocator once it ran.
+    // Inputs that no kernel reads from its wait point on: back to the allocator then.
     std::vector<int32_t> frees;
     CollectiveCall call;
   };

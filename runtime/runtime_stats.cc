@@ -42,6 +42,8 @@ Stats stats() {
   s.cuda_bytes_in_use = g.bytes_in_use;
   s.cuda_peak_bytes = g.peak_bytes;
   s.cuda_kernels_launched = c.cuda_kernels_launched.load();
+  s.collectives_run = c.collectives_run.load();
+  s.kernels_during_collectives = c.kernels_during_collectives.load();
   RemoteCounters& r = remote_counters();
   RemoteBaseline base;
   {
@@ -70,6 +72,8 @@ void reset_stats() {
   c.memory_hits = 0;
   c.disk_hits = 0;
   c.compile_micros = 0;
+  c.collectives_run = 0;
+  c.kernels_during_collectives = 0;
   RemoteCounters& r = remote_counters();
   {
     std::lock_guard<std::mutex> lock(baseline_mu);

@@ -13,6 +13,8 @@ struct RuntimeCounters {
   std::atomic<uint64_t> memory_hits{0};
   std::atomic<uint64_t> disk_hits{0};
   std::atomic<uint64_t> compile_micros{0};
+  std::atomic<uint64_t> collectives_run{0};             // host steps (runtime/host_steps.h)
+  std::atomic<uint64_t> kernels_during_collectives{0};  // launched while one was outstanding
 };
 
 RuntimeCounters& runtime_counters();

@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "support/processes.h"
 #include "support/remote_runs.h"
 #include "support/skip.h"
+#include "train/optimizer_core.h"
 
 namespace fs = std::filesystem;
 using metajit_test::occurrences;
@@ -181,6 +183,68 @@ TEST_CASE("a bucket's values are reduced as one buffer, laid end to end between 
   CHECK_THROWS_WITH(grad(sum(mean), {c}), Catch::Matchers::Contains("no gradient here"));
 }
 
+namespace {
+
+// What explain() says of a collective: the kernel after which it starts (the last that writes
+// its inputs) and the first kernel that reads its result.
+struct CollectiveSpan {
+  std::string shape;
+  int starts_after = -1, read_first_by = -1;
+};
+std::vector<CollectiveSpan> collective_spans(const std::string& explained) {
+  std::vector<CollectiveSpan> spans;
+  const std::regex line(R"(between kernels: %\d+ (\S+) = [^\n]*)");
+  const std::regex kernel(R"(\(kernel (\d+)\))"), reader(R"(read first by kernel (\d+))");
+  for (std::sregex_iterator it(explained.begin(), explained.end(), line), end; it != end; ++it) {
+    CollectiveSpan span{(*it)[1], -1, -1};
+    const std::string text = (*it)[0];
+    for (std::sregex_iterator k(text.begin(), text.end(), kernel); k != end; ++k)
+      span.starts_after = std::max(span.starts_after, std::stoi((*k)[1]));
+    std::smatch m;
+    if (std::regex_search(text, m, reader)) span.read_first_by = std::stoi(m[1]);
+    spans.push_back(span);
+  }
+  return spans;
+}
+
+}  // namespace
+
+TEST_CASE("gradient buckets start as their gradients exist, the last layer's first, kernels "
+          "running between",
+          "[dist]") {
+  dist::init();
+  const Var w1 = randn({8, 16}, 1), w2 = randn({16, 16}, 2), w3 = randn({16, 4}, 3);
+  const Var x = randn({32, 8}, 4), y = randn({32, 4}, 5);
+  const Var d = matmul(relu(matmul(relu(matmul(x, w1)), w2)), w3) - y;
+  const std::vector<Var> grads = grad(mean(d * d), {w1, w2, w3});
+  const std::vector<Var> mean_grads = detail::average_over_ranks(grads, 4);  // one per bucket
+  std::vector<Var> updated;
+  for (int i = 0; i < 3; ++i) updated.push_back(std::vector<Var>{w1, w2, w3}[size_t(i)] -
+                                                mean_grads[size_t(i)] * 0.1);
+  const std::string e = explain(updated);
+  INFO(e);
+  const std::vector<CollectiveSpan> spans = collective_spans(e);
+  REQUIRE(spans.size() == 3);
+  auto span_of = [&](const std::string& shape) {
+    for (const CollectiveSpan& s : spans)
+      if (s.shape == shape) return s;
+    FAIL("no collective of " << shape);
+    return CollectiveSpan{};
+  };
+  const CollectiveSpan g1 = span_of("float32[128]"), g2 = span_of("float32[256]"),
+                       g3 = span_of("float32[64]");
+  // The graph's own order (from w1's update) put w1's bucket first and read each bucket at once.
+  CHECK(g3.starts_after < g2.starts_after);
+  CHECK(g2.starts_after < g1.starts_after);
+  // w2's and w1's gradients are computed while w3's travels; the updates come after them all.
+  CHECK(g3.read_first_by > g2.starts_after);
+  CHECK(g2.read_first_by > g1.starts_after);
+  // The same values as the step without buckets (a world of one: the mean is the gradient).
+  for (int i = 0; i < 3; ++i)
+    CHECK(updated[size_t(i)].to_vector<float>() ==
+          (std::vector<Var>{w1, w2, w3}[size_t(i)] - grads[size_t(i)] * 0.1).to_vector<float>());
+}
+
 TEST_CASE("set_data_parallel needs the distributed world, then averages in a world of one",
           "[dist]") {
   Var w = floats({1, 2}), w2 = floats({1, 2});
@@ -303,6 +367,42 @@ TEST_CASE("data-parallel training on 2 and 3 ranks equals one process with the w
     CHECK(occurrences(r.output, "ok train rank=") == size_t(ranks));
     CHECK(occurrences(r.output, "FAIL") == 0);
   }
+}
+
+TEST_CASE("on 2 ranks the gradient all-reduces run beside the backward's kernels, same bits",
+          "[process][mpi]") {
+  // Each rank's "overlap rank=R collectives=C beside=B compiled=K weights=D" line.
+  auto lines = [](const ProgramRun& r) {
+    std::vector<std::smatch> out;
+    static const std::regex line(
+        R"(overlap rank=(\d) collectives=(\d+) beside=(\d+) compiled=(\d+) weights=(\w+))");
+    for (std::sregex_iterator it(r.output.begin(), r.output.end(), line), end; it != end; ++it)
+      out.push_back(*it);
+    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a[1] < b[1]; });
+    return out;
+  };
+  const ProgramRun overlapped = run_ranks(2, "overlap", {}, 180);
+  const ProgramRun in_order = run_ranks(2, "overlap", {{"METAJIT_DIST_OVERLAP", "0"}}, 180);
+  INFO(overlapped.output << "\n--- METAJIT_DIST_OVERLAP=0:\n" << in_order.output);
+  REQUIRE(overlapped.exit_code == 0);
+  REQUIRE(in_order.exit_code == 0);
+  const auto a = lines(overlapped), b = lines(in_order);
+  REQUIRE(a.size() == 2);
+  REQUIRE(b.size() == 2);
+  for (size_t r = 0; r < 2; ++r) {
+    // Three replayed steps, three buckets each, nothing compiled; w2's and w1's gradient
+    // kernels ran while the buckets before them travelled.
+    CHECK(a[r][2] == "9");
+    CHECK(a[r][4] == "0");
+    CHECK(std::stoi(a[r][3]) >= 3);
+    CHECK(b[r][2] == "9");
+    CHECK(b[r][3] == "0");  // each collective done before the next kernel
+    CHECK(a[r][5] == b[r][5]);  // the same weights, bit for bit
+    CHECK(a[r][5] == a[0][5]);  // on every rank
+  }
+  // A mismatch found on the collective thread, rethrown where the evaluation waits for it.
+  CHECK(occurrences(overlapped.output, "mismatch: metajit::dist: ranks issued different collectives") == 2);
+  CHECK(occurrences(overlapped.output, "ok overlap rank=") == 2);
 }
 
 TEST_CASE("shard on 3 ranks: disjoint shares that cover every sample", "[process][mpi]") {

@@ -7,6 +7,8 @@
 #include <metajit/error.h>
 #include <metajit/eval.h>
 
+#include <algorithm>
+
 #include "meta_ops/collective_nodes.h"
 #include "runtime/collective_runner.h"
 #include "train/optimizer_core.h"
@@ -46,18 +48,21 @@ std::vector<Var> average_over_ranks(const std::vector<Var>& grads, int64_t bucke
   const CollectiveWorld w = joined_world("Optimizer");
   std::vector<Var> out = grads;
   std::vector<size_t> bucket;
-  int64_t bytes = 0;
+  int64_t bytes = 0, limit = std::min(bucket_bytes, kFirstBucketBytes);
   auto flush = [&] {
     if (!bucket.empty()) average_bucket(grads, bucket, w, out);
     bucket.clear();
     bytes = 0;
+    limit = bucket_bytes;
   };
-  for (size_t i = 0; i < grads.size(); ++i) {
+  // Last parameters first: the backward computes their gradients first, so their bucket can
+  // start while the rest of it runs (codegen/collective_order.h).
+  for (size_t i = grads.size(); i-- > 0;) {
     if (grads[i].numel() == 0) continue;  // nothing to average
     if (!bucket.empty() && grads[bucket[0]].dtype() != grads[i].dtype()) flush();
     bucket.push_back(i);
     bytes += grads[i].numel() * int64_t(dtype_size(grads[i].dtype()));
-    if (bytes >= bucket_bytes) flush();
+    if (bytes >= limit) flush();
   }
   flush();
   return out;

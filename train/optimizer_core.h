@@ -48,7 +48,10 @@ Var scalar_arg(double v);
 std::vector<Var> clip_grad_norm(const std::vector<Var>& grads, const Var& max_norm);
 
 // Data-parallel training (train/data_parallel.cc): `grads` averaged over the ranks, one
-// all_reduce (Mean) per bucket of about `bucket_bytes` of gradients of one dtype, in order.
+// all_reduce (Mean) per bucket of about `bucket_bytes` of gradients of one dtype, filled from
+// the last gradient back, the first bucket of at most kFirstBucketBytes (PyTorch DDP's rule: the
+// backward's first gradients travel while it computes the rest).
+inline constexpr int64_t kFirstBucketBytes = int64_t(1) << 20;
 std::vector<Var> average_over_ranks(const std::vector<Var>& grads, int64_t bucket_bytes);
 // True on every rank when it is true on any (an all_reduce by Max of a 0-d Bool).
 Var any_rank(const Var& flag);

@@ -52,6 +52,10 @@ struct Stats {
   // value. Not counters: reset_stats() leaves them. A training loop whose numbers grow from
   // step to step is keeping history it should not.
   uint64_t live_vars = 0, pending_nodes = 0, realized_nodes = 0;
+  // Collectives (include/metajit/distributed.h) run between kernels, and kernels launched while
+  // one of them had started and was not yet complete: on more than one rank, the all-reduces
+  // that overlap the backward (README "Distributed training").
+  uint64_t collectives_run = 0, kernels_during_collectives = 0;
 };
 Stats stats();
 void reset_stats();  // zeroes counters; peak_bytes restarts from bytes_in_use

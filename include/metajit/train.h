@@ -135,7 +135,9 @@ class Optimizer {
   // broadcasts the parameters from rank 0 now; from then on every step and jit step averages
   // the gradients over the ranks before clipping and the update, by one all_reduce (Mean) per
   // bucket of about `bucket_bytes` of gradients of one dtype (PyTorch DDP's default: 25 MiB),
-  // never one per parameter. With loss scaling, a step is skipped on every rank when any rank
+  // never one per parameter. As in DDP, buckets fill from the last parameter back, the first
+  // one of at most 1 MiB, and on more than one rank each starts as soon as its gradients exist,
+  // while the rest of the backward runs (README "Distributed training"). With loss scaling, a step is skipped on every rank when any rank
   // found an inf or NaN. Turning it on or off traces a jit step once more.
   void set_data_parallel(bool on = true, int64_t bucket_bytes = int64_t(25) << 20);
   bool data_parallel() const;

@@ -307,6 +307,52 @@ int case_train() {
   return 0;
 }
 
+// The gradient all-reduces overlap the backward: a 3-layer MLP trained data-parallel, one
+// bucket per weight, three jit steps. Prints the counters and a digest of the final weights'
+// bytes, which the test compares with a run under METAJIT_DIST_OVERLAP=0.
+int case_overlap() {
+  const int me = dist::rank();
+  std::vector<Var> w = {randn({8, 16}, 1) * 0.5, randn({16, 16}, 2) * 0.3, randn({16, 4}, 3) * 0.3};
+  eval(w);
+  SGD opt(w, 0.05, 0.9);
+  opt.set_data_parallel(true, 4);
+  auto step = opt.jit_step([&](const Var& x, const Var& y) {
+    const Var d = matmul(relu(matmul(relu(matmul(x, w[0])), w[1])), w[2]) - y;
+    return mean(d * d);
+  });
+  step(randn({16, 8}, 100 + uint64_t(me)), randn({16, 4}, 200 + uint64_t(me)));  // traced
+  reset_stats();
+  for (uint64_t s = 1; s < 4; ++s)
+    step(randn({16, 8}, 100 + 7 * s + uint64_t(me)), randn({16, 4}, 200 + 7 * s + uint64_t(me)));
+  const Stats st = stats();
+  uint64_t digest = 1469598103934665603ull;  // FNV-1a over the weights' bytes
+  for (const Var& v : w)
+    for (float f : v.to_vector<float>()) {
+      uint32_t bits = 0;
+      std::memcpy(&bits, &f, sizeof bits);
+      for (int b = 0; b < 4; ++b) digest = (digest ^ ((bits >> (8 * b)) & 0xff)) * 1099511628211ull;
+    }
+  std::printf("overlap rank=%d collectives=%llu beside=%llu compiled=%llu weights=%016llx\n", me,
+              (unsigned long long)st.collectives_run,
+              (unsigned long long)st.kernels_during_collectives,
+              (unsigned long long)st.kernels_compiled, (unsigned long long)digest);
+  // Collectives that differ across ranks, found on the collective thread: an Error where the
+  // evaluation waits for it, on every rank.
+  const Var mine = dist::all_reduce(randn({me == 0 ? 4 : 5}, 9) * 2.0) * 3.0;
+  try {
+    eval({mine, sum(randn({64, 64}, 10) * 3.0)});
+    expect(false, "overlap: a mismatched collective went unnoticed");
+  } catch (const metajit::Error& e) {
+    const std::string what = e.what();
+    expect(what.find("ranks issued different collectives") != std::string::npos,
+           "overlap: mismatch message: " + what);
+    std::printf("overlap rank=%d mismatch: %s\n", me, what.c_str());
+  }
+  if (failures) return 1;
+  std::printf("ok overlap rank=%d\n", me);
+  return 0;
+}
+
 // dist::shard: every rank's share gathered; rank 0 checks they cover 0..n-1.
 int case_shard() {
   for (bool drop_last : {false, true}) {
@@ -336,7 +382,8 @@ int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(
         stderr,
-        "usage: dist_worker collectives|graph|train|mismatch|hang|throw|kill|compile_once|shard\n");
+        "usage: dist_worker "
+        "collectives|graph|train|overlap|mismatch|hang|throw|kill|compile_once|shard\n");
     return 2;
   }
   const std::string c = argv[1];
@@ -361,6 +408,8 @@ int main(int argc, char** argv) {
       rc = case_graph();
     else if (c == "train")
       rc = case_train();
+    else if (c == "overlap")
+      rc = case_overlap();
     std::fflush(stdout);
     return rc;
   } catch (const metajit::Error& e) {
