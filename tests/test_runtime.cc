@@ -3,10 +3,14 @@
 #include <metajit/metajit.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "base/buffer.h"
 #include "cache/cache_store.h"
+#include "meta_ops/collective_nodes.h"
+#include "runtime/collective_runner.h"
 #include "support/files.h"
 #include "support/reference_check.h"
 #include "support/scoped_env.h"
@@ -132,4 +136,57 @@ TEST_CASE("memory hits reach the persistent cache statistics", "[runtime][cache]
   // The next miss writes the pending memory hits with its own counters.
   sum(sqrt(full({3, 5, 2}, 4.0)) - 1.0, {0, 2}).to_vector<float>();
   CHECK(CacheStore(dir.path()).read_counters().memory_hits >= 3);
+}
+
+namespace {
+
+// A stand-in for the distributed layer's runner (runtime/collective_runner.h): an all_reduce
+// over two ranks holding the same values (every element doubled), slow enough that the kernels
+// beside it run first; a 3-element one fails as a mismatch would.
+void doubling_runner(const CollectiveCall& call, const void* in, void* out) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (call.count == 3) throw Error("fake collective of " + call.what + " failed");
+  const float* from = static_cast<const float*>(in);
+  float* to = static_cast<float*>(out);
+  for (int64_t i = 0; i < call.count; ++i) to[i] = from[i] * 2;
+}
+
+struct OverlappingRunner {
+  OverlappingRunner() : before(collective_runner()) {
+    set_collective_runner(&doubling_runner);
+    set_collective_overlap(true);
+  }
+  ~OverlappingRunner() {
+    set_collective_overlap(false);
+    set_collective_runner(before);
+  }
+  CollectiveRunner before;
+};
+
+}  // namespace
+
+TEST_CASE("collectives run on the collective thread beside the kernels that do not need them",
+          "[runtime]") {
+  OverlappingRunner installed;
+  const Var a = arange(1000, DType::Float32) * 0.5;
+  const Var reduced = collective_node(CollectiveKind::AllReduce, a, ReduceOp::Add, 0, 0, 2);
+  const Var after = reduced * 3.0 + 1.0;
+  const Var beside = sum(randn({256, 256}, 7) * 3.0);  // needs no collective
+  const Var beside_ref = sum(randn({256, 256}, 7) * 3.0);
+  reset_stats();
+  eval({beside, after});  // beside's kernel comes after a's in the plan, before after's
+  const Stats s = stats();
+  CHECK(s.collectives_run == 1);
+  CHECK(s.kernels_during_collectives >= 1);
+  const std::vector<float> got = after.to_vector<float>();
+  for (size_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == float(i) * 0.5f * 2 * 3 + 1);
+  CHECK(beside.item<float>() == beside_ref.item<float>());
+  // An error on the collective thread is the evaluation's, and the runtime goes on.
+  const Var bad = collective_node(CollectiveKind::AllReduce, arange(3, DType::Float32) + 1.0,
+                                  ReduceOp::Add, 0, 0, 2) * 2.0;
+  CHECK_THROWS_WITH(eval({sum(randn({64, 64}, 8)), bad}),
+                    Catch::Matchers::Contains("fake collective of float32[3] failed"));
+  const Var again = collective_node(CollectiveKind::AllReduce, arange(4, DType::Float32),
+                                    ReduceOp::Add, 0, 0, 2) + 1.0;
+  CHECK(again.to_vector<float>() == std::vector<float>{1, 3, 5, 7});
 }
