@@ -449,15 +449,37 @@ TEST_CASE("explain() and the kernel source name the schedule chosen", "[targets]
   CHECK(targets == 1);
 }
 
+// Skips the test where objdump (binutils) is missing.
+void require_objdump() {
+  if (metajit_test::run_command("objdump --version").exit_code != 0)
+    metajit_test::skip_test("objdump (binutils) not found: the object code cannot be inspected");
+}
+
+// `so` disassembled by objdump ("" where objdump fails).
+std::string disassembly(const std::filesystem::path& so) {
+  const metajit_test::ProcessResult d = metajit_test::run_command("objdump -d " + so.string());
+  return d.exit_code == 0 ? d.output : "";
+}
+
+// `source` compiled with the current toolchain, disassembled by objdump ("" where objdump fails).
+std::string object_code(const std::string& source) {
+  TempDir dir;
+  const std::filesystem::path src = dir.path() / "k.cc", so = dir.path() / "k.so";
+  FILE* f = std::fopen(src.c_str(), "w");
+  REQUIRE(f);
+  std::fputs(source.c_str(), f);
+  std::fclose(f);
+  REQUIRE(run_compiler(host_toolchain().compile_command(src, so), 300).ok);
+  return disassembly(so);
+}
+
 // GCC's tree-sink pass would move SELU's exp into the branch of the where that uses it, and
 // the loop would go scalar (toolchain.cc). The float32 exp is the prelude's own polynomial
 // (mj_expf in codegen/cpp_kernel_prelude.h), so on every vector width the loop must evaluate it
 // with vector FMAs of the width's registers and call no exp at all (not libm's expf, not
 // libmvec's _ZGV..._expf).
 TEST_CASE("SELU's exp is computed in vector registers on every vector width", "[targets][math]") {
-  const std::string objdump = "objdump";
-  if (metajit_test::run_command(objdump + " --version").exit_code != 0)
-    metajit_test::skip_test("objdump (binutils) not found: the object code cannot be inspected");
+  require_objdump();
   for (const Width& w : widths()) {
     if (w.isa == CpuIsa::Portable)
       continue;  // SSE2: glibc has vector variants, but keep to
@@ -468,33 +490,20 @@ TEST_CASE("SELU's exp is computed in vector registers on every vector width", "[
     Var y = 1.05 * where(x > 0.0, x, 1.67 * exp(x) - 1.67);
     const std::vector<KernelInfo> k = plan({y});
     REQUIRE(k.size() == 1);
-    std::filesystem::path so;
-    if (w.runs) {
-      check_against_reference({y});
-      so = CacheStore(config().cache_dir).entry_dir(k[0].key) / "kernel.so";
-    } else {
-      TempDir dir;
-      const std::filesystem::path src = dir.path() / "k.cc";
-      FILE* f = std::fopen(src.c_str(), "w");
-      REQUIRE(f);
-      std::fputs(k[0].source.c_str(), f);
-      std::fclose(f);
-      so = std::filesystem::temp_directory_path() /
-           ("metajit-selu-" + std::to_string(getpid()) + ".so");
-      REQUIRE(run_compiler(host_toolchain().compile_command(src, so), 300).ok);
-    }
-    const metajit_test::ProcessResult d = metajit_test::run_command(objdump + " -d " + so.string());
-    if (!w.runs) std::filesystem::remove(so);
-    REQUIRE(d.exit_code == 0);
+    if (w.runs) check_against_reference({y});
+    const std::string d =
+        w.runs ? disassembly(CacheStore(config().cache_dir).entry_dir(k[0].key) / "kernel.so")
+               : object_code(k[0].source);
+    REQUIRE(!d.empty());
     const std::string reg = w.isa == CpuIsa::Avx512 ? "%zmm" : "%ymm";
     const std::regex vector_fma("vfn?m(add|sub)[0-9]+ps");
     int vector_fmas = 0, exp_calls = 0;
-    std::istringstream lines(d.output);
+    std::istringstream lines(d);
     for (std::string l; std::getline(lines, l);) {
       if (std::regex_search(l, vector_fma) && l.find(reg) != std::string::npos) ++vector_fmas;
       if (l.find("call") != std::string::npos && l.find("exp") != std::string::npos) ++exp_calls;
     }
-    INFO(d.output);
+    INFO(d);
     CHECK(exp_calls == 0);
     // The range reduction (2) and the polynomial (5) are FMAs on every target with FMA.
     CHECK(vector_fmas >= 7);
@@ -507,9 +516,7 @@ TEST_CASE("SELU's exp is computed in vector registers on every vector width", "[
 // codegen/half_strips.h), and neither calls anything per element.
 TEST_CASE("half-precision conversions are vector code on every vector width",
           "[targets][precision]") {
-  const std::string objdump = "objdump";
-  if (metajit_test::run_command(objdump + " --version").exit_code != 0)
-    metajit_test::skip_test("objdump (binutils) not found: the object code cannot be inspected");
+  require_objdump();
   for (const Width& w : widths()) {
     if (w.isa == CpuIsa::Portable) continue;
     for (DType t : {DType::Float16, DType::BFloat16}) {
@@ -520,20 +527,12 @@ TEST_CASE("half-precision conversions are vector code on every vector width",
       Var y = 1.05 * where(x > 0.0, x, 1.67 * exp(x) - 1.67);
       const std::vector<KernelInfo> k = plan({y});
       REQUIRE(k.size() == 1);
-      TempDir dir;
-      const std::filesystem::path src = dir.path() / "k.cc", so = dir.path() / "k.so";
-      FILE* f = std::fopen(src.c_str(), "w");
-      REQUIRE(f);
-      std::fputs(k[0].source.c_str(), f);
-      std::fclose(f);
-      REQUIRE(run_compiler(host_toolchain().compile_command(src, so), 300).ok);
-      const metajit_test::ProcessResult d =
-          metajit_test::run_command(objdump + " -d " + so.string());
-      REQUIRE(d.exit_code == 0);
+      const std::string d = object_code(k[0].source);
+      REQUIRE(!d.empty());
       const std::string reg = w.isa == CpuIsa::Avx512 ? "%zmm" : "%ymm";
       const std::regex vector_shift("vps(ll|rl)d ");
       int vector_shifts = 0, calls = 0, widens = 0, narrows = 0;
-      std::istringstream lines(d.output);
+      std::istringstream lines(d);
       for (std::string l; std::getline(lines, l);) {
         if (std::regex_search(l, vector_shift) && l.find(reg) != std::string::npos) ++vector_shifts;
         if (l.find("vcvtph2ps ") != std::string::npos && l.find(reg) != std::string::npos) ++widens;
@@ -544,7 +543,7 @@ TEST_CASE("half-precision conversions are vector code on every vector width",
             l.find("tm_clones") == std::string::npos && l.find("*%rax") == std::string::npos)
           ++calls;
       }
-      INFO(d.output);
+      INFO(d);
       CHECK(calls == 0);
       if (t == DType::BFloat16) {
         CHECK(vector_shifts >= 2);  // the load's widening shift and the store's narrowing one
@@ -555,19 +554,6 @@ TEST_CASE("half-precision conversions are vector code on every vector width",
       }
     }
   }
-}
-
-// `source` compiled with the current toolchain, disassembled by objdump ("" where objdump fails).
-std::string object_code(const std::string& source) {
-  TempDir dir;
-  const std::filesystem::path src = dir.path() / "k.cc", so = dir.path() / "k.so";
-  FILE* f = std::fopen(src.c_str(), "w");
-  REQUIRE(f);
-  std::fputs(source.c_str(), f);
-  std::fclose(f);
-  REQUIRE(run_compiler(host_toolchain().compile_command(src, so), 300).ok);
-  const metajit_test::ProcessResult d = metajit_test::run_command("objdump -d " + so.string());
-  return d.exit_code == 0 ? d.output : "";
 }
 
 // A float16 element read under a guard (a padded window: the padding is the fill value) widens
@@ -581,8 +567,7 @@ std::string object_code(const std::string& source) {
 // 16-bit load (vpmaskmov moves 32- and 64-bit lanes), and that loop stays scalar.
 TEST_CASE("a float16 read under a padding guard is vector code on AVX-512",
           "[targets][precision]") {
-  if (metajit_test::run_command("objdump --version").exit_code != 0)
-    metajit_test::skip_test("objdump (binutils) not found: the object code cannot be inspected");
+  require_objdump();
   for (const Width& w : widths()) {
     if (w.isa != CpuIsa::Avx512) continue;
     ScopedEnv flags("METAJIT_CXXFLAGS", w.flags);
@@ -616,9 +601,7 @@ TEST_CASE(
     "bfloat16 pairs and byte quads compile to vdpbf16ps and vpdpbusd, accumulators in "
     "registers",
     "[targets][precision]") {
-  const std::string objdump = "objdump";
-  if (metajit_test::run_command(objdump + " --version").exit_code != 0)
-    metajit_test::skip_test("objdump (binutils) not found: the object code cannot be inspected");
+  require_objdump();
   ScopedEnv flags("METAJIT_CXXFLAGS", "-march=x86-64-v4 -mavx512bf16 -mavx512vnni");
   Var a = rand({70, 90}, 1), b = rand({90, 300}, 2);
   eval({a, b});
@@ -629,17 +612,10 @@ TEST_CASE(
     INFO(op);
     const std::vector<KernelInfo> k = plan({v});
     REQUIRE(!k.empty());
-    TempDir dir;
-    const std::filesystem::path src = dir.path() / "k.cc", so = dir.path() / "k.so";
-    FILE* f = std::fopen(src.c_str(), "w");
-    REQUIRE(f);
-    std::fputs(k.back().source.c_str(), f);
-    std::fclose(f);
-    REQUIRE(run_compiler(host_toolchain().compile_command(src, so), 300).ok);
-    const metajit_test::ProcessResult d = metajit_test::run_command(objdump + " -d " + so.string());
-    REQUIRE(d.exit_code == 0);
+    const std::string d = object_code(k.back().source);
+    REQUIRE(!d.empty());
     std::vector<std::string> lines;
-    std::istringstream in(d.output);
+    std::istringstream in(d);
     for (std::string l; std::getline(in, l);) lines.push_back(l);
     int products = 0, spills = 0;
     for (size_t i = 0; i < lines.size(); ++i) {
@@ -653,7 +629,7 @@ TEST_CASE(
              lines[j].find("(%rbp)") != std::string::npos))
           ++spills;
     }
-    INFO(d.output);
+    INFO(d);
     CHECK(products >= 24 + 6);  // the 6x64 loop's 24 and the 6x16 loop's 6
     CHECK(spills == 0);
   }

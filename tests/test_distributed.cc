@@ -213,14 +213,13 @@ TEST_CASE("gradient buckets start as their gradients exist, the last layer's fir
           "running between",
           "[dist]") {
   dist::init();
-  const Var w1 = randn({8, 16}, 1), w2 = randn({16, 16}, 2), w3 = randn({16, 4}, 3);
+  const std::vector<Var> w = {randn({8, 16}, 1), randn({16, 16}, 2), randn({16, 4}, 3)};
   const Var x = randn({32, 8}, 4), y = randn({32, 4}, 5);
-  const Var d = matmul(relu(matmul(relu(matmul(x, w1)), w2)), w3) - y;
-  const std::vector<Var> grads = grad(mean(d * d), {w1, w2, w3});
+  const Var d = matmul(relu(matmul(relu(matmul(x, w[0])), w[1])), w[2]) - y;
+  const std::vector<Var> grads = grad(mean(d * d), w);
   const std::vector<Var> mean_grads = detail::average_over_ranks(grads, 4);  // one per bucket
   std::vector<Var> updated;
-  for (int i = 0; i < 3; ++i) updated.push_back(std::vector<Var>{w1, w2, w3}[size_t(i)] -
-                                                mean_grads[size_t(i)] * 0.1);
+  for (size_t i = 0; i < 3; ++i) updated.push_back(w[i] - mean_grads[i] * 0.1);
   const std::string e = explain(updated);
   INFO(e);
   const std::vector<CollectiveSpan> spans = collective_spans(e);
@@ -240,9 +239,8 @@ TEST_CASE("gradient buckets start as their gradients exist, the last layer's fir
   CHECK(g3.read_first_by > g2.starts_after);
   CHECK(g2.read_first_by > g1.starts_after);
   // The same values as the step without buckets (a world of one: the mean is the gradient).
-  for (int i = 0; i < 3; ++i)
-    CHECK(updated[size_t(i)].to_vector<float>() ==
-          (std::vector<Var>{w1, w2, w3}[size_t(i)] - grads[size_t(i)] * 0.1).to_vector<float>());
+  for (size_t i = 0; i < 3; ++i)
+    CHECK(updated[i].to_vector<float>() == (w[i] - grads[i] * 0.1).to_vector<float>());
 }
 
 TEST_CASE("set_data_parallel needs the distributed world, then averages in a world of one",
